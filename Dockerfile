@@ -40,10 +40,10 @@ FROM deps AS build
 # The build context is whitelisted by .dockerignore (manifest, src/, lua/, ...),
 # so editing docs, manifests or dashboards does not invalidate this layer.
 COPY . .
+# Smoke test after the build: a leftover stub binary would print no OpenAPI.
 RUN set -eu; \
     cargo build --release --locked; \
     install -D -m 0755 target/release/leasehold /out/leasehold; \
-    # smoke test: a stub binary would print nothing here
     /out/leasehold openapi > /out/openapi.json; \
     test -s /out/openapi.json
 
