@@ -253,8 +253,12 @@ def check(scrape: Scrape, dash) -> tuple[list[str], set[str], int]:
         used |= usage.metrics
         for name in sorted(usage.metrics - known):
             hint = ""
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
             if scrape.types.get(name) == "histogram":
                 hint = " (a histogram: query name_bucket, name_sum or name_count)"
+            elif name.endswith("_bucket") and scrape.types.get(base) == "summary":
+                hint = (f" ({base} is exported as a summary; a histogram needs buckets, e.g. "
+                        "metrics-exporter-prometheus set_buckets_for_metric)")
             problems.append(f"{where}: metric {name!r} is not in the scrape{hint}")
         with_samples = [m for m in usage.metrics if m in scrape.sample_labels]
         if with_samples:
