@@ -47,15 +47,29 @@ apt_install() {
     return 1
   fi
   log "apt-get install $*"
+  # Only promtool is wanted from the prometheus package: where systemd runs,
+  # keep its postinst from starting a Prometheus server on :9090 (which the
+  # service's own metrics listener uses in tests). policy-rc.d exit 101 =
+  # "do not start"; ours is removed again, an existing one is left alone.
+  local own_policy=0 rc=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee /usr/sbin/policy-rc.d >/dev/null
+    "${SUDO[@]}" chmod 0755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
   if ! DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends "$@" >/dev/null; then
     if [[ $APT_UPDATED -eq 0 ]]; then
       APT_UPDATED=1
-      "${SUDO[@]}" apt-get update -q >/dev/null
-      DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends "$@" >/dev/null
+      "${SUDO[@]}" apt-get update -q >/dev/null || rc=$?
+      if [[ $rc -eq 0 ]]; then
+        DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends "$@" >/dev/null || rc=$?
+      fi
     else
-      return 1
+      rc=1
     fi
   fi
+  if [[ $own_policy -eq 1 ]]; then "${SUDO[@]}" rm -f /usr/sbin/policy-rc.d; fi
+  return "$rc"
 }
 
 ensure_tools() {
