@@ -1,0 +1,35 @@
+-- acquire: take the lease if it is free, in one script run.
+-- KEYS[1] lease key   <ns>:lease:v1:{<purpose>:<digest>}
+-- KEYS[2] fence key   <ns>:fence:v1:{<purpose>:<digest>}  (same hash slot)
+-- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms  ARGV[4] fence key ttl ms
+-- The lease value is "<owner token>:<operation id>:<fencing token>"; neither
+-- the token (base64url) nor the operation id ([A-Za-z0-9._~-]) contains ':'.
+-- Returns {status, pttl, fencing token}:
+--   1 acquired, 2 same attempt already holds it (TTL not extended),
+--   3 same owner token holds it for another operation, 0 someone else holds it.
+local owner = ARGV[1] .. ':' .. ARGV[2]
+local current = redis.call('GET', KEYS[1])
+if current then
+  local pttl = redis.call('PTTL', KEYS[1])
+  local cut = string.find(current, ':[^:]*$')
+  local holder = string.sub(current, 1, cut - 1)
+  if holder == owner then
+    return {2, pttl, tonumber(string.sub(current, cut + 1))}
+  end
+  if string.sub(holder, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
+    return {3, pttl, 0}
+  end
+  return {0, pttl, 0}
+end
+-- Fencing: strictly increasing per resource, also when the counter key is
+-- gone (evicted, expired, an empty restarted Redis): never below the server
+-- clock in microseconds. 2^53 µs is in the year 2255, so the value stays an
+-- exact JSON number.
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+local fence = math.max(last + 1, floor)
+local fence_text = string.format('%.0f', fence)
+redis.call('SET', KEYS[2], fence_text, 'PX', ARGV[4])
+redis.call('SET', KEYS[1], owner .. ':' .. fence_text, 'PX', ARGV[3])
+return {1, tonumber(ARGV[3]), fence}

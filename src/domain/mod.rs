@@ -1,0 +1,14 @@
+//! The vocabulary of leasehold: names, bounds and outcomes. No I/O here.
+
+mod bounds;
+mod names;
+mod outcome;
+
+pub use bounds::{Bounds, Ttl, WaitMs};
+pub use names::{
+    Attempt, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
+};
+pub use outcome::{
+    AcquireOutcome, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason, OutcomeName,
+    ReleaseOutcome, RenewOutcome,
+};

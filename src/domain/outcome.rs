@@ -1,0 +1,240 @@
+//! Typed outcomes of every lease verb: what a caller may and may not assume.
+//!
+//! Each verb answers `Result<Success, Failure>`: the success side holds the
+//! verb's own outcomes (`acquired`, `contended`, `lost`, ...), the failure side
+//! the three that any verb can meet (`unavailable`, `overloaded`,
+//! `indeterminate`). The HTTP layer maps each variant to its status code.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::names::{OperationId, Purpose, ResourceDigest};
+
+/// What a lease answer promises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Guarantee {
+    /// Exclusive where the effect target checks the fencing token; the
+    /// lease alone is an efficiency measure.
+    Fenced,
+}
+
+/// A lease the caller holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// What the lease is for.
+    #[schema(value_type = String, example = "invoice-export")]
+    pub purpose: Purpose,
+    /// The resource digest.
+    #[schema(value_type = String, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")]
+    pub digest: ResourceDigest,
+    /// Strictly increasing per resource across acquisitions; present it to
+    /// the protected resource, which rejects tokens lower than one it has seen.
+    #[schema(minimum = 1, maximum = 9007199254740991_i64, example = 1764686400000000_i64)]
+    pub fencing_token: u64,
+    /// The TTL this lease was granted or last renewed with.
+    #[schema(minimum = 1, example = 30000)]
+    pub ttl_ms: u64,
+    /// The store's remaining time to live, read in the same script run.
+    /// Treat the lease as yours for at most `remainingMs - drift budget`,
+    /// counted from when you *sent* the request.
+    #[schema(minimum = 0, example = 30000)]
+    pub remaining_ms: u64,
+    /// What this answer promises.
+    pub guarantee: Guarantee,
+}
+
+/// Outcomes of acquire other than the shared failures.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum AcquireOutcome {
+    /// The caller now holds the lease (201).
+    Acquired {
+        /// The lease.
+        lease: Lease,
+        /// How long the request waited server-side, when it waited.
+        #[serde(rename = "waitedMs", skip_serializing_if = "Option::is_none")]
+        waited_ms: Option<u64>,
+    },
+    /// The same attempt already holds it; its TTL was not extended (200).
+    ReplayedSameOperation {
+        /// The lease, `remainingMs` being the store's PTTL now.
+        lease: Lease,
+    },
+    /// The same owner token holds it for another operation (409).
+    OwnerOperationConflict {
+        /// The holder's remaining time to live.
+        #[serde(rename = "retryAfterMs")]
+        retry_after_ms: u64,
+    },
+    /// Someone else holds it (409).
+    Contended {
+        /// The holder's remaining time to live, or the configured fallback.
+        #[serde(rename = "retryAfterMs")]
+        retry_after_ms: u64,
+        /// How long the request waited server-side, when it waited.
+        #[serde(rename = "waitedMs", skip_serializing_if = "Option::is_none")]
+        waited_ms: Option<u64>,
+    },
+}
+
+/// Why a renew found the lease gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LostReason {
+    /// No lease exists (expired or released) (404).
+    Absent,
+    /// Someone else holds it now (409).
+    NotOwner,
+}
+
+/// Outcomes of renew other than the shared failures.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RenewOutcome {
+    /// The TTL was reset; same fencing token (200).
+    Renewed {
+        /// The lease with its new remaining time.
+        lease: Lease,
+    },
+    /// The caller no longer holds the lease.
+    Lost {
+        /// Why.
+        reason: LostReason,
+    },
+}
+
+/// Outcomes of release other than the shared failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ReleaseOutcome {
+    /// The caller's lease was deleted (200).
+    Released,
+    /// No lease existed: release is idempotent (200).
+    AlreadyAbsent,
+    /// Someone else holds it; nothing was changed (409).
+    NotOwner,
+}
+
+/// Who holds an inspected lease, relative to the attempt the caller sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldBy {
+    /// The caller's own attempt.
+    Caller,
+    /// The caller's owner token, for another operation.
+    CallerOtherOperation,
+    /// Someone else.
+    Other,
+}
+
+/// A read-only view of a resource's lease. Never reveals the holder's token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename = "inspected", rename_all = "camelCase")]
+pub struct Inspection {
+    /// Whether any lease is held.
+    pub held: bool,
+    /// The holder's remaining time to live.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_ms: Option<u64>,
+    /// The holder's fencing token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    /// Who holds it, present only when the attempt headers were sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<HeldBy>,
+}
+
+/// The outcomes any verb can meet: the request failed, and how sure we are
+/// about what happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Failure {
+    /// Definitely not applied: the store could not be reached, or refused
+    /// the command outright (503).
+    Unavailable {
+        /// When to try again.
+        #[serde(rename = "retryAfterMs")]
+        retry_after_ms: u64,
+    },
+    /// Shed by this service's own admission limit before touching the
+    /// store (503).
+    Overloaded {
+        /// When to try again.
+        #[serde(rename = "retryAfterMs")]
+        retry_after_ms: u64,
+    },
+    /// Sent, but no certain reply: it may or may not have been applied.
+    /// Inspect, or retry with the same attempt (504).
+    Indeterminate {
+        /// The operation whose effect is unknown.
+        #[serde(rename = "operationId", serialize_with = "ser_display")]
+        operation_id: OperationId,
+    },
+}
+
+fn ser_display<S: serde::Serializer>(v: &OperationId, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(v.as_str())
+}
+
+/// Every outcome name, for metrics labels and documentation.
+pub trait OutcomeName {
+    /// The snake_case `outcome` tag.
+    fn outcome_name(&self) -> &'static str;
+}
+
+impl OutcomeName for AcquireOutcome {
+    fn outcome_name(&self) -> &'static str {
+        match self {
+            Self::Acquired { .. } => "acquired",
+            Self::ReplayedSameOperation { .. } => "replayed_same_operation",
+            Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
+            Self::Contended { .. } => "contended",
+        }
+    }
+}
+
+impl OutcomeName for RenewOutcome {
+    fn outcome_name(&self) -> &'static str {
+        match self {
+            Self::Renewed { .. } => "renewed",
+            Self::Lost { .. } => "lost",
+        }
+    }
+}
+
+impl OutcomeName for ReleaseOutcome {
+    fn outcome_name(&self) -> &'static str {
+        match self {
+            Self::Released => "released",
+            Self::AlreadyAbsent => "already_absent",
+            Self::NotOwner => "not_owner",
+        }
+    }
+}
+
+impl OutcomeName for Inspection {
+    fn outcome_name(&self) -> &'static str {
+        "inspected"
+    }
+}
+
+impl OutcomeName for Failure {
+    fn outcome_name(&self) -> &'static str {
+        match self {
+            Self::Unavailable { .. } => "unavailable",
+            Self::Overloaded { .. } => "overloaded",
+            Self::Indeterminate { .. } => "indeterminate",
+        }
+    }
+}
+
+impl<T: OutcomeName> OutcomeName for Result<T, Failure> {
+    fn outcome_name(&self) -> &'static str {
+        match self {
+            Ok(v) => v.outcome_name(),
+            Err(f) => f.outcome_name(),
+        }
+    }
+}
