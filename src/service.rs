@@ -1,0 +1,257 @@
+//! The lease service: admission control, server-side waits, store results
+//! turned into typed outcomes, and per-operation metrics. The HTTP layer
+//! calls only this.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{
+    AcquireOutcome, Attempt, Bounds, Failure, Guarantee, Inspection, Lease, LostReason,
+    OutcomeName, ReleaseOutcome, RenewOutcome, ResourceId, Ttl, WaitMs,
+};
+use crate::store::{Store, StoreAcquire, StoreError, StoreInspect, StoreRelease, StoreRenew};
+use crate::telemetry::{PurposeLabels, OPERATIONS, OPERATION_DURATION};
+use crate::wait::WaitRegistry;
+
+/// Tunables of the service layer.
+#[derive(Debug, Clone)]
+pub struct ServiceSettings {
+    /// TTL and wait bounds.
+    pub bounds: Bounds,
+    /// `retryAfterMs` when the holder's PTTL is unknown, and for `overloaded`.
+    pub retry_after_ms: u64,
+    /// `retryAfterMs` for `unavailable`.
+    pub unavailable_retry_after_ms: u64,
+    /// Concurrent store calls admitted; the rest are `overloaded`.
+    pub max_in_flight: usize,
+    /// Distinct purposes admitted as metric label values.
+    pub max_purpose_labels: usize,
+}
+
+/// Leases over a [`Store`].
+pub struct LeaseService {
+    store: Store,
+    settings: ServiceSettings,
+    admission: Semaphore,
+    waiters: Arc<WaitRegistry>,
+    shutdown: CancellationToken,
+    purposes: PurposeLabels,
+}
+
+/// What a store call looks like to the wait loop.
+type Tried = Result<AcquireOutcome, Failure>;
+
+impl LeaseService {
+    /// A service over `store`; `waiters` must be the registry the store wakes;
+    /// `shutdown` ends every wait.
+    pub fn new(
+        store: Store,
+        settings: ServiceSettings,
+        waiters: Arc<WaitRegistry>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            admission: Semaphore::new(settings.max_in_flight.max(1)),
+            purposes: PurposeLabels::new(settings.max_purpose_labels),
+            store,
+            settings,
+            waiters,
+            shutdown,
+        }
+    }
+
+    /// The configured bounds.
+    pub fn bounds(&self) -> Bounds {
+        self.settings.bounds
+    }
+
+    /// The store, for readiness and pool metrics.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The wait registry.
+    pub fn waiters(&self) -> &Arc<WaitRegistry> {
+        &self.waiters
+    }
+
+    fn record<T: OutcomeName>(&self, verb: &'static str, resource: &ResourceId, started: Instant, result: &Result<T, Failure>) {
+        let purpose = self.purposes.label(resource.purpose.as_str());
+        metrics::counter!(OPERATIONS, "verb" => verb, "outcome" => result.outcome_name(), "purpose" => purpose)
+            .increment(1);
+        metrics::histogram!(OPERATION_DURATION, "verb" => verb).record(started.elapsed().as_secs_f64());
+    }
+
+    fn failure(&self, err: StoreError, attempt: Option<&Attempt>) -> Failure {
+        match (err, attempt) {
+            (StoreError::Indeterminate(reason), Some(attempt)) => {
+                tracing::warn!(reason, operation_id = %attempt.operation_id, "store reply uncertain");
+                Failure::Indeterminate { operation_id: attempt.operation_id.clone() }
+            }
+            (StoreError::Indeterminate(reason), None) | (StoreError::Unavailable(reason), _) => {
+                tracing::warn!(reason, "store unavailable");
+                Failure::Unavailable { retry_after_ms: self.settings.unavailable_retry_after_ms }
+            }
+        }
+    }
+
+    fn overloaded(&self) -> Failure {
+        Failure::Overloaded { retry_after_ms: self.settings.retry_after_ms }
+    }
+
+    /// One store call under the admission limit.
+    async fn admitted<T>(&self, call: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<Result<T, StoreError>, Failure> {
+        let Ok(_permit) = self.admission.try_acquire() else {
+            return Err(self.overloaded());
+        };
+        Ok(call.await)
+    }
+
+    fn lease(resource: &ResourceId, fencing_token: u64, ttl: Ttl, remaining_ms: u64) -> Lease {
+        Lease {
+            purpose: resource.purpose.clone(),
+            digest: resource.digest.clone(),
+            fencing_token,
+            ttl_ms: ttl.ms(),
+            remaining_ms,
+            guarantee: Guarantee::Fenced,
+        }
+    }
+
+    async fn try_acquire(&self, resource: &ResourceId, attempt: &Attempt, ttl: Ttl, waited: Option<u64>) -> Tried {
+        let result = self.admitted(self.store.acquire(resource, attempt, ttl)).await?;
+        let fallback = self.settings.retry_after_ms;
+        match result {
+            Ok(StoreAcquire::Acquired { fencing_token, remaining_ms }) => Ok(AcquireOutcome::Acquired {
+                lease: Self::lease(resource, fencing_token, ttl, remaining_ms),
+                waited_ms: waited,
+            }),
+            Ok(StoreAcquire::Replayed { fencing_token, remaining_ms }) => Ok(AcquireOutcome::ReplayedSameOperation {
+                lease: Self::lease(resource, fencing_token, ttl, remaining_ms),
+            }),
+            Ok(StoreAcquire::OwnerOperationConflict { remaining_ms }) => Ok(AcquireOutcome::OwnerOperationConflict {
+                retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
+            }),
+            Ok(StoreAcquire::Contended { remaining_ms }) => Ok(AcquireOutcome::Contended {
+                retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
+                waited_ms: waited,
+            }),
+            Err(err) => Err(self.failure(err, Some(attempt))),
+        }
+    }
+
+    /// Acquires `resource` for `attempt`, waiting server-side up to `wait`.
+    pub async fn acquire(&self, resource: &ResourceId, attempt: &Attempt, ttl: Ttl, wait: WaitMs) -> Tried {
+        let started = Instant::now();
+        let result = self.acquire_inner(resource, attempt, ttl, wait, started).await;
+        self.record("acquire", resource, started, &result);
+        result
+    }
+
+    async fn acquire_inner(&self, resource: &ResourceId, attempt: &Attempt, ttl: Ttl, wait: WaitMs, started: Instant) -> Tried {
+        let first = self.try_acquire(resource, attempt, ttl, None).await;
+        if wait.ms() == 0 {
+            return first;
+        }
+        let Ok(AcquireOutcome::Contended { retry_after_ms, .. }) = first else {
+            return first;
+        };
+        let deadline = tokio::time::Instant::from_std(started) + Duration::from_millis(wait.ms());
+        let waited = || Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        let Some(guard) = self.waiters.enter(&resource.tag()) else {
+            return Err(self.overloaded());
+        };
+        let queue = guard.resource();
+        // Take the turn: the one waiter of this instance that talks to the store.
+        let turn = tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => {
+                return Ok(AcquireOutcome::Contended { retry_after_ms, waited_ms: waited() });
+            }
+            turn = queue.turn.lock() => turn,
+            _ = tokio::time::sleep_until(deadline) => {
+                // Never had the turn: one last look, then give up.
+                return self.try_acquire(resource, attempt, ttl, waited()).await;
+            }
+        };
+        let mut holder_ttl;
+        loop {
+            // Register for the wake-up before looking, so a release between
+            // the look and the sleep is not missed.
+            let woken = queue.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            match self.try_acquire(resource, attempt, ttl, waited()).await {
+                Ok(AcquireOutcome::Contended { retry_after_ms, .. }) => holder_ttl = retry_after_ms,
+                other => return other,
+            }
+            // +1 ms: PTTL is truncated to whole milliseconds.
+            let expiry = tokio::time::Instant::now() + Duration::from_millis(holder_ttl + 1);
+            tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => break,
+                _ = &mut woken => {}
+                _ = tokio::time::sleep_until(expiry.min(deadline)) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                // One last look at the deadline (it may have been freed just now).
+                return self.try_acquire(resource, attempt, ttl, waited()).await;
+            }
+        }
+        drop(turn);
+        Ok(AcquireOutcome::Contended { retry_after_ms: holder_ttl, waited_ms: waited() })
+    }
+
+    /// Resets the TTL of the caller's lease.
+    pub async fn renew(&self, resource: &ResourceId, attempt: &Attempt, ttl: Ttl) -> Result<RenewOutcome, Failure> {
+        let started = Instant::now();
+        let result = match self.admitted(self.store.renew(resource, attempt, ttl)).await {
+            Err(failure) => Err(failure),
+            Ok(Ok(StoreRenew::Renewed { fencing_token, remaining_ms })) => Ok(RenewOutcome::Renewed {
+                lease: Self::lease(resource, fencing_token, ttl, remaining_ms),
+            }),
+            Ok(Ok(StoreRenew::Absent)) => Ok(RenewOutcome::Lost { reason: LostReason::Absent }),
+            Ok(Ok(StoreRenew::NotOwner)) => Ok(RenewOutcome::Lost { reason: LostReason::NotOwner }),
+            Ok(Err(err)) => Err(self.failure(err, Some(attempt))),
+        };
+        self.record("renew", resource, started, &result);
+        result
+    }
+
+    /// Releases the caller's lease (idempotent).
+    pub async fn release(&self, resource: &ResourceId, attempt: &Attempt) -> Result<ReleaseOutcome, Failure> {
+        let started = Instant::now();
+        let result = match self.admitted(self.store.release(resource, attempt)).await {
+            Err(failure) => Err(failure),
+            Ok(Ok(StoreRelease::Released)) => Ok(ReleaseOutcome::Released),
+            Ok(Ok(StoreRelease::AlreadyAbsent)) => Ok(ReleaseOutcome::AlreadyAbsent),
+            Ok(Ok(StoreRelease::NotOwner)) => Ok(ReleaseOutcome::NotOwner),
+            Ok(Err(err)) => Err(self.failure(err, Some(attempt))),
+        };
+        self.record("release", resource, started, &result);
+        result
+    }
+
+    /// Reads the lease; `attempt` (optional) fills `heldBy`.
+    pub async fn inspect(&self, resource: &ResourceId, attempt: Option<&Attempt>) -> Result<Inspection, Failure> {
+        let started = Instant::now();
+        let result = match self.admitted(self.store.inspect(resource, attempt)).await {
+            Err(failure) => Err(failure),
+            Ok(Ok(StoreInspect::Free)) => Ok(Inspection { held: false, remaining_ms: None, fencing_token: None, held_by: None }),
+            Ok(Ok(StoreInspect::Held { remaining_ms, fencing_token, held_by })) => Ok(Inspection {
+                held: true,
+                remaining_ms: Some(remaining_ms),
+                fencing_token: Some(fencing_token),
+                held_by,
+            }),
+            // Inspect changes nothing, but an uncertain read is still
+            // reported as such when the caller named its operation.
+            Ok(Err(err)) => Err(self.failure(err, attempt)),
+        };
+        self.record("inspect", resource, started, &result);
+        result
+    }
+}

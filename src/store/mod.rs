@@ -1,0 +1,190 @@
+//! Where leases live: the [`Store`] the service talks to, with two
+//! implementations that keep the same contract.
+//!
+//! - [`memory::MemoryStore`]: in-process, the default when no Redis is
+//!   configured; one instance only.
+//! - [`redis::RedisStore`]: Redis through a pooled connection, one Lua script
+//!   per verb, so every check and mutation happens in one script run.
+//!
+//! Nothing Redis-specific leaks out of this module: a store answers with the
+//! plain results below or a [`StoreError`] that says whether the command
+//! definitely did not apply (`Unavailable`) or may have (`Indeterminate`).
+
+pub mod memory;
+pub mod redis;
+
+use std::sync::Arc;
+
+use crate::domain::{Attempt, HeldBy, ResourceId, Ttl};
+
+/// What an acquire script found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreAcquire {
+    /// The lease was free and is now the caller's.
+    Acquired {
+        /// The new fencing token.
+        fencing_token: u64,
+        /// Remaining time to live (the granted TTL).
+        remaining_ms: u64,
+    },
+    /// The same attempt already held it; nothing changed.
+    Replayed {
+        /// The lease's fencing token.
+        fencing_token: u64,
+        /// The PTTL read in the same script run.
+        remaining_ms: u64,
+    },
+    /// Held by the same owner token for another operation.
+    OwnerOperationConflict {
+        /// The holder's remaining time to live.
+        remaining_ms: Option<u64>,
+    },
+    /// Held by someone else.
+    Contended {
+        /// The holder's remaining time to live, when known.
+        remaining_ms: Option<u64>,
+    },
+}
+
+/// What a renew script found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreRenew {
+    /// The caller's lease now lives for the new TTL.
+    Renewed {
+        /// The lease's (unchanged) fencing token.
+        fencing_token: u64,
+        /// Remaining time to live (the new TTL).
+        remaining_ms: u64,
+    },
+    /// No lease.
+    Absent,
+    /// Someone else's lease.
+    NotOwner,
+}
+
+/// What a release script found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreRelease {
+    /// The caller's lease was deleted.
+    Released,
+    /// There was no lease.
+    AlreadyAbsent,
+    /// Someone else's lease; untouched.
+    NotOwner,
+}
+
+/// What an inspect script read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreInspect {
+    /// No lease.
+    Free,
+    /// A lease is held.
+    Held {
+        /// The holder's remaining time to live.
+        remaining_ms: u64,
+        /// The holder's fencing token.
+        fencing_token: u64,
+        /// Relative to the attempt given, if one was.
+        held_by: Option<HeldBy>,
+    },
+}
+
+/// A store call that did not produce an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// Definitely not applied (nothing sent, or a definite refusal).
+    #[error("store unavailable: {0}")]
+    Unavailable(&'static str),
+    /// Sent, but no certain reply: it may have been applied.
+    #[error("store reply uncertain: {0}")]
+    Indeterminate(&'static str),
+}
+
+/// The store readiness answer for `/readyz`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Readiness {
+    /// `memory`, `standalone`, `cluster` or `sentinel`.
+    pub topology: &'static str,
+    /// Whether a writable primary answered within the command timeout.
+    pub writable: bool,
+    /// Why not, when not (never contains credentials).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The store the service was configured with.
+#[derive(Clone)]
+pub enum Store {
+    /// In-process, single instance.
+    Memory(Arc<memory::MemoryStore>),
+    /// Redis.
+    Redis(Arc<redis::RedisStore>),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            Store::Memory($s) => $e,
+            Store::Redis($s) => $e,
+        }
+    };
+}
+
+impl Store {
+    /// Acquires `resource` for `attempt` if it is free.
+    pub async fn acquire(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+    ) -> Result<StoreAcquire, StoreError> {
+        dispatch!(self, s => s.acquire(resource, attempt, ttl).await)
+    }
+
+    /// Resets the TTL of the caller's lease.
+    pub async fn renew(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+    ) -> Result<StoreRenew, StoreError> {
+        dispatch!(self, s => s.renew(resource, attempt, ttl).await)
+    }
+
+    /// Deletes the caller's lease and wakes the resource's waiters.
+    pub async fn release(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<StoreRelease, StoreError> {
+        dispatch!(self, s => s.release(resource, attempt).await)
+    }
+
+    /// Reads the lease without changing it.
+    pub async fn inspect(
+        &self,
+        resource: &ResourceId,
+        attempt: Option<&Attempt>,
+    ) -> Result<StoreInspect, StoreError> {
+        dispatch!(self, s => s.inspect(resource, attempt).await)
+    }
+
+    /// Pool occupancy (connections open, idle), for stores that pool.
+    pub fn pool_state(&self) -> Option<(u32, u32)> {
+        match self {
+            Store::Memory(_) => None,
+            Store::Redis(s) => Some(s.pool_state()),
+        }
+    }
+
+    /// Whether the store answers within the command timeout.
+    pub async fn readiness(&self) -> Readiness {
+        dispatch!(self, s => s.readiness().await)
+    }
+
+    /// Starts whatever background work the store needs (Redis: the wake-up
+    /// subscription; memory: the expiry sweeper), until `shutdown`.
+    pub fn start_background(&self, shutdown: tokio_util::sync::CancellationToken) {
+        dispatch!(self, s => s.start_background(shutdown))
+    }
+}

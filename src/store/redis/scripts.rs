@@ -1,0 +1,47 @@
+//! The four lease scripts, compiled into the binary from `lua/`, with their
+//! SHA-1 computed once at start (never per request).
+
+use std::sync::LazyLock;
+
+/// A Lua script and its SHA-1.
+pub struct Script {
+    /// Verb name, for metrics and logs.
+    pub name: &'static str,
+    /// The Lua source.
+    pub source: &'static str,
+    sha1: String,
+}
+
+impl Script {
+    fn new(name: &'static str, source: &'static str) -> Self {
+        let sha1 = redis::Script::new(source).get_hash().to_owned();
+        Self { name, source, sha1 }
+    }
+
+    /// An `EVALSHA` command for this script.
+    pub fn evalsha(&self, keys: &[&str], args: &[&str]) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha1).arg(keys.len()).arg(keys).arg(args);
+        cmd
+    }
+}
+
+/// The script set.
+pub struct Scripts {
+    /// `lua/acquire.lua`
+    pub acquire: Script,
+    /// `lua/renew.lua`
+    pub renew: Script,
+    /// `lua/release.lua`
+    pub release: Script,
+    /// `lua/inspect.lua`
+    pub inspect: Script,
+}
+
+/// The scripts, hashed once.
+pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: Script::new("acquire", include_str!("../../../lua/acquire.lua")),
+    renew: Script::new("renew", include_str!("../../../lua/renew.lua")),
+    release: Script::new("release", include_str!("../../../lua/release.lua")),
+    inspect: Script::new("inspect", include_str!("../../../lua/inspect.lua")),
+});

@@ -1,0 +1,128 @@
+//! Server-side waits: who is waiting for which resource, and how a release
+//! or an expiry reaches them.
+//!
+//! Per resource, the waiters of this instance queue on a fair (FIFO) async
+//! mutex, the *turn*. Only the holder of the turn talks to the store: it tries
+//! to acquire, and when the lease is still held it sleeps until whichever
+//! comes first of a wake-up (a release anywhere: the store publishes one), the
+//! holder's PTTL (expiry, with no fixed poll interval), its own deadline, or
+//! shutdown. A release therefore costs one store call per instance that has
+//! waiters, not one per waiter: no thundering herd. When the turn holder
+//! leaves (acquired, deadline, disconnect) the next waiter takes the turn.
+//!
+//! A wake-up that finds nobody waiting is kept as a permit, so a release that
+//! lands between "still held" and "start sleeping" is never lost; a lost
+//! message (subscription reconnect) costs at most one re-check at the PTTL.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+/// The waiters of one resource on this instance.
+pub struct ResourceWaiters {
+    /// Held by the one waiter allowed to talk to the store.
+    pub turn: tokio::sync::Mutex<()>,
+    /// Signalled on a release of the resource.
+    pub wake: Notify,
+}
+
+/// Every resource that has waiters on this instance.
+pub struct WaitRegistry {
+    resources: Mutex<HashMap<String, Arc<ResourceWaiters>>>,
+    waiting: AtomicUsize,
+    max_waiters: usize,
+}
+
+impl WaitRegistry {
+    /// A registry admitting at most `max_waiters` concurrent waits.
+    pub fn new(max_waiters: usize) -> Self {
+        Self {
+            resources: Mutex::new(HashMap::new()),
+            waiting: AtomicUsize::new(0),
+            max_waiters,
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ResourceWaiters>>> {
+        self.resources.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a waiter for `tag`, or `None` when the cap is reached.
+    pub fn enter(self: &Arc<Self>, tag: &str) -> Option<WaitGuard> {
+        let admitted = self
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_waiters).then_some(n + 1)
+            })
+            .is_ok();
+        if !admitted {
+            return None;
+        }
+        metrics::gauge!(crate::telemetry::WAITERS).increment(1.0);
+        let resource = Arc::clone(self.map().entry(tag.to_owned()).or_insert_with(|| {
+            Arc::new(ResourceWaiters {
+                turn: tokio::sync::Mutex::new(()),
+                wake: Notify::new(),
+            })
+        }));
+        Some(WaitGuard {
+            registry: Arc::clone(self),
+            tag: tag.to_owned(),
+            resource,
+        })
+    }
+
+    /// A release of `tag` happened (on any instance).
+    pub fn wake(&self, tag: &str) {
+        if let Some(resource) = self.map().get(tag) {
+            resource.wake.notify_one();
+        }
+    }
+
+    /// Wake-ups may have been missed: every resource re-checks once.
+    pub fn wake_all(&self) {
+        for resource in self.map().values() {
+            resource.wake.notify_one();
+        }
+    }
+
+    /// Waits currently registered.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    /// Resources with at least one waiter.
+    pub fn resources(&self) -> usize {
+        self.map().len()
+    }
+}
+
+/// One registered wait; leaving (drop) unregisters it, whatever the reason.
+pub struct WaitGuard {
+    registry: Arc<WaitRegistry>,
+    tag: String,
+    resource: Arc<ResourceWaiters>,
+}
+
+impl WaitGuard {
+    /// The resource's queue.
+    pub fn resource(&self) -> &ResourceWaiters {
+        &self.resource
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        let mut map = self.registry.map();
+        // The map holds one reference and this guard another: the last
+        // waiter of the resource removes its entry.
+        if Arc::strong_count(&self.resource) == 2 {
+            map.remove(&self.tag);
+        }
+        drop(map);
+        self.registry.waiting.fetch_sub(1, Ordering::AcqRel);
+        metrics::gauge!(crate::telemetry::WAITERS).decrement(1.0);
+    }
+}
