@@ -1,1 +1,214 @@
-//! leasehold
+//! # leasehold
+//!
+//! An HTTP/JSON lease service: callers on any stack take a time-bounded,
+//! owner-checked lease on a resource, renew it, release it and inspect it,
+//! and every answer is a typed outcome, ambiguity included.
+//!
+//! ## A request's way through
+//!
+//! 1. [`http::router`] matches the route; [`http::extract`] parses path,
+//!    attempt headers and JSON body into the validating newtypes of
+//!    [`domain`] (bad input → `400/422` problem+json naming each field).
+//! 2. [`service::LeaseService`] admits the call (or sheds it as
+//!    `overloaded`), runs it on the [`store::Store`], and for a waiting
+//!    acquire queues it in [`wait::WaitRegistry`] until a release, the
+//!    holder's expiry, its deadline or shutdown.
+//! 3. The store, in-memory or Redis (one Lua script per verb in `lua/`,
+//!    EVALSHA, one round trip), checks and mutates atomically and answers a
+//!    plain result, or says the call was `Unavailable` (definitely not
+//!    applied) or `Indeterminate` (sent, no certain reply).
+//! 4. The service maps that to a [`domain`] outcome; [`http::problem`]
+//!    answers it with the outcome's status (`application/problem+json` for
+//!    every non-2xx, `Retry-After` where there is a retry hint).
+//!
+//! [`run`] takes an already-bound listener and a shutdown future, so tests
+//! start many instances on port 0 in one process. `main.rs` only parses
+//! settings, sets up logging and binds.
+
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod openapi;
+pub mod service;
+pub mod store;
+pub mod telemetry;
+pub mod wait;
+
+#[cfg(feature = "client")]
+pub mod client;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ConfigError, ServeArgs};
+use crate::domain::Bounds;
+use crate::http::auth::ApiKeys;
+use crate::service::{LeaseService, ServiceSettings};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::{RedisSettings, RedisStore};
+use crate::store::Store;
+use crate::wait::WaitRegistry;
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A setting is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A listener failed.
+    #[error("listener failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads the first line of a secret file. A file that does not exist means
+/// "no secret" (Kubernetes mounts an optional Secret that way), with a warning;
+/// any other read error is a configuration error.
+fn read_secret_file(setting: &'static str, path: &std::path::Path) -> Result<Option<String>, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text.lines().next().unwrap_or("").trim_end().to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(setting, "secret file not found; connecting without a password");
+            Ok(None)
+        }
+        Err(e) => Err(ConfigError::new(setting, format!("cannot be read: {}", e.kind()))),
+    }
+}
+
+/// Builds the store the settings ask for.
+pub fn build_store(args: &ServeArgs, waiters: Arc<WaitRegistry>) -> Result<Store, ConfigError> {
+    match &args.redis_url {
+        None => Ok(Store::Memory(Arc::new(MemoryStore::new(args.memory_max_leases, waiters)))),
+        Some(url) => {
+            let password = args
+                .redis_password_file
+                .as_deref()
+                .map(|p| read_secret_file("LEASEHOLD_REDIS_PASSWORD_FILE", p))
+                .transpose()?
+                .flatten();
+            let settings = RedisSettings {
+                url: url.clone(),
+                username: args.redis_username.clone(),
+                password,
+                namespace: args.namespace.clone(),
+                command_timeout: args.command_timeout(),
+                pool_size: args.pool_size,
+            };
+            let store = RedisStore::new(&settings, waiters).map_err(|e| ConfigError::new("LEASEHOLD_REDIS_URL", e.to_string()))?;
+            Ok(Store::Redis(Arc::new(store)))
+        }
+    }
+}
+
+/// Serves the API on `listener` until `shutdown` completes, then stops
+/// accepting, ends every wait (answered `contended`), lets in-flight
+/// requests finish, and returns within the configured grace period.
+pub async fn run(listener: TcpListener, args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
+    args.validate()?;
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(TcpListener::bind(addr).await?),
+        None => None,
+    };
+    run_with(listener, metrics_listener, args, shutdown).await
+}
+
+/// Like [`run`], with an already-bound metrics listener (`None`: `/metrics`
+/// on the API listener).
+pub async fn run_with(
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    args: ServeArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    args.validate()?;
+    let api_keys = match &args.api_keys_file {
+        None => ApiKeys::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::new("LEASEHOLD_API_KEYS_FILE", format!("cannot be read: {}", e.kind())))?;
+            ApiKeys::parse(&text).map_err(|e| ConfigError::new("LEASEHOLD_API_KEYS_FILE", e.to_string()))?
+        }
+    };
+    let token = CancellationToken::new();
+    let waiters = Arc::new(WaitRegistry::new(args.max_waiters));
+    let store = build_store(&args, Arc::clone(&waiters))?;
+    store.start_background(token.clone());
+    let service = LeaseService::new(
+        store,
+        ServiceSettings {
+            bounds: Bounds::new(args.drift_budget_ms, args.max_ttl_ms, args.max_wait_ms),
+            retry_after_ms: args.retry_after_ms,
+            unavailable_retry_after_ms: 1000,
+            max_in_flight: args.max_in_flight,
+            max_purpose_labels: args.max_purpose_labels,
+        },
+        waiters,
+        token.clone(),
+    );
+    let app = Arc::new(http::App {
+        service,
+        body_limit: args.body_limit_bytes,
+        metrics: telemetry::install_metrics(),
+        api_keys,
+        request_timeout: Duration::from_millis(args.max_wait_ms) + 3 * args.command_timeout() + Duration::from_secs(1),
+    });
+    let router = http::router(Arc::clone(&app), metrics_listener.is_none());
+    if let Some(listener) = metrics_listener {
+        let metrics = http::metrics_router(Arc::clone(&app));
+        let stop = token.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, metrics).with_graceful_shutdown(async move { stop.cancelled().await });
+            if let Err(e) = served.await {
+                tracing::error!(error = %e, "metrics listener failed");
+            }
+        });
+    }
+    tracing::info!(addr = ?listener.local_addr().ok(), "leasehold listening");
+    let stop = token.clone();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new connections; ending waits");
+        stop.cancel();
+    });
+    let mut server = tokio::spawn(async move { server.await });
+    let grace = Duration::from_millis(args.shutdown_grace_ms);
+    tokio::select! {
+        result = &mut server => {
+            token.cancel();
+            match result {
+                Ok(r) => r?,
+                Err(e) => tracing::error!(error = %e, "server task failed"),
+            }
+        }
+        _ = async { token.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_ms = args.shutdown_grace_ms, "grace period over; dropping remaining connections");
+            server.abort();
+        }
+    }
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

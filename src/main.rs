@@ -1,1 +1,92 @@
-fn main() {}
+//! The `leasehold` binary: settings → logging → bind → [`leasehold::run`].
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use leasehold::config::{Cli, Command, ServeArgs};
+use leasehold::domain::ResourceDigest;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Digest { raw_id }) => {
+            println!("{}", ResourceDigest::of_raw_id(&raw_id));
+            ExitCode::SUCCESS
+        }
+        Some(Command::Openapi) => {
+            println!("{}", leasehold::openapi::document_json());
+            ExitCode::SUCCESS
+        }
+        Some(Command::Healthcheck { url }) => healthcheck(&url),
+        Some(Command::Serve(args)) => serve(*args),
+        None => match ServeArgs::from_env() {
+            Ok(args) => serve(args),
+            Err(e) => e.exit(),
+        },
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    leasehold::telemetry::init_logging(args.log_format);
+    if let Err(e) = args.validate() {
+        eprintln!("leasehold: {e}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(args.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("leasehold: cannot listen on {} (LEASEHOLD_LISTEN): {e}", args.listen);
+                return ExitCode::FAILURE;
+            }
+        };
+        match leasehold::run(listener, args, leasehold::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("leasehold: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// A dependency-free HTTP/1.0 GET for container health checks.
+fn healthcheck(url: &str) -> ExitCode {
+    let Some(rest) = url.strip_prefix("http://") else {
+        eprintln!("healthcheck: only http:// URLs are supported");
+        return ExitCode::FAILURE;
+    };
+    let (host, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
+    let attempt = || -> std::io::Result<bool> {
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(host)?
+            .next()
+            .ok_or_else(|| std::io::Error::other("no address"))?;
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head)?;
+        Ok(head.starts_with(b"HTTP/1.") && head[9] == b'2')
+    };
+    match attempt() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("healthcheck: {url} did not answer 2xx");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("healthcheck: {url}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

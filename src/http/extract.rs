@@ -1,0 +1,151 @@
+//! Request parsing that answers every mistake with the same problem+json:
+//! path parameters, attempt headers and JSON bodies, validated into domain
+//! types, every invalid field named.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{header, HeaderMap, StatusCode};
+use serde::de::DeserializeOwned;
+
+use super::problem::{ApiError, FieldError};
+use crate::domain::{Attempt, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId};
+
+/// The attempt headers.
+pub const OWNER_TOKEN_HEADER: &str = "lease-owner-token";
+/// The attempt headers.
+pub const OPERATION_ID_HEADER: &str = "lease-operation-id";
+
+/// Collects field errors across path, headers and body, then decides the status.
+#[derive(Default)]
+pub struct Problems {
+    errors: Vec<FieldError>,
+    shape: bool,
+}
+
+impl Problems {
+    /// A request-shape error (path, header, JSON syntax): 400.
+    pub fn shape(&mut self, field: &str, message: impl Into<String>) {
+        self.shape = true;
+        self.errors.push(FieldError { field: field.to_owned(), message: message.into() });
+    }
+
+    /// An invalid value in well-formed JSON: 422 (unless a shape error is also present).
+    pub fn value(&mut self, field: &str, message: impl Into<String>) {
+        self.errors.push(FieldError { field: field.to_owned(), message: message.into() });
+    }
+
+    /// `Ok` when nothing was wrong.
+    pub fn finish(self) -> Result<(), ApiError> {
+        if self.errors.is_empty() {
+            return Ok(());
+        }
+        let status = if self.shape { StatusCode::BAD_REQUEST } else { StatusCode::UNPROCESSABLE_ENTITY };
+        Err(ApiError::Invalid { status, errors: self.errors })
+    }
+}
+
+/// Parses the `{purpose}` and `{digest}` path parameters.
+pub fn resource(purpose: &str, digest: &str, problems: &mut Problems) -> Option<ResourceId> {
+    let purpose = Purpose::parse(purpose).map_err(|e| problems.shape("purpose", e.to_string())).ok();
+    let digest = ResourceDigest::parse(digest).map_err(|e| problems.shape("digest", e.to_string())).ok();
+    Some(ResourceId { purpose: purpose?, digest: digest? })
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str, display: &str, problems: &mut Problems) -> Option<Option<&'a str>> {
+    match headers.get(name) {
+        None => Some(None),
+        Some(v) => match v.to_str() {
+            Ok(s) => Some(Some(s)),
+            Err(_) => {
+                problems.shape(display, "must be visible ASCII");
+                None
+            }
+        },
+    }
+}
+
+/// Parses the attempt headers; `required` makes their absence an error,
+/// otherwise both or neither must be sent.
+pub fn attempt(headers: &HeaderMap, required: bool, problems: &mut Problems) -> Option<Attempt> {
+    let token = header_text(headers, OWNER_TOKEN_HEADER, "Lease-Owner-Token", problems)?;
+    let op = header_text(headers, OPERATION_ID_HEADER, "Lease-Operation-Id", problems)?;
+    if token.is_none() && op.is_none() && !required {
+        return None;
+    }
+    let owner_token = match token {
+        None => {
+            problems.shape("Lease-Owner-Token", "header is required (from POST /attempts)");
+            None
+        }
+        Some(t) => OwnerToken::parse(t).map_err(|e| problems.shape("Lease-Owner-Token", e.to_string())).ok(),
+    };
+    let operation_id = match op {
+        None => {
+            problems.shape("Lease-Operation-Id", "header is required (from POST /attempts)");
+            None
+        }
+        Some(o) => OperationId::parse(o).map_err(|e| problems.shape("Lease-Operation-Id", e.to_string())).ok(),
+    };
+    Some(Attempt { owner_token: owner_token?, operation_id: operation_id? })
+}
+
+/// Checks the content type and body size, then deserializes the JSON body,
+/// naming the failing field.
+pub fn json_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+    problems: &mut Problems,
+) -> Result<Option<T>, ApiError> {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(ApiError::TooLarge { limit });
+        }
+        Err(_) => {
+            problems.shape("body", "the request body could not be read");
+            return Ok(None);
+        }
+    };
+    if !is_json(headers) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let de = &mut serde_json::Deserializer::from_slice(&body);
+    match serde_path_to_error::deserialize::<_, T>(de) {
+        Ok(value) => Ok(Some(value)),
+        Err(err) => {
+            let path = err.path().to_string();
+            let inner = err.into_inner();
+            let message = inner.to_string();
+            let field = if path.is_empty() || path == "." {
+                named_field(&message).unwrap_or_else(|| "body".to_owned())
+            } else {
+                path
+            };
+            // Strip serde's " at line 1 column 9" suffix: the field is named.
+            let message = message.split(" at line ").next().unwrap_or(&message).to_owned();
+            match inner.classify() {
+                serde_json::error::Category::Syntax | serde_json::error::Category::Eof | serde_json::error::Category::Io => {
+                    problems.shape(&field, format!("malformed JSON: {message}"))
+                }
+                serde_json::error::Category::Data => problems.value(&field, message),
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// `missing field `ttlMs`` → `ttlMs`.
+fn named_field(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_owned())
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
