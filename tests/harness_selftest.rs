@@ -190,10 +190,26 @@ fn cluster_routes_keys_and_fails_over() {
         "replicated before the handover"
     );
     assert_eq!(cluster.masters().len(), 3);
+    let old_master_port = owner.port();
     assert!(
-        cluster.replicas().iter().any(|r| r.port() == owner.port()),
+        cluster
+            .replicas()
+            .iter()
+            .any(|r| r.port() == old_master_port),
         "old master demoted"
     );
+
+    // Kill the key's master: its replica (the old master) takes over on its own.
+    let mut cluster = cluster;
+    let promoted = cluster
+        .nodes
+        .iter()
+        .position(|n| n.port() == promoted_port)
+        .unwrap();
+    cluster.nodes[promoted].kill();
+    let survivor = cluster.wait_for_new_node_for_key(key, promoted_port);
+    assert_eq!(survivor.port(), old_master_port);
+    assert_eq!(survivor.cli(&["GET", key]), "x");
 }
 
 #[test]
@@ -361,4 +377,14 @@ fn acl_user_gets_only_what_a_lease_service_needs() {
     assert!(anon.contains("NOAUTH"), "{anon}");
     // The harness's own cli() is the admin and may do anything.
     assert_eq!(server.cli(&["CONFIG", "GET", "maxmemory"]), "maxmemory\n0");
+}
+
+#[test]
+fn sentinel_fails_over_on_its_own_when_the_master_dies() {
+    let mut set = RedisSentinelSet::start(1, 3);
+    let old = set.current_master_port();
+    set.master.kill();
+    let new_port = set.wait_for_new_master(old);
+    assert_eq!(new_port, set.replicas[0].port());
+    assert_eq!(set.current_master().cli(&["SET", "k", "v"]), "OK");
 }

@@ -1118,6 +1118,40 @@ impl RedisCluster {
         }
     }
 
+    /// Waits until a live master other than `old_port` serves `key`'s slot
+    /// and every live node says `cluster_state:ok`; returns that master.
+    /// Use after killing or freezing the key's master: its replica takes
+    /// over after cluster-node-timeout (3 s) plus an election.
+    pub fn wait_for_new_node_for_key(&self, key: &str, old_port: u16) -> &RedisServer {
+        let slot = self.slot_for_key(key);
+        let mut last = String::new();
+        let owner = poll_until(TOPOLOGY_DEADLINE, || {
+            let live: Vec<&RedisServer> = self.nodes.iter().filter(|n| n.is_live()).collect();
+            for n in &live {
+                let info = n.cli_result(&["CLUSTER", "INFO"]).ok()?;
+                if info_field(&info, "cluster_state") != Some("ok") {
+                    last = format!("node {} not ok", n.port);
+                    return None;
+                }
+            }
+            let owner = live.into_iter().find(|n| {
+                n.port != old_port
+                    && n.cli_result(&["CLUSTER", "NODES"]).is_ok_and(|text| {
+                        parse_cluster_nodes(&text)
+                            .iter()
+                            .any(|l| l.is("myself") && l.is("master") && l.owns(slot))
+                    })
+            });
+            last = format!("no live node other than {old_port} claims slot {slot}");
+            owner
+        });
+        owner.unwrap_or_else(|| {
+            self.fail(&format!(
+                "key {key:?} not served by a new master within {TOPOLOGY_DEADLINE:?}; last: {last}"
+            ))
+        })
+    }
+
     fn any_live(&self) -> &RedisServer {
         self.nodes
             .iter()
@@ -1297,27 +1331,36 @@ impl RedisSentinelSet {
                 "SENTINEL FAILOVER refused until the deadline: {last}"
             ));
         }
+        self.wait_for_new_master(old)
+    }
+
+    /// Waits until every live sentinel names the same master other than
+    /// `old_port` and that node reports role master; returns its port. Use
+    /// after killing or freezing the master for an automatic failover
+    /// (down-after is 1 s; a failed election is retried after 2 ×
+    /// failover-timeout = 10 s, within the 30 s deadline).
+    pub fn wait_for_new_master(&self, old_port: u16) -> u16 {
+        let mut last = String::new();
         let new = poll_until(TOPOLOGY_DEADLINE, || {
-            let mut ports = self
+            let ports: Vec<Result<u16, String>> = self
                 .sentinels
                 .iter()
                 .filter(|s| s.is_live())
-                .map(master_port_from);
-            let first = ports.next()?.ok()?;
-            if first == old || !ports.all(|p| p == Ok(first)) {
+                .map(master_port_from)
+                .collect();
+            last = format!("sentinels say {ports:?}");
+            let first = ports.first()?.clone().ok()?;
+            if first == old_port || !ports.iter().all(|p| *p == Ok(first)) {
                 return None;
             }
             let node = self.data_nodes().find(|n| n.port == first)?;
-            node.cli_result(&["ROLE"])
-                .ok()?
-                .lines()
-                .next()
-                .filter(|r| *r == "master")?;
-            Some(first)
+            let role = node.cli_result(&["ROLE"]).ok()?;
+            (role.lines().next() == Some("master")).then_some(first)
         });
         new.unwrap_or_else(|| {
             self.fail(&format!(
-                "sentinels did not agree on a new master within {TOPOLOGY_DEADLINE:?}"
+                "sentinels did not agree on a master other than {old_port} \
+                 within {TOPOLOGY_DEADLINE:?}; last: {last}"
             ))
         })
     }
