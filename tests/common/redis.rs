@@ -85,12 +85,50 @@ fn redis_version() -> (u32, u32) {
 
 /// A fresh, empty dir: `temp_dir()/leasehold-test-<pid>-<counter>`.
 fn fresh_temp_dir() -> PathBuf {
+    sweep_orphans();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("leasehold-test-{}-{n}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create temp dir {}: {e}", dir.display()));
     dir
+}
+
+/// Once per test process: kill the redis-servers that test processes which
+/// died without running `Drop` (SIGKILL, abort) left behind, and remove
+/// their dirs. A server is killed only when its pidfile names a process
+/// whose working dir is that very temp dir, so a recycled pid is never hit.
+fn sweep_orphans() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(owner) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("leasehold-test-"))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if owner == std::process::id() || Path::new(&format!("/proc/{owner}")).exists() {
+                continue; // a live test process owns it
+            }
+            let dir = entry.path();
+            let pid = fs::read_to_string(dir.join("redis.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok());
+            if let (Some(pid), Ok(canonical)) = (pid, fs::canonicalize(&dir)) {
+                if fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == canonical) {
+                    signal(pid, "KILL");
+                }
+            }
+            remove_temp_dir(&dir);
+        }
+    });
 }
 
 fn remove_temp_dir(dir: &Path) {
@@ -438,6 +476,8 @@ impl RedisServer {
             ("dir", path(&self.dir)),
             ("logfile", path(&self.dir.join("redis.log"))),
             ("daemonize", "no".into()),
+            // Lets a later test process find and kill an orphan.
+            ("pidfile", path(&self.dir.join("redis.pid"))),
         ]);
         if let Kind::Data { cluster_bus } = &self.kind {
             opts.extend([
