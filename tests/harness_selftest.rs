@@ -49,6 +49,12 @@ fn a_missing_binary_panics_with_an_install_hint() {
 }
 
 #[test]
+#[should_panic(expected = "Bad directive or wrong number of arguments")]
+fn a_server_that_cannot_start_panics_with_its_log() {
+    RedisServer::start_with(&["--no-such-directive", "1"]);
+}
+
+#[test]
 fn standalone_start_kill_restart_and_cleanup() {
     let mut server = RedisServer::start();
     let port = server.port();

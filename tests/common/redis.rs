@@ -546,7 +546,10 @@ impl RedisServer {
                 let log = self.log_tail();
                 Err(SpawnError {
                     port_race: log.contains("Address already in use"),
-                    message: format!("it exited with {exited:?}"),
+                    message: match exited {
+                        Some(status) => format!("it exited ({status})"),
+                        None => "it exited".to_string(),
+                    },
                 })
             }
             None => {
@@ -726,11 +729,12 @@ impl RedisServer {
 
     /// The last lines of `redis.log` and of the captured stdout/stderr.
     pub fn log_tail(&self) -> String {
+        let dir = self.dir.display();
         let log = tail_of(&self.dir.join("redis.log"), 30);
         let out = tail_of(&self.dir.join("stdout.log"), 10);
-        let mut s = format!("--- {}/redis.log (tail) ---\n{log}", self.dir.display());
-        if !out.is_empty() {
-            s.push_str(&format!("\n--- stdout/stderr (tail) ---\n{out}"));
+        let mut s = format!("--- {dir}/redis.log (tail) ---\n{log}");
+        if !out.trim().is_empty() {
+            s.push_str(&format!("\n--- {dir}/stdout.log (tail) ---\n{out}"));
         }
         s
     }
