@@ -1222,7 +1222,9 @@ pub struct RedisSentinelSet {
     /// The master at start. After a failover it is a replica (or dead):
     /// ask [`RedisSentinelSet::current_master`].
     pub master: RedisServer,
+    /// Replicas of the initial master (one may be the master after a failover).
     pub replicas: Vec<RedisServer>,
+    /// The sentinels (`redis-server sentinel.conf --sentinel`, a writable copy).
     pub sentinels: Vec<RedisServer>,
 }
 
@@ -1459,16 +1461,20 @@ fn field<'a>(map: &'a [(String, String)], key: &str) -> Option<&'a str> {
 /// (serverAuth); a client certificate signed by it (clientAuth); and an
 /// unrelated CA that signed nothing we serve.
 pub struct TlsMaterial {
+    /// The temp dir holding every file (keys, CSRs, configs too).
     pub dir: PathBuf,
     pub ca_cert: PathBuf,
     pub server_cert: PathBuf,
     pub server_key: PathBuf,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
+    /// A CA that signed nothing here: trusting only it must fail.
     pub other_ca_cert: PathBuf,
 }
 
 impl TlsMaterial {
+    /// Runs the openssl CLI (a handful of ms per step); panics with its
+    /// stderr on failure.
     pub fn generate() -> TlsMaterial {
         let openssl = require_binary("openssl", "openssl");
         let dir = fresh_temp_dir();
