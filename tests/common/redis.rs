@@ -546,7 +546,10 @@ impl RedisServer {
                 let log = self.log_tail();
                 Err(SpawnError {
                     port_race: log.contains("Address already in use"),
-                    message: format!("it exited with {exited:?}"),
+                    message: match exited {
+                        Some(status) => format!("it exited ({status})"),
+                        None => "it exited".to_string(),
+                    },
                 })
             }
             None => {
@@ -726,11 +729,12 @@ impl RedisServer {
 
     /// The last lines of `redis.log` and of the captured stdout/stderr.
     pub fn log_tail(&self) -> String {
+        let dir = self.dir.display();
         let log = tail_of(&self.dir.join("redis.log"), 30);
         let out = tail_of(&self.dir.join("stdout.log"), 10);
-        let mut s = format!("--- {}/redis.log (tail) ---\n{log}", self.dir.display());
-        if !out.is_empty() {
-            s.push_str(&format!("\n--- stdout/stderr (tail) ---\n{out}"));
+        let mut s = format!("--- {dir}/redis.log (tail) ---\n{log}");
+        if !out.trim().is_empty() {
+            s.push_str(&format!("\n--- {dir}/stdout.log (tail) ---\n{out}"));
         }
         s
     }
@@ -1218,7 +1222,9 @@ pub struct RedisSentinelSet {
     /// The master at start. After a failover it is a replica (or dead):
     /// ask [`RedisSentinelSet::current_master`].
     pub master: RedisServer,
+    /// Replicas of the initial master (one may be the master after a failover).
     pub replicas: Vec<RedisServer>,
+    /// The sentinels (`redis-server sentinel.conf --sentinel`, a writable copy).
     pub sentinels: Vec<RedisServer>,
 }
 
@@ -1455,16 +1461,20 @@ fn field<'a>(map: &'a [(String, String)], key: &str) -> Option<&'a str> {
 /// (serverAuth); a client certificate signed by it (clientAuth); and an
 /// unrelated CA that signed nothing we serve.
 pub struct TlsMaterial {
+    /// The temp dir holding every file (keys, CSRs, configs too).
     pub dir: PathBuf,
     pub ca_cert: PathBuf,
     pub server_cert: PathBuf,
     pub server_key: PathBuf,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
+    /// A CA that signed nothing here: trusting only it must fail.
     pub other_ca_cert: PathBuf,
 }
 
 impl TlsMaterial {
+    /// Runs the openssl CLI (a handful of ms per step); panics with its
+    /// stderr on failure.
     pub fn generate() -> TlsMaterial {
         let openssl = require_binary("openssl", "openssl");
         let dir = fresh_temp_dir();
