@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian machine:
+#
+#   ./scripts/test.sh
+#
+# Installs what is missing (redis-server, redis-tools, luacheck, openssl and
+# the validators the check scripts pull from apt/PyPI/npm), then runs:
+# rustfmt, clippy, luacheck, every cargo test (the contract suite against the
+# embedded store and real redis-server processes it starts itself), the
+# deployment checks against a live scrape, and the API checks (when present).
+# Ends with one line "summary: N passed, N failed".
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+log() { printf '\n==> %s\n' "$*"; }
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null 2>&1; then SUDO=(sudo); fi
+
+# ------------------------------------------------------------------ set-up --
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v luacheck >/dev/null 2>&1 || need+=(lua-check)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+if [[ ${#need[@]} -gt 0 ]]; then
+  log "apt-get install ${need[*]}"
+  "${SUDO[@]}" apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+fi
+# Debian starts a redis-server service on :6379 when it installs the package;
+# the tests never use it (they start their own on free ports).
+
+PASSED=0
+FAILED=0
+FAILURES=()
+record() { # name status
+  if [[ $2 -eq 0 ]]; then PASSED=$((PASSED + 1)); else FAILED=$((FAILED + 1)); FAILURES+=("$1"); fi
+}
+stage() { # name cmd...
+  local name=$1; shift
+  log "$name"
+  local rc=0
+  "$@" || rc=$?
+  record "$name" "$rc"
+}
+
+# ------------------------------------------------------------ static checks --
+stage "cargo fmt --check" cargo fmt --all -- --check
+stage "cargo clippy -D warnings" cargo clippy --all-targets --all-features --locked -- -D warnings
+stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua
+
+# ------------------------------------------------------------------- tests --
+log "cargo test (all features)"
+TEST_OUT="$(mktemp)"
+rc=0
+cargo test --all-features --locked --no-fail-fast 2>&1 | tee "$TEST_OUT" || rc=$?
+# Count individual tests from cargo's own result lines.
+read -r tp tf < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } } END { print p+0, f+0 }' "$TEST_OUT")
+PASSED=$((PASSED + tp))
+FAILED=$((FAILED + tf))
+if [[ $rc -ne 0 && $tf -eq 0 ]]; then FAILED=$((FAILED + 1)); FAILURES+=("cargo test exited $rc"); fi
+[[ $tf -gt 0 ]] && FAILURES+=("$tf cargo tests")
+rm -f "$TEST_OUT"
+
+# ---------------------------------------------------- live scrape + deploy --
+log "live scrape for the deployment checks"
+SCRAPE="$(mktemp)"
+scrape_rc=0
+bash scripts/live-scrape.sh "$SCRAPE" || scrape_rc=$?
+record "live scrape after a lease cycle on Redis" "$scrape_rc"
+if [[ $scrape_rc -eq 0 ]]; then
+  stage "deployment checks (scripts/check-deploy.sh)" bash scripts/check-deploy.sh "$SCRAPE"
+else
+  stage "deployment checks (scripts/check-deploy.sh)" bash scripts/check-deploy.sh
+fi
+rm -f "$SCRAPE"
+
+if [[ -f scripts/check-api.sh ]]; then
+  stage "API checks (scripts/check-api.sh)" bash scripts/check-api.sh
+fi
+
+echo
+for f in "${FAILURES[@]}"; do echo "FAILED: $f"; done
+echo "summary: ${PASSED} passed, ${FAILED} failed"
+[[ $FAILED -eq 0 ]]
