@@ -35,7 +35,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         eprintln!("leasehold: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("leasehold: cannot start the runtime: {e}");
@@ -46,7 +49,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         let listener = match tokio::net::TcpListener::bind(args.listen).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("leasehold: cannot listen on {} (LEASEHOLD_LISTEN): {e}", args.listen);
+                eprintln!(
+                    "leasehold: cannot listen on {} (LEASEHOLD_LISTEN): {e}",
+                    args.listen
+                );
                 return ExitCode::FAILURE;
             }
         };
@@ -66,7 +72,9 @@ fn healthcheck(url: &str) -> ExitCode {
         eprintln!("healthcheck: only http:// URLs are supported");
         return ExitCode::FAILURE;
     };
-    let (host, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
     let attempt = || -> std::io::Result<bool> {
         let addr = std::net::ToSocketAddrs::to_socket_addrs(host)?
             .next()

@@ -78,32 +78,48 @@ impl LeaseService {
         &self.waiters
     }
 
-    fn record<T: OutcomeName>(&self, verb: &'static str, resource: &ResourceId, started: Instant, result: &Result<T, Failure>) {
+    fn record<T: OutcomeName>(
+        &self,
+        verb: &'static str,
+        resource: &ResourceId,
+        started: Instant,
+        result: &Result<T, Failure>,
+    ) {
         let purpose = self.purposes.label(resource.purpose.as_str());
         metrics::counter!(OPERATIONS, "verb" => verb, "outcome" => result.outcome_name(), "purpose" => purpose)
             .increment(1);
-        metrics::histogram!(OPERATION_DURATION, "verb" => verb).record(started.elapsed().as_secs_f64());
+        metrics::histogram!(OPERATION_DURATION, "verb" => verb)
+            .record(started.elapsed().as_secs_f64());
     }
 
     fn failure(&self, err: StoreError, attempt: Option<&Attempt>) -> Failure {
         match (err, attempt) {
             (StoreError::Indeterminate(reason), Some(attempt)) => {
                 tracing::warn!(reason, operation_id = %attempt.operation_id, "store reply uncertain");
-                Failure::Indeterminate { operation_id: attempt.operation_id.clone() }
+                Failure::Indeterminate {
+                    operation_id: attempt.operation_id.clone(),
+                }
             }
             (StoreError::Indeterminate(reason), None) | (StoreError::Unavailable(reason), _) => {
                 tracing::warn!(reason, "store unavailable");
-                Failure::Unavailable { retry_after_ms: self.settings.unavailable_retry_after_ms }
+                Failure::Unavailable {
+                    retry_after_ms: self.settings.unavailable_retry_after_ms,
+                }
             }
         }
     }
 
     fn overloaded(&self) -> Failure {
-        Failure::Overloaded { retry_after_ms: self.settings.retry_after_ms }
+        Failure::Overloaded {
+            retry_after_ms: self.settings.retry_after_ms,
+        }
     }
 
     /// One store call under the admission limit.
-    async fn admitted<T>(&self, call: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<Result<T, StoreError>, Failure> {
+    async fn admitted<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<Result<T, StoreError>, Failure> {
         let Ok(_permit) = self.admission.try_acquire() else {
             return Err(self.overloaded());
         };
@@ -121,20 +137,36 @@ impl LeaseService {
         }
     }
 
-    async fn try_acquire(&self, resource: &ResourceId, attempt: &Attempt, ttl: Ttl, waited: Option<u64>) -> Tried {
-        let result = self.admitted(self.store.acquire(resource, attempt, ttl)).await?;
+    async fn try_acquire(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+        waited: Option<u64>,
+    ) -> Tried {
+        let result = self
+            .admitted(self.store.acquire(resource, attempt, ttl))
+            .await?;
         let fallback = self.settings.retry_after_ms;
         match result {
-            Ok(StoreAcquire::Acquired { fencing_token, remaining_ms }) => Ok(AcquireOutcome::Acquired {
+            Ok(StoreAcquire::Acquired {
+                fencing_token,
+                remaining_ms,
+            }) => Ok(AcquireOutcome::Acquired {
                 lease: Self::lease(resource, fencing_token, ttl, remaining_ms),
                 waited_ms: waited,
             }),
-            Ok(StoreAcquire::Replayed { fencing_token, remaining_ms }) => Ok(AcquireOutcome::ReplayedSameOperation {
+            Ok(StoreAcquire::Replayed {
+                fencing_token,
+                remaining_ms,
+            }) => Ok(AcquireOutcome::ReplayedSameOperation {
                 lease: Self::lease(resource, fencing_token, ttl, remaining_ms),
             }),
-            Ok(StoreAcquire::OwnerOperationConflict { remaining_ms }) => Ok(AcquireOutcome::OwnerOperationConflict {
-                retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
-            }),
+            Ok(StoreAcquire::OwnerOperationConflict { remaining_ms }) => {
+                Ok(AcquireOutcome::OwnerOperationConflict {
+                    retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
+                })
+            }
             Ok(StoreAcquire::Contended { remaining_ms }) => Ok(AcquireOutcome::Contended {
                 retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
                 waited_ms: waited,
@@ -144,14 +176,29 @@ impl LeaseService {
     }
 
     /// Acquires `resource` for `attempt`, waiting server-side up to `wait`.
-    pub async fn acquire(&self, resource: &ResourceId, attempt: &Attempt, ttl: Ttl, wait: WaitMs) -> Tried {
+    pub async fn acquire(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+        wait: WaitMs,
+    ) -> Tried {
         let started = Instant::now();
-        let result = self.acquire_inner(resource, attempt, ttl, wait, started).await;
+        let result = self
+            .acquire_inner(resource, attempt, ttl, wait, started)
+            .await;
         self.record("acquire", resource, started, &result);
         result
     }
 
-    async fn acquire_inner(&self, resource: &ResourceId, attempt: &Attempt, ttl: Ttl, wait: WaitMs, started: Instant) -> Tried {
+    async fn acquire_inner(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+        wait: WaitMs,
+        started: Instant,
+    ) -> Tried {
         let first = self.try_acquire(resource, attempt, ttl, None).await;
         if wait.ms() == 0 {
             return first;
@@ -202,19 +249,37 @@ impl LeaseService {
             }
         }
         drop(turn);
-        Ok(AcquireOutcome::Contended { retry_after_ms: holder_ttl, waited_ms: waited() })
+        Ok(AcquireOutcome::Contended {
+            retry_after_ms: holder_ttl,
+            waited_ms: waited(),
+        })
     }
 
     /// Resets the TTL of the caller's lease.
-    pub async fn renew(&self, resource: &ResourceId, attempt: &Attempt, ttl: Ttl) -> Result<RenewOutcome, Failure> {
+    pub async fn renew(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+    ) -> Result<RenewOutcome, Failure> {
         let started = Instant::now();
-        let result = match self.admitted(self.store.renew(resource, attempt, ttl)).await {
+        let result = match self
+            .admitted(self.store.renew(resource, attempt, ttl))
+            .await
+        {
             Err(failure) => Err(failure),
-            Ok(Ok(StoreRenew::Renewed { fencing_token, remaining_ms })) => Ok(RenewOutcome::Renewed {
+            Ok(Ok(StoreRenew::Renewed {
+                fencing_token,
+                remaining_ms,
+            })) => Ok(RenewOutcome::Renewed {
                 lease: Self::lease(resource, fencing_token, ttl, remaining_ms),
             }),
-            Ok(Ok(StoreRenew::Absent)) => Ok(RenewOutcome::Lost { reason: LostReason::Absent }),
-            Ok(Ok(StoreRenew::NotOwner)) => Ok(RenewOutcome::Lost { reason: LostReason::NotOwner }),
+            Ok(Ok(StoreRenew::Absent)) => Ok(RenewOutcome::Lost {
+                reason: LostReason::Absent,
+            }),
+            Ok(Ok(StoreRenew::NotOwner)) => Ok(RenewOutcome::Lost {
+                reason: LostReason::NotOwner,
+            }),
             Ok(Err(err)) => Err(self.failure(err, Some(attempt))),
         };
         self.record("renew", resource, started, &result);
@@ -222,7 +287,11 @@ impl LeaseService {
     }
 
     /// Releases the caller's lease (idempotent).
-    pub async fn release(&self, resource: &ResourceId, attempt: &Attempt) -> Result<ReleaseOutcome, Failure> {
+    pub async fn release(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<ReleaseOutcome, Failure> {
         let started = Instant::now();
         let result = match self.admitted(self.store.release(resource, attempt)).await {
             Err(failure) => Err(failure),
@@ -236,12 +305,25 @@ impl LeaseService {
     }
 
     /// Reads the lease; `attempt` (optional) fills `heldBy`.
-    pub async fn inspect(&self, resource: &ResourceId, attempt: Option<&Attempt>) -> Result<Inspection, Failure> {
+    pub async fn inspect(
+        &self,
+        resource: &ResourceId,
+        attempt: Option<&Attempt>,
+    ) -> Result<Inspection, Failure> {
         let started = Instant::now();
         let result = match self.admitted(self.store.inspect(resource, attempt)).await {
             Err(failure) => Err(failure),
-            Ok(Ok(StoreInspect::Free)) => Ok(Inspection { held: false, remaining_ms: None, fencing_token: None, held_by: None }),
-            Ok(Ok(StoreInspect::Held { remaining_ms, fencing_token, held_by })) => Ok(Inspection {
+            Ok(Ok(StoreInspect::Free)) => Ok(Inspection {
+                held: false,
+                remaining_ms: None,
+                fencing_token: None,
+                held_by: None,
+            }),
+            Ok(Ok(StoreInspect::Held {
+                remaining_ms,
+                fencing_token,
+                held_by,
+            })) => Ok(Inspection {
                 held: true,
                 remaining_ms: Some(remaining_ms),
                 fencing_token: Some(fencing_token),

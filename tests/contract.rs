@@ -35,7 +35,6 @@ macro_rules! contract {
     };
 }
 
-
 contract!(
     attempts_are_fresh_and_validated,
     acquire_then_replay_does_not_extend,
@@ -56,7 +55,9 @@ async fn attempts_are_fresh_and_validated(backend: Backend) {
     let b = app.attempt().await;
     assert_eq!(a.token.len(), 32);
     assert_ne!(a.token, b.token);
-    let bad = app.post_attempt(&json!({ "operationId": "has space" })).await;
+    let bad = app
+        .post_attempt(&json!({ "operationId": "has space" }))
+        .await;
     assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(bad.outcome(), "invalid_request");
     assert_eq!(bad.body["errors"][0]["field"], "operationId");
@@ -94,7 +95,10 @@ async fn owner_operation_conflict(backend: Backend) {
     let app = TestApp::spawn(&backend).await;
     let d = digest();
     let a = app.attempt().await;
-    assert_eq!(app.acquire(P, &d, &a, 30_000).await.status, StatusCode::CREATED);
+    assert_eq!(
+        app.acquire(P, &d, &a, 30_000).await.status,
+        StatusCode::CREATED
+    );
     let other_op = TestApp::other_operation(&a);
     let r = app.acquire(P, &d, &other_op, 30_000).await;
     assert_eq!(r.status, StatusCode::CONFLICT);
@@ -110,7 +114,10 @@ async fn contended_carries_holder_pttl(backend: Backend) {
     let app = TestApp::spawn(&backend).await;
     let d = digest();
     let (a, b) = (app.attempt().await, app.attempt().await);
-    assert_eq!(app.acquire(P, &d, &a, 2_500).await.status, StatusCode::CREATED);
+    assert_eq!(
+        app.acquire(P, &d, &a, 2_500).await.status,
+        StatusCode::CREATED
+    );
     let r = app.acquire(P, &d, &b, 30_000).await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert_eq!(r.outcome(), "contended");
@@ -118,7 +125,11 @@ async fn contended_carries_holder_pttl(backend: Backend) {
     let retry = r.body["retryAfterMs"].as_u64().expect("retryAfterMs");
     assert!(retry > 0 && retry <= 2_500, "{retry}");
     // Whole seconds, rounded up.
-    let header: u64 = r.headers["retry-after"].to_str().expect("ascii").parse().expect("number");
+    let header: u64 = r.headers["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("number");
     assert_eq!(header, retry.div_ceil(1000));
     // waitMs 0 is try-once.
     let r = app.acquire_wait(P, &d, &b, 30_000, 0).await;
@@ -150,7 +161,9 @@ async fn renew_outcomes(backend: Backend) {
     assert_eq!(not_owner.outcome(), "lost");
     assert_eq!(not_owner.body["reason"], "not_owner");
     // Same owner, other operation: also not the owner of this lease.
-    let sibling = app.renew(P, &d, &TestApp::other_operation(&a), 30_000).await;
+    let sibling = app
+        .renew(P, &d, &TestApp::other_operation(&a), 30_000)
+        .await;
     assert_eq!(sibling.body["reason"], "not_owner");
 }
 
@@ -163,7 +176,11 @@ async fn release_outcomes(backend: Backend) {
     assert_eq!(not_owner.status, StatusCode::CONFLICT);
     assert_eq!(not_owner.outcome(), "not_owner");
     assert_eq!(not_owner.content_type(), "application/problem+json");
-    assert_eq!(app.inspect(P, &d, None).await.body["held"], true, "untouched");
+    assert_eq!(
+        app.inspect(P, &d, None).await.body["held"],
+        true,
+        "untouched"
+    );
 
     let released = app.release(P, &d, &a).await;
     assert_eq!(released.status, StatusCode::OK);
@@ -188,15 +205,27 @@ async fn inspect_never_reveals_the_token(backend: Backend) {
     let acquired = app.acquire(P, &d, &a, 30_000).await;
     let anonymous = app.inspect(P, &d, None).await;
     assert_eq!(anonymous.body["held"], true);
-    assert_eq!(anonymous.body["fencingToken"].as_u64(), Some(acquired.fencing_token()));
+    assert_eq!(
+        anonymous.body["fencingToken"].as_u64(),
+        Some(acquired.fencing_token())
+    );
     assert!(anonymous.body["remainingMs"].as_u64().expect("remaining") <= 30_000);
     assert!(anonymous.body.get("heldBy").is_none());
     assert_eq!(app.inspect(P, &d, Some(&a)).await.body["heldBy"], "caller");
-    assert_eq!(app.inspect(P, &d, Some(&TestApp::other_operation(&a))).await.body["heldBy"], "caller_other_operation");
+    assert_eq!(
+        app.inspect(P, &d, Some(&TestApp::other_operation(&a)))
+            .await
+            .body["heldBy"],
+        "caller_other_operation"
+    );
     let other = app.inspect(P, &d, Some(&b)).await;
     assert_eq!(other.body["heldBy"], "other");
     for r in [&anonymous, &other] {
-        assert!(!r.body.to_string().contains(&a.token), "token leaked: {}", r.body);
+        assert!(
+            !r.body.to_string().contains(&a.token),
+            "token leaked: {}",
+            r.body
+        );
     }
 }
 
@@ -239,7 +268,12 @@ async fn concurrent_acquirers_never_overlap(backend: Backend) {
     let acquisitions = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..32 {
-        let (app, d, holders, acquisitions) = (Arc::clone(&app), Arc::clone(&d), Arc::clone(&holders), Arc::clone(&acquisitions));
+        let (app, d, holders, acquisitions) = (
+            Arc::clone(&app),
+            Arc::clone(&d),
+            Arc::clone(&holders),
+            Arc::clone(&acquisitions),
+        );
         tasks.push(tokio::spawn(async move {
             let a = app.attempt().await;
             for _ in 0..200 {

@@ -19,7 +19,11 @@ const MARGIN: Duration = Duration::from_millis(400);
 
 async fn app_with_timeout(url: String) -> TestApp {
     let timeout = TIMEOUT_MS.to_string();
-    TestApp::spawn_with(args(&Backend::Redis(url), &["--command-timeout-ms", &timeout])).await
+    TestApp::spawn_with(args(
+        &Backend::Redis(url),
+        &["--command-timeout-ms", &timeout],
+    ))
+    .await
 }
 
 fn lease_key(app: &TestApp, d: &str) -> String {
@@ -45,7 +49,11 @@ async fn unavailable_while_redis_is_down_then_recovers_with_higher_fencing() {
         assert_eq!(r.outcome(), "unavailable");
         assert_eq!(r.content_type(), "application/problem+json");
         assert!(r.headers.contains_key("retry-after"));
-        assert!(started.elapsed() < Duration::from_millis(TIMEOUT_MS) + MARGIN, "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(TIMEOUT_MS) + MARGIN,
+            "{:?}",
+            started.elapsed()
+        );
     }
     let ready = app.get("/readyz").await;
     assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -70,7 +78,10 @@ async fn unreachable_at_start_answers_unavailable_not_a_crash() {
     let r = app.acquire(P, &digest(), &a, 30_000).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
     assert_eq!(r.outcome(), "unavailable");
-    assert_eq!(app.get("/readyz").await.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        app.get("/readyz").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
     assert_eq!(app.get("/livez").await.status, StatusCode::OK);
 }
 
@@ -84,7 +95,11 @@ async fn fencing_keeps_increasing_across_flushall() {
         let a = app.attempt().await;
         let r = app.acquire(P, &d, &a, 30_000).await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-        assert!(r.fencing_token() > last, "round {round}: {} after {last}", r.fencing_token());
+        assert!(
+            r.fencing_token() > last,
+            "round {round}: {} after {last}",
+            r.fencing_token()
+        );
         last = r.fencing_token();
         server.cli(&["FLUSHALL"]);
     }
@@ -97,7 +112,10 @@ async fn lost_reply_is_indeterminate_then_replay_reports_server_ttl() {
     let app = app_with_timeout(proxy.url()).await;
     let d = digest();
     let warm = app.attempt().await;
-    assert_eq!(app.acquire(P, &digest(), &warm, 30_000).await.status, StatusCode::CREATED);
+    assert_eq!(
+        app.acquire(P, &digest(), &warm, 30_000).await.status,
+        StatusCode::CREATED
+    );
 
     let a = app.attempt().await;
     proxy.drop_replies(true);
@@ -108,7 +126,10 @@ async fn lost_reply_is_indeterminate_then_replay_reports_server_ttl() {
     assert_eq!(r.outcome(), "indeterminate");
     assert_eq!(r.body["operationId"], a.op.as_str());
     assert_eq!(r.content_type(), "application/problem+json");
-    assert!(took < Duration::from_millis(TIMEOUT_MS) + MARGIN, "answered after {took:?}");
+    assert!(
+        took < Duration::from_millis(TIMEOUT_MS) + MARGIN,
+        "answered after {took:?}"
+    );
     assert!(proxy.bytes_dropped() > 0, "the reply was really lost");
     // The script did run: the lease exists in Redis.
     assert_eq!(server.cli(&["EXISTS", &lease_key(&app, &d)]), "1");
@@ -126,7 +147,10 @@ async fn frozen_redis_is_answered_within_the_bound() {
     let app = app_with_timeout(server.url()).await;
     let d = digest();
     let a = app.attempt().await;
-    assert_eq!(app.acquire(P, &d, &a, 30_000).await.status, StatusCode::CREATED);
+    assert_eq!(
+        app.acquire(P, &d, &a, 30_000).await.status,
+        StatusCode::CREATED
+    );
 
     server.freeze();
     for verb in ["acquire", "renew", "release", "inspect"] {
@@ -139,9 +163,13 @@ async fn frozen_redis_is_answered_within_the_bound() {
             _ => app.inspect(P, &d, None).await,
         };
         let took = started.elapsed();
-        assert!(took < Duration::from_millis(TIMEOUT_MS) + MARGIN, "{verb} answered after {took:?}");
+        assert!(
+            took < Duration::from_millis(TIMEOUT_MS) + MARGIN,
+            "{verb} answered after {took:?}"
+        );
         match (r.status, r.outcome()) {
-            (StatusCode::SERVICE_UNAVAILABLE, "unavailable") | (StatusCode::GATEWAY_TIMEOUT, "indeterminate") => {}
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            | (StatusCode::GATEWAY_TIMEOUT, "indeterminate") => {}
             other => panic!("{verb}: untyped answer {other:?} {:?}", r.body),
         }
     }
@@ -157,7 +185,10 @@ async fn noscript_after_script_flush_is_recovered() {
     let app = TestApp::spawn(&Backend::Redis(server.url())).await;
     let d = digest();
     let a = app.attempt().await;
-    assert_eq!(app.acquire(P, &d, &a, 30_000).await.status, StatusCode::CREATED);
+    assert_eq!(
+        app.acquire(P, &d, &a, 30_000).await.status,
+        StatusCode::CREATED
+    );
     server.cli(&["SCRIPT", "FLUSH"]);
     assert_eq!(app.renew(P, &d, &a, 30_000).await.outcome(), "renewed");
     server.cli(&["SCRIPT", "FLUSH"]);
@@ -182,25 +213,45 @@ async fn replay_late_in_a_lease_reports_the_server_pttl() {
     assert_eq!(replay.fencing_token(), first.fencing_token());
     assert!(replay.remaining_ms() <= 300, "{:?}", replay.body);
     // And replay did not extend it.
-    let pttl: i64 = server.cli(&["PTTL", &lease_key(&app, &d)]).parse().expect("pttl");
+    let pttl: i64 = server
+        .cli(&["PTTL", &lease_key(&app, &d)])
+        .parse()
+        .expect("pttl");
     assert!(pttl <= 300, "{pttl}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_limit_sheds_as_overloaded_without_touching_redis() {
     let server = RedisServer::start();
-    let app = TestApp::spawn_with(args(&Backend::Redis(server.url()), &["--max-in-flight", "1", "--command-timeout-ms", "1500"])).await;
+    let app = TestApp::spawn_with(args(
+        &Backend::Redis(server.url()),
+        &["--max-in-flight", "1", "--command-timeout-ms", "1500"],
+    ))
+    .await;
     let d = digest();
     let (a, b) = (app.attempt().await, app.attempt().await);
     // Frozen Redis holds the single admission permit for the command timeout.
     server.freeze();
-    let (ra, rb) = tokio::join!(app.acquire(P, &d, &a, 30_000), app.acquire(P, &d, &b, 30_000));
+    let (ra, rb) = tokio::join!(
+        app.acquire(P, &d, &a, 30_000),
+        app.acquire(P, &d, &b, 30_000)
+    );
     server.thaw();
     let outcomes = [ra.outcome().to_owned(), rb.outcome().to_owned()];
-    let shed = [&ra, &rb].into_iter().filter(|r| r.outcome() == "overloaded").count();
+    let shed = [&ra, &rb]
+        .into_iter()
+        .filter(|r| r.outcome() == "overloaded")
+        .count();
     assert_eq!(shed, 1, "{outcomes:?}");
     for r in [&ra, &rb] {
-        assert!(matches!(r.status, StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT), "{:?}", r.body);
+        assert!(
+            matches!(
+                r.status,
+                StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+            ),
+            "{:?}",
+            r.body
+        );
         if r.outcome() == "overloaded" {
             assert!(r.headers.contains_key("retry-after"));
             assert!(r.body["retryAfterMs"].as_u64().is_some());

@@ -5,9 +5,7 @@ mod names;
 mod outcome;
 
 pub use bounds::{Bounds, Ttl, WaitMs};
-pub use names::{
-    Attempt, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
-};
+pub use names::{Attempt, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId};
 pub use outcome::{
     AcquireOutcome, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason, OutcomeName,
     ReleaseOutcome, RenewOutcome,

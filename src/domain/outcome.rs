@@ -31,7 +31,11 @@ pub struct Lease {
     pub digest: ResourceDigest,
     /// Strictly increasing per resource across acquisitions; present it to
     /// the protected resource, which rejects tokens lower than one it has seen.
-    #[schema(minimum = 1, maximum = 9007199254740991_i64, example = 1764686400000000_i64)]
+    #[schema(
+        minimum = 1,
+        maximum = 9007199254740991_i64,
+        example = 1764686400000000_i64
+    )]
     pub fencing_token: u64,
     /// The TTL this lease was granted or last renewed with.
     #[schema(minimum = 1, example = 30000)]

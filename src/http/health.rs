@@ -31,6 +31,8 @@ pub struct Ready {
     /// Why not ready (never contains credentials).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Acquire requests waiting server-side on this instance.
+    pub waiters: usize,
 }
 
 /// GET /livez
@@ -47,6 +49,7 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
         topology: r.topology,
         writable: r.writable,
         detail: r.detail,
+        waiters: app.service.waiters().waiting(),
     };
     (status, axum::Json(body)).into_response()
 }

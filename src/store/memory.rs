@@ -28,9 +28,7 @@ impl Entry {
     fn remaining_ms(&self, now: Instant) -> u64 {
         // Round up like Redis' PTTL would never report 0 for a live key.
         let left = self.expires_at.saturating_duration_since(now);
-        u64::try_from(left.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1)
+        u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
     }
 
     fn held_by(&self, attempt: &Attempt) -> HeldBy {

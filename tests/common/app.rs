@@ -50,13 +50,20 @@ impl Reply {
         self.body["outcome"].as_str().unwrap_or("<none>")
     }
     pub fn content_type(&self) -> &str {
-        self.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("")
+        self.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
     }
     pub fn fencing_token(&self) -> u64 {
-        self.body["lease"]["fencingToken"].as_u64().expect("fencingToken in lease")
+        self.body["lease"]["fencingToken"]
+            .as_u64()
+            .expect("fencingToken in lease")
     }
     pub fn remaining_ms(&self) -> u64 {
-        self.body["lease"]["remainingMs"].as_u64().expect("remainingMs in lease")
+        self.body["lease"]["remainingMs"]
+            .as_u64()
+            .expect("remainingMs in lease")
     }
 }
 
@@ -72,7 +79,9 @@ pub fn unique(prefix: &str) -> String {
 
 /// A fresh resource digest.
 pub fn digest() -> String {
-    ResourceDigest::of_raw_id(&unique("resource-")).as_str().to_owned()
+    ResourceDigest::of_raw_id(&unique("resource-"))
+        .as_str()
+        .to_owned()
 }
 
 /// Default settings for tests (flags only; the environment is ignored).
@@ -85,7 +94,10 @@ pub fn args(backend: &Backend, extra: &[&str]) -> ServeArgs {
     // A generous command timeout: a loaded 2-core CI machine running debug
     // builds of many tests at once must not turn slowness into
     // `indeterminate`. Tests of the timeout itself pass their own.
-    let mut argv: Vec<String> = vec!["leasehold".into(), "--namespace".into(), unique("t")];
+    let mut argv: Vec<String> = vec!["leasehold".into()];
+    if !extra.contains(&"--namespace") {
+        argv.extend(["--namespace".to_owned(), unique("t")]);
+    }
     if !extra.contains(&"--command-timeout-ms") {
         argv.extend(["--command-timeout-ms".to_owned(), "2000".to_owned()]);
     }
@@ -94,12 +106,17 @@ pub fn args(backend: &Backend, extra: &[&str]) -> ServeArgs {
         argv.push(url.clone());
     }
     argv.extend(extra.iter().map(|s| (*s).to_owned()));
-    <Only as clap::Parser>::try_parse_from(argv).expect("test args parse").args
+    <Only as clap::Parser>::try_parse_from(argv)
+        .expect("test args parse")
+        .args
 }
 
 fn init_logs() {
     if std::env::var_os("TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt().with_env_filter("info").with_test_writer().try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("info")
+            .with_test_writer()
+            .try_init();
     }
 }
 
@@ -112,7 +129,9 @@ impl TestApp {
     /// Starts an instance with these settings.
     pub async fn spawn_with(args: ServeArgs) -> TestApp {
         init_logs();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
         let namespace = args.namespace.clone();
@@ -126,13 +145,21 @@ impl TestApp {
         let app = TestApp {
             addr,
             base: format!("http://{addr}"),
-            http: reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("client"),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()
+                .expect("client"),
             namespace,
             shutdown: Some(tx),
             task: Some(task),
         };
         // The listener is bound already; one request proves the router is up.
-        let live = app.http.get(format!("{}/livez", app.base)).send().await.expect("livez");
+        let live = app
+            .http
+            .get(format!("{}/livez", app.base))
+            .send()
+            .await
+            .expect("livez");
         assert_eq!(live.status(), StatusCode::OK);
         app
     }
@@ -165,24 +192,46 @@ impl TestApp {
         let status = resp.status();
         let headers = resp.headers().clone();
         let text = resp.text().await.expect("body");
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        Reply { status, headers, body }
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Reply {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub async fn attempt(&self) -> TestAttempt {
         let op = unique("op-");
         let r = self.post_attempt(&json!({ "operationId": op })).await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-        TestAttempt { token: r.body["ownerToken"].as_str().expect("token").to_owned(), op }
+        TestAttempt {
+            token: r.body["ownerToken"].as_str().expect("token").to_owned(),
+            op,
+        }
     }
 
     /// Another operation of the same owner.
     pub fn other_operation(a: &TestAttempt) -> TestAttempt {
-        TestAttempt { token: a.token.clone(), op: unique("op-") }
+        TestAttempt {
+            token: a.token.clone(),
+            op: unique("op-"),
+        }
     }
 
     pub async fn post_attempt(&self, body: &Value) -> Reply {
-        Self::reply(self.http.post(format!("{}/attempts", self.base)).json(body).send().await.expect("send")).await
+        Self::reply(
+            self.http
+                .post(format!("{}/attempts", self.base))
+                .json(body)
+                .send()
+                .await
+                .expect("send"),
+        )
+        .await
     }
 
     fn lease_url(&self, purpose: &str, digest: &str) -> String {
@@ -190,24 +239,52 @@ impl TestApp {
     }
 
     fn with_attempt(rb: reqwest::RequestBuilder, a: &TestAttempt) -> reqwest::RequestBuilder {
-        rb.header("Lease-Owner-Token", &a.token).header("Lease-Operation-Id", &a.op)
+        rb.header("Lease-Owner-Token", &a.token)
+            .header("Lease-Operation-Id", &a.op)
     }
 
-    pub async fn acquire(&self, purpose: &str, digest: &str, a: &TestAttempt, ttl_ms: u64) -> Reply {
-        self.acquire_body(purpose, digest, a, &json!({ "ttlMs": ttl_ms })).await
+    pub async fn acquire(
+        &self,
+        purpose: &str,
+        digest: &str,
+        a: &TestAttempt,
+        ttl_ms: u64,
+    ) -> Reply {
+        self.acquire_body(purpose, digest, a, &json!({ "ttlMs": ttl_ms }))
+            .await
     }
 
-    pub async fn acquire_wait(&self, purpose: &str, digest: &str, a: &TestAttempt, ttl_ms: u64, wait_ms: u64) -> Reply {
-        self.acquire_body(purpose, digest, a, &json!({ "ttlMs": ttl_ms, "waitMs": wait_ms })).await
+    pub async fn acquire_wait(
+        &self,
+        purpose: &str,
+        digest: &str,
+        a: &TestAttempt,
+        ttl_ms: u64,
+        wait_ms: u64,
+    ) -> Reply {
+        self.acquire_body(
+            purpose,
+            digest,
+            a,
+            &json!({ "ttlMs": ttl_ms, "waitMs": wait_ms }),
+        )
+        .await
     }
 
-    pub async fn acquire_body(&self, purpose: &str, digest: &str, a: &TestAttempt, body: &Value) -> Reply {
+    pub async fn acquire_body(
+        &self,
+        purpose: &str,
+        digest: &str,
+        a: &TestAttempt,
+        body: &Value,
+    ) -> Reply {
         let rb = Self::with_attempt(self.http.put(self.lease_url(purpose, digest)), a).json(body);
         Self::reply(rb.send().await.expect("send")).await
     }
 
     pub async fn renew(&self, purpose: &str, digest: &str, a: &TestAttempt, ttl_ms: u64) -> Reply {
-        let rb = Self::with_attempt(self.http.patch(self.lease_url(purpose, digest)), a).json(&json!({ "ttlMs": ttl_ms }));
+        let rb = Self::with_attempt(self.http.patch(self.lease_url(purpose, digest)), a)
+            .json(&json!({ "ttlMs": ttl_ms }));
         Self::reply(rb.send().await.expect("send")).await
     }
 
@@ -225,11 +302,49 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str) -> Reply {
-        Self::reply(self.http.get(format!("{}{path}", self.base)).send().await.expect("send")).await
+        Self::reply(
+            self.http
+                .get(format!("{}{path}", self.base))
+                .send()
+                .await
+                .expect("send"),
+        )
+        .await
+    }
+
+    /// Waits currently registered on this instance (from /readyz).
+    pub async fn waiters(&self) -> u64 {
+        self.get("/readyz").await.body["waiters"]
+            .as_u64()
+            .expect("waiters in /readyz")
+    }
+
+    /// Polls /readyz until this instance has `n` waiters (bounded: panics
+    /// after 10 s). The wait is on a server-side event, not a fixed sleep.
+    pub async fn until_waiters(&self, n: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let now = self.waiters().await;
+            if now == n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "waiters stuck at {now}, wanted {n}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
     }
 
     pub async fn metrics_text(&self) -> String {
-        self.http.get(format!("{}/metrics", self.base)).send().await.expect("send").text().await.expect("text")
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .expect("send")
+            .text()
+            .await
+            .expect("text")
     }
 }
 

@@ -166,7 +166,7 @@ impl RedisStore {
         let mut conn = self.checkout(deadline).await?;
         match send(&mut conn, script.evalsha(keys, args), deadline).await {
             Err(err) if is_noscript(&err) => {}
-            other => return other.or_else(|err| Err(classify(&conn, err))),
+            other => return other.map_err(|err| classify(&conn, err)),
         }
         // NOSCRIPT is a definite refusal: load the script and retry once.
         tracing::info!(script = script.name, "script cache empty (NOSCRIPT); loading it");
@@ -181,7 +181,7 @@ impl RedisStore {
             })?;
         match send(&mut conn, script.evalsha(keys, args), deadline).await {
             Err(err) if is_noscript(&err) => Err(StoreError::Unavailable("NOSCRIPT after SCRIPT LOAD")),
-            other => other.or_else(|err| Err(classify(&conn, err))),
+            other => other.map_err(|err| classify(&conn, err)),
         }
     }
 

@@ -1,0 +1,288 @@
+//! Waits that really wait: `waitMs` on acquire, woken by a release on any
+//! instance or by the holder's expiry, bounded, cancelled by disconnect and
+//! by shutdown. Cross-instance cases run two services on one real Redis.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::app::{args, digest, unique, Backend, TestApp};
+use common::redis::RedisServer;
+use reqwest::StatusCode;
+use serde_json::json;
+
+const P: &str = "report-build";
+
+/// Two instances sharing one store namespace (Redis), or one instance twice (memory).
+async fn pair(backend: &Backend, extra: &[&str]) -> (Arc<TestApp>, Arc<TestApp>) {
+    match backend {
+        Backend::Memory => {
+            let one = Arc::new(TestApp::spawn_with(args(backend, extra)).await);
+            (Arc::clone(&one), one)
+        }
+        Backend::Redis(_) => {
+            let ns = unique("w");
+            let mut flags = vec!["--namespace", ns.as_str()];
+            flags.extend_from_slice(extra);
+            let a = TestApp::spawn_with(args(backend, &flags)).await;
+            let b = TestApp::spawn_with(args(backend, &flags)).await;
+            (Arc::new(a), Arc::new(b))
+        }
+    }
+}
+
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(crate::common::app::Backend::Memory).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let server = crate::common::redis::RedisServer::start();
+                    super::$name(crate::common::app::Backend::Redis(server.url())).await;
+                    drop(server);
+                }
+            )*
+        }
+    };
+}
+
+both!(
+    release_on_one_instance_wakes_a_waiter_on_the_other,
+    expiry_wakes_a_waiter,
+    deadline_ends_as_contended,
+    disconnecting_waiter_leaves_nothing_behind,
+    waiter_cap_answers_overloaded,
+    same_attempt_retried_while_waiting_holds_once,
+    fifty_waiters_each_acquire_exactly_once_never_two_at_a_time,
+);
+
+async fn release_on_one_instance_wakes_a_waiter_on_the_other(backend: Backend) {
+    let (a, b) = pair(&backend, &[]).await;
+    let d = digest();
+    let holder = a.attempt().await;
+    assert_eq!(
+        a.acquire(P, &d, &holder, 30_000).await.status,
+        StatusCode::CREATED
+    );
+    let waiter = b.attempt().await;
+    let task = {
+        let (b, d, waiter) = (Arc::clone(&b), d.clone(), waiter.clone());
+        tokio::spawn(async move { b.acquire_wait(P, &d, &waiter, 30_000, 20_000).await })
+    };
+    b.until_waiters(1).await;
+    assert_eq!(a.release(P, &d, &holder).await.outcome(), "released");
+    let got = task.await.expect("waiter");
+    assert_eq!(got.status, StatusCode::CREATED, "{:?}", got.body);
+    assert_eq!(got.outcome(), "acquired");
+    let waited = got.body["waitedMs"].as_u64().expect("waitedMs");
+    // Woken by the release, long before the holder's 30 s TTL.
+    assert!(waited < 15_000, "{waited}");
+    b.until_waiters(0).await;
+}
+
+async fn expiry_wakes_a_waiter(backend: Backend) {
+    let (a, b) = pair(&backend, &[]).await;
+    let d = digest();
+    let holder = a.attempt().await;
+    let held = a.acquire(P, &d, &holder, 300).await;
+    assert_eq!(held.status, StatusCode::CREATED);
+    let waiter = b.attempt().await;
+    let got = b.acquire_wait(P, &d, &waiter, 30_000, 20_000).await;
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    assert!(got.body["waitedMs"].as_u64().is_some());
+    assert!(got.fencing_token() > held.fencing_token());
+}
+
+async fn deadline_ends_as_contended(backend: Backend) {
+    let (a, b) = pair(&backend, &[]).await;
+    let d = digest();
+    let holder = a.attempt().await;
+    a.acquire(P, &d, &holder, 30_000).await;
+    let waiter = b.attempt().await;
+    let got = b.acquire_wait(P, &d, &waiter, 30_000, 300).await;
+    assert_eq!(got.status, StatusCode::CONFLICT, "{:?}", got.body);
+    assert_eq!(got.outcome(), "contended");
+    assert!(got.body["waitedMs"].as_u64().expect("waitedMs") >= 300);
+    assert!(got.body["retryAfterMs"].as_u64().expect("retryAfterMs") > 0);
+    assert!(got.headers.contains_key("retry-after"));
+    b.until_waiters(0).await;
+}
+
+async fn disconnecting_waiter_leaves_nothing_behind(backend: Backend) {
+    let (a, b) = pair(&backend, &[]).await;
+    let d = digest();
+    let holder = a.attempt().await;
+    a.acquire(P, &d, &holder, 30_000).await;
+    let waiter = b.attempt().await;
+    // A client that gives up: its own connection, dropped mid-wait.
+    let impatient = reqwest::Client::new();
+    let request = impatient
+        .put(format!("{}/leases/{P}/{d}", b.base))
+        .header("Lease-Owner-Token", &waiter.token)
+        .header("Lease-Operation-Id", &waiter.op)
+        .json(&json!({ "ttlMs": 30_000, "waitMs": 20_000 }))
+        .send();
+    let pending = tokio::spawn(request);
+    b.until_waiters(1).await;
+    pending.abort();
+    let _ = pending.await;
+    drop(impatient);
+    b.until_waiters(0).await;
+    // Released now: nobody acquires on the vanished client's behalf.
+    assert_eq!(a.release(P, &d, &holder).await.outcome(), "released");
+    let seen = b.inspect(P, &d, Some(&waiter)).await;
+    assert_eq!(seen.body["held"], false, "{:?}", seen.body);
+}
+
+async fn waiter_cap_answers_overloaded(backend: Backend) {
+    let (a, b) = pair(&backend, &["--max-waiters", "1"]).await;
+    let d = digest();
+    let holder = a.attempt().await;
+    a.acquire(P, &d, &holder, 30_000).await;
+    let first = b.attempt().await;
+    let task = {
+        let (b, d, first) = (Arc::clone(&b), d.clone(), first.clone());
+        tokio::spawn(async move { b.acquire_wait(P, &d, &first, 30_000, 20_000).await })
+    };
+    b.until_waiters(1).await;
+    let second = b.attempt().await;
+    let shed = b.acquire_wait(P, &d, &second, 30_000, 20_000).await;
+    assert_eq!(
+        shed.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        shed.body
+    );
+    assert_eq!(shed.outcome(), "overloaded");
+    assert!(shed.headers.contains_key("retry-after"));
+    // Try-once requests are not waits and are not capped.
+    assert_eq!(
+        b.acquire(P, &d, &second, 30_000).await.outcome(),
+        "contended"
+    );
+    a.release(P, &d, &holder).await;
+    assert_eq!(task.await.expect("waiter").outcome(), "acquired");
+}
+
+async fn same_attempt_retried_while_waiting_holds_once(backend: Backend) {
+    let (a, b) = pair(&backend, &[]).await;
+    let d = digest();
+    let holder = a.attempt().await;
+    a.acquire(P, &d, &holder, 30_000).await;
+    let waiter = b.attempt().await;
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let (b, d, waiter) = (Arc::clone(&b), d.clone(), waiter.clone());
+        tasks.push(tokio::spawn(async move {
+            b.acquire_wait(P, &d, &waiter, 30_000, 20_000).await
+        }));
+    }
+    b.until_waiters(2).await;
+    a.release(P, &d, &holder).await;
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.expect("task").outcome().to_owned());
+    }
+    outcomes.sort();
+    assert_eq!(outcomes, ["acquired", "replayed_same_operation"]);
+    assert_eq!(
+        b.inspect(P, &d, Some(&waiter)).await.body["heldBy"],
+        "caller"
+    );
+}
+
+async fn fifty_waiters_each_acquire_exactly_once_never_two_at_a_time(backend: Backend) {
+    let (a, b) = pair(&backend, &[]).await;
+    let d = Arc::new(digest());
+    let holder = a.attempt().await;
+    a.acquire(P, &d, &holder, 30_000).await;
+    let holding = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let app = if i % 2 == 0 {
+            Arc::clone(&a)
+        } else {
+            Arc::clone(&b)
+        };
+        let (d, holding) = (Arc::clone(&d), Arc::clone(&holding));
+        tasks.push(tokio::spawn(async move {
+            let me = app.attempt().await;
+            let got = app.acquire_wait(P, &d, &me, 30_000, 30_000).await;
+            assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+            assert_eq!(
+                holding.fetch_add(1, Ordering::SeqCst),
+                0,
+                "two holders at once"
+            );
+            holding.fetch_sub(1, Ordering::SeqCst);
+            assert_eq!(app.release(P, &d, &me).await.outcome(), "released");
+            got.fencing_token()
+        }));
+    }
+    // Everyone is queued before the first release.
+    if Arc::ptr_eq(&a, &b) {
+        a.until_waiters(50).await;
+    } else {
+        a.until_waiters(25).await;
+        b.until_waiters(25).await;
+    }
+    assert_eq!(a.release(P, &d, &holder).await.outcome(), "released");
+    let mut tokens = Vec::new();
+    for t in tasks {
+        tokens.push(t.await.expect("waiter"));
+    }
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(
+        tokens.len(),
+        50,
+        "each waiter acquired exactly once, with its own fencing token"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_waits_promptly_as_contended() {
+    let server = RedisServer::start();
+    let backend = Backend::Redis(server.url());
+    let ns = unique("w");
+    let a = TestApp::spawn_with(args(&backend, &["--namespace", &ns])).await;
+    let mut b = TestApp::spawn_with(args(&backend, &["--namespace", &ns])).await;
+    let d = digest();
+    let holder = a.attempt().await;
+    a.acquire(P, &d, &holder, 30_000).await;
+    let waiter = b.attempt().await;
+    let url = format!("{}/leases/{P}/{d}", b.base);
+    let http = b.http.clone();
+    let task = tokio::spawn(async move {
+        let resp = http
+            .put(url)
+            .header("Lease-Owner-Token", &waiter.token)
+            .header("Lease-Operation-Id", &waiter.op)
+            .json(&json!({ "ttlMs": 30_000, "waitMs": 25_000 }))
+            .send()
+            .await
+            .expect("answered before the process exits");
+        TestApp::reply(resp).await
+    });
+    b.until_waiters(1).await;
+    let started = std::time::Instant::now();
+    b.begin_shutdown();
+    let got = task.await.expect("waiter");
+    assert_eq!(got.outcome(), "contended", "{:?}", got.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    b.finished().await;
+}
