@@ -1,0 +1,1 @@
+//! Rust client for the leasehold HTTP API (in progress).
