@@ -10,7 +10,12 @@ use crate::telemetry::LogFormat;
 
 /// leasehold: time-bounded, owner-checked leases with typed outcomes and fencing tokens.
 #[derive(Debug, Parser)]
-#[command(name = "leasehold", version, about, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "leasehold",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     /// What to do (default: serve).
     #[command(subcommand)]
@@ -116,7 +121,12 @@ impl ServeArgs {
     /// Checks every setting, naming the one that is wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let ns = &self.namespace;
-        if ns.is_empty() || ns.len() > 64 || ns.chars().any(|c| matches!(c, '{' | '}' | ':') || c.is_whitespace() || c.is_control()) {
+        if ns.is_empty()
+            || ns.len() > 64
+            || ns
+                .chars()
+                .any(|c| matches!(c, '{' | '}' | ':') || c.is_whitespace() || c.is_control())
+        {
             return Err(ConfigError::new(
                 "LEASEHOLD_NAMESPACE",
                 "must be 1-64 characters without '{', '}', ':' or whitespace (braces would put every key in one Redis Cluster slot)",
@@ -138,19 +148,34 @@ impl ServeArgs {
             }
         }
         if self.command_timeout_ms > 60_000 {
-            return Err(ConfigError::new("LEASEHOLD_COMMAND_TIMEOUT_MS", "must be at most 60000"));
+            return Err(ConfigError::new(
+                "LEASEHOLD_COMMAND_TIMEOUT_MS",
+                "must be at most 60000",
+            ));
         }
         if self.max_ttl_ms < 2 * self.drift_budget_ms {
-            return Err(ConfigError::new("LEASEHOLD_MAX_TTL_MS", "must be at least twice LEASEHOLD_DRIFT_BUDGET_MS"));
+            return Err(ConfigError::new(
+                "LEASEHOLD_MAX_TTL_MS",
+                "must be at least twice LEASEHOLD_DRIFT_BUDGET_MS",
+            ));
         }
         if self.max_ttl_ms > 7 * 24 * 3600 * 1000 {
-            return Err(ConfigError::new("LEASEHOLD_MAX_TTL_MS", "must be at most 7 days"));
+            return Err(ConfigError::new(
+                "LEASEHOLD_MAX_TTL_MS",
+                "must be at most 7 days",
+            ));
         }
         if self.max_wait_ms > 3_600_000 {
-            return Err(ConfigError::new("LEASEHOLD_MAX_WAIT_MS", "must be at most 3600000"));
+            return Err(ConfigError::new(
+                "LEASEHOLD_MAX_WAIT_MS",
+                "must be at most 3600000",
+            ));
         }
         if self.pool_size > 1024 {
-            return Err(ConfigError::new("LEASEHOLD_POOL_SIZE", "must be at most 1024"));
+            return Err(ConfigError::new(
+                "LEASEHOLD_POOL_SIZE",
+                "must be at most 1024",
+            ));
         }
         Ok(())
     }
@@ -174,6 +199,9 @@ pub struct ConfigError {
 impl ConfigError {
     /// A new error.
     pub fn new(setting: &'static str, reason: impl Into<String>) -> Self {
-        Self { setting, reason: reason.into() }
+        Self {
+            setting,
+            reason: reason.into(),
+        }
     }
 }

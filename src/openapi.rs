@@ -4,7 +4,10 @@ use utoipa::OpenApi;
 
 /// The API description.
 #[derive(OpenApi)]
-#[openapi(info(title = "leasehold", description = "Time-bounded, owner-checked leases with typed outcomes and fencing tokens."))]
+#[openapi(info(
+    title = "leasehold",
+    description = "Time-bounded, owner-checked leases with typed outcomes and fencing tokens."
+))]
 pub struct ApiDoc;
 
 /// The document as pretty JSON (what `leasehold openapi` prints and `openapi/` holds).

@@ -18,7 +18,12 @@ use crate::domain::{OperationId, OwnerToken};
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AttemptBody {
     /// The caller's id for this unit of work.
-    #[schema(pattern = "^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02")]
+    #[schema(
+        pattern = "^[A-Za-z0-9._~-]{1,128}$",
+        min_length = 1,
+        max_length = 128,
+        example = "export-2026-12-02"
+    )]
     pub operation_id: String,
 }
 
@@ -30,7 +35,10 @@ pub struct AttemptCreated {
     #[schema(example = "attempt_created")]
     pub outcome: String,
     /// Bearer secret naming the holder; keep it private.
-    #[schema(pattern = "^[A-Za-z0-9_-]{32}$", example = "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz")]
+    #[schema(
+        pattern = "^[A-Za-z0-9_-]{32}$",
+        example = "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz"
+    )]
     pub owner_token: String,
     /// Echo of the operation id.
     #[schema(example = "export-2026-12-02")]
@@ -38,13 +46,22 @@ pub struct AttemptCreated {
 }
 
 /// POST /attempts
-pub async fn create(State(app): State<AppState>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn create(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let mut problems = Problems::default();
-    let body: Option<AttemptBody> = match extract::json_body(&headers, body, app.body_limit, &mut problems) {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
-    };
-    let op = body.and_then(|b| OperationId::parse(&b.operation_id).map_err(|e| problems.value("operationId", e.to_string())).ok());
+    let body: Option<AttemptBody> =
+        match extract::json_body(&headers, body, app.body_limit, &mut problems) {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
+    let op = body.and_then(|b| {
+        OperationId::parse(&b.operation_id)
+            .map_err(|e| problems.value("operationId", e.to_string()))
+            .ok()
+    });
     if let Err(e) = problems.finish() {
         return e.into_response();
     }

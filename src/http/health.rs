@@ -43,7 +43,11 @@ pub async fn livez() -> Response {
 /// GET /readyz
 pub async fn readyz(State(app): State<AppState>) -> Response {
     let r = app.service.store().readiness().await;
-    let status = if r.writable { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if r.writable {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     let body = Ready {
         status: if r.writable { "ready" } else { "not_ready" },
         topology: r.topology,
@@ -57,11 +61,15 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
 /// GET /metrics
 pub async fn metrics(State(app): State<AppState>) -> Response {
     if let Some((open, idle)) = app.service.store().pool_state() {
-        metrics::gauge!(POOL_CONNECTIONS, "state" => "in_use").set(f64::from(open.saturating_sub(idle)));
+        metrics::gauge!(POOL_CONNECTIONS, "state" => "in_use")
+            .set(f64::from(open.saturating_sub(idle)));
         metrics::gauge!(POOL_CONNECTIONS, "state" => "idle").set(f64::from(idle));
     }
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         app.metrics.render(),
     )
         .into_response()

@@ -53,40 +53,71 @@ fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
 }
 
 /// PUT: acquire, optionally waiting server-side.
-pub async fn acquire(State(app): State<AppState>, path: RawPath, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn acquire(
+    State(app): State<AppState>,
+    path: RawPath,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let mut problems = Problems::default();
     let resource = path_resource(path, &mut problems);
     let attempt = extract::attempt(&headers, true, &mut problems);
-    let body: Option<AcquireBody> = match extract::json_body(&headers, body, app.body_limit, &mut problems) {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
-    };
+    let body: Option<AcquireBody> =
+        match extract::json_body(&headers, body, app.body_limit, &mut problems) {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
     let bounds = app.service.bounds();
-    let ttl = body.as_ref().and_then(|b| bounds.ttl(b.ttl_ms).map_err(|m| problems.value("ttlMs", m)).ok());
-    let wait = body
-        .as_ref()
-        .and_then(|b| bounds.wait(b.wait_ms.unwrap_or(0)).map_err(|m| problems.value("waitMs", m)).ok());
+    let ttl = body.as_ref().and_then(|b| {
+        bounds
+            .ttl(b.ttl_ms)
+            .map_err(|m| problems.value("ttlMs", m))
+            .ok()
+    });
+    let wait = body.as_ref().and_then(|b| {
+        bounds
+            .wait(b.wait_ms.unwrap_or(0))
+            .map_err(|m| problems.value("waitMs", m))
+            .ok()
+    });
     let result = async {
         problems.finish()?;
-        let (resource, attempt, ttl, wait) = (parsed(resource)?, parsed(attempt)?, parsed(ttl)?, parsed(wait)?);
+        let (resource, attempt, ttl, wait) = (
+            parsed(resource)?,
+            parsed(attempt)?,
+            parsed(ttl)?,
+            parsed(wait)?,
+        );
         app.authorize(&headers, &resource)?;
-        Ok::<_, ApiError>(respond(&app.service.acquire(&resource, &attempt, ttl, wait).await))
+        Ok::<_, ApiError>(respond(
+            &app.service.acquire(&resource, &attempt, ttl, wait).await,
+        ))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// PATCH: renew the caller's lease.
-pub async fn renew(State(app): State<AppState>, path: RawPath, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn renew(
+    State(app): State<AppState>,
+    path: RawPath,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let mut problems = Problems::default();
     let resource = path_resource(path, &mut problems);
     let attempt = extract::attempt(&headers, true, &mut problems);
-    let body: Option<RenewBody> = match extract::json_body(&headers, body, app.body_limit, &mut problems) {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
-    };
-    let ttl = body
-        .as_ref()
-        .and_then(|b| app.service.bounds().ttl(b.ttl_ms).map_err(|m| problems.value("ttlMs", m)).ok());
+    let body: Option<RenewBody> =
+        match extract::json_body(&headers, body, app.body_limit, &mut problems) {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
+    let ttl = body.as_ref().and_then(|b| {
+        app.service
+            .bounds()
+            .ttl(b.ttl_ms)
+            .map_err(|m| problems.value("ttlMs", m))
+            .ok()
+    });
     let result = async {
         problems.finish()?;
         let (resource, attempt, ttl) = (parsed(resource)?, parsed(attempt)?, parsed(ttl)?);
@@ -96,7 +127,11 @@ pub async fn renew(State(app): State<AppState>, path: RawPath, headers: HeaderMa
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-fn resource_and_attempt(path: RawPath, headers: &HeaderMap, required: bool) -> Result<(ResourceId, Option<Attempt>), ApiError> {
+fn resource_and_attempt(
+    path: RawPath,
+    headers: &HeaderMap,
+    required: bool,
+) -> Result<(ResourceId, Option<Attempt>), ApiError> {
     let mut problems = Problems::default();
     let resource = path_resource(path, &mut problems);
     let attempt = extract::attempt(headers, required, &mut problems);
@@ -120,7 +155,9 @@ pub async fn inspect(State(app): State<AppState>, path: RawPath, headers: Header
     let result = async {
         let (resource, attempt) = resource_and_attempt(path, &headers, false)?;
         app.authorize(&headers, &resource)?;
-        Ok::<_, ApiError>(respond(&app.service.inspect(&resource, attempt.as_ref()).await))
+        Ok::<_, ApiError>(respond(
+            &app.service.inspect(&resource, attempt.as_ref()).await,
+        ))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }

@@ -82,7 +82,10 @@ const FENCE_KEY_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
 impl RedisStore {
     /// Builds the store; connections are opened lazily, so a Redis that is
     /// down at start makes `/readyz` fail rather than the process.
-    pub fn new(settings: &RedisSettings, waiters: Arc<WaitRegistry>) -> Result<Self, RedisSetupError> {
+    pub fn new(
+        settings: &RedisSettings,
+        waiters: Arc<WaitRegistry>,
+    ) -> Result<Self, RedisSetupError> {
         let mut info = settings
             .url
             .as_str()
@@ -124,12 +127,17 @@ impl RedisStore {
 
     /// Checks out a live connection before `deadline`; nothing is sent yet, so
     /// every failure here is `Unavailable`.
-    async fn checkout(&self, deadline: Instant) -> Result<bb8::PooledConnection<'_, Manager>, StoreError> {
+    async fn checkout(
+        &self,
+        deadline: Instant,
+    ) -> Result<bb8::PooledConnection<'_, Manager>, StoreError> {
         let started = std::time::Instant::now();
         loop {
             let conn = match timeout_at(deadline, self.pool.get()).await {
                 Err(_) | Ok(Err(bb8::RunError::TimedOut)) => {
-                    return Err(StoreError::Unavailable("no Redis connection within the command timeout"))
+                    return Err(StoreError::Unavailable(
+                        "no Redis connection within the command timeout",
+                    ))
                 }
                 Ok(Err(bb8::RunError::User(err))) => {
                     tracing::debug!(kind = ?err.kind(), "redis connect failed");
@@ -141,13 +149,19 @@ impl RedisStore {
                 // Known closed: skip it (the pool drops it) without sending.
                 continue;
             }
-            metrics::histogram!(crate::telemetry::POOL_WAIT).record(started.elapsed().as_secs_f64());
+            metrics::histogram!(crate::telemetry::POOL_WAIT)
+                .record(started.elapsed().as_secs_f64());
             return Ok(conn);
         }
     }
 
     /// Runs `script` with EVALSHA; on NOSCRIPT loads it and retries once.
-    async fn run(&self, script: &Script, keys: &[&str], args: &[&str]) -> Result<Value, StoreError> {
+    async fn run(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Value, StoreError> {
         let started = std::time::Instant::now();
         let deadline = Instant::now() + self.command_timeout;
         let result = self.run_until(script, keys, args, deadline).await;
@@ -169,7 +183,10 @@ impl RedisStore {
             other => return other.map_err(|err| classify(&conn, err)),
         }
         // NOSCRIPT is a definite refusal: load the script and retry once.
-        tracing::info!(script = script.name, "script cache empty (NOSCRIPT); loading it");
+        tracing::info!(
+            script = script.name,
+            "script cache empty (NOSCRIPT); loading it"
+        );
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg(script.source);
         send(&mut conn, load, deadline)
@@ -180,7 +197,9 @@ impl RedisStore {
                 other => other,
             })?;
         match send(&mut conn, script.evalsha(keys, args), deadline).await {
-            Err(err) if is_noscript(&err) => Err(StoreError::Unavailable("NOSCRIPT after SCRIPT LOAD")),
+            Err(err) if is_noscript(&err) => {
+                Err(StoreError::Unavailable("NOSCRIPT after SCRIPT LOAD"))
+            }
             other => other.map_err(|err| classify(&conn, err)),
         }
     }
@@ -199,16 +218,31 @@ impl RedisStore {
             .run(
                 &SCRIPTS.acquire,
                 &[&lease, &fence],
-                &[attempt.owner_token.expose(), attempt.operation_id.as_str(), &ttl_text, &fence_ttl],
+                &[
+                    attempt.owner_token.expose(),
+                    attempt.operation_id.as_str(),
+                    &ttl_text,
+                    &fence_ttl,
+                ],
             )
             .await?;
         let [status, pttl, token] = ints::<3>(&reply)?;
         let remaining = non_negative(pttl);
         Ok(match status {
-            1 => StoreAcquire::Acquired { fencing_token: token_of(token)?, remaining_ms: ttl.ms() },
-            2 => StoreAcquire::Replayed { fencing_token: token_of(token)?, remaining_ms: remaining.unwrap_or(0) },
-            3 => StoreAcquire::OwnerOperationConflict { remaining_ms: remaining },
-            0 => StoreAcquire::Contended { remaining_ms: remaining },
+            1 => StoreAcquire::Acquired {
+                fencing_token: token_of(token)?,
+                remaining_ms: ttl.ms(),
+            },
+            2 => StoreAcquire::Replayed {
+                fencing_token: token_of(token)?,
+                remaining_ms: remaining.unwrap_or(0),
+            },
+            3 => StoreAcquire::OwnerOperationConflict {
+                remaining_ms: remaining,
+            },
+            0 => StoreAcquire::Contended {
+                remaining_ms: remaining,
+            },
             _ => return Err(bad_reply()),
         })
     }
@@ -225,7 +259,11 @@ impl RedisStore {
             .run(
                 &SCRIPTS.renew,
                 &[&lease],
-                &[attempt.owner_token.expose(), attempt.operation_id.as_str(), &ttl_text],
+                &[
+                    attempt.owner_token.expose(),
+                    attempt.operation_id.as_str(),
+                    &ttl_text,
+                ],
             )
             .await?;
         let [status] = ints::<1>(&reply)?;
@@ -243,14 +281,23 @@ impl RedisStore {
         })
     }
 
-    pub(super) async fn release(&self, resource: &ResourceId, attempt: &Attempt) -> Result<StoreRelease, StoreError> {
+    pub(super) async fn release(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<StoreRelease, StoreError> {
         let lease = lease_key(&self.namespace, resource);
         let tag = resource.tag();
         let reply = self
             .run(
                 &SCRIPTS.release,
                 &[&lease],
-                &[attempt.owner_token.expose(), attempt.operation_id.as_str(), &self.wake_channel, &tag],
+                &[
+                    attempt.owner_token.expose(),
+                    attempt.operation_id.as_str(),
+                    &self.wake_channel,
+                    &tag,
+                ],
             )
             .await?;
         let [status] = ints::<1>(&reply)?;
@@ -268,7 +315,9 @@ impl RedisStore {
         attempt: Option<&Attempt>,
     ) -> Result<StoreInspect, StoreError> {
         let lease = lease_key(&self.namespace, resource);
-        let (token, op) = attempt.map_or(("", ""), |a| (a.owner_token.expose(), a.operation_id.as_str()));
+        let (token, op) = attempt.map_or(("", ""), |a| {
+            (a.owner_token.expose(), a.operation_id.as_str())
+        });
         let reply = self.run(&SCRIPTS.inspect, &[&lease], &[token, op]).await?;
         let [status] = ints::<1>(&reply)?;
         if status == 0 {
@@ -293,19 +342,29 @@ impl RedisStore {
             let mut conn = self.checkout(deadline).await?;
             let mut info = redis::cmd("INFO");
             info.arg("replication");
-            let reply = send(&mut conn, info, deadline).await.map_err(|e| classify(&conn, e))?;
+            let reply = send(&mut conn, info, deadline)
+                .await
+                .map_err(|e| classify(&conn, e))?;
             let text: String = redis::from_redis_value(reply).map_err(|_| bad_reply())?;
             Ok::<bool, StoreError>(text.lines().any(|l| l.trim() == "role:master"))
         }
         .await;
         match result {
-            Ok(true) => Readiness { topology: "standalone", writable: true, detail: None },
+            Ok(true) => Readiness {
+                topology: "standalone",
+                writable: true,
+                detail: None,
+            },
             Ok(false) => Readiness {
                 topology: "standalone",
                 writable: false,
                 detail: Some("the configured Redis is a replica".into()),
             },
-            Err(err) => Readiness { topology: "standalone", writable: false, detail: Some(err.to_string()) },
+            Err(err) => Readiness {
+                topology: "standalone",
+                writable: false,
+                detail: Some(err.to_string()),
+            },
         }
     }
 
@@ -321,7 +380,12 @@ impl RedisStore {
 /// resource there. After a (re)connect every local waiter re-checks once, so
 /// a message missed while disconnected costs one round trip, never a stuck
 /// waiter.
-async fn subscribe_wakeups(client: Client, channel: String, waiters: Arc<WaitRegistry>, shutdown: CancellationToken) {
+async fn subscribe_wakeups(
+    client: Client,
+    channel: String,
+    waiters: Arc<WaitRegistry>,
+    shutdown: CancellationToken,
+) {
     use futures_util::StreamExt as _;
     let mut backoff = Duration::from_millis(50);
     loop {
@@ -392,7 +456,9 @@ fn is_noscript(err: &SendError) -> bool {
 fn classify(conn: &Conn, err: SendError) -> StoreError {
     use redis::{ErrorKind, ServerErrorKind};
     let err = match err {
-        SendError::Timeout => return StoreError::Indeterminate("no reply within the command timeout"),
+        SendError::Timeout => {
+            return StoreError::Indeterminate("no reply within the command timeout")
+        }
         SendError::Redis(err) => err,
     };
     match err.kind() {
@@ -434,7 +500,9 @@ fn bad_reply() -> StoreError {
 }
 
 fn ints<const N: usize>(reply: &Value) -> Result<[i64; N], StoreError> {
-    let Value::Array(items) = reply else { return Err(bad_reply()) };
+    let Value::Array(items) = reply else {
+        return Err(bad_reply());
+    };
     let mut out = [0i64; N];
     for (slot, item) in out.iter_mut().zip(items.iter()) {
         *slot = match item {
@@ -453,5 +521,8 @@ fn non_negative(pttl: i64) -> Option<u64> {
 }
 
 fn token_of(v: i64) -> Result<u64, StoreError> {
-    u64::try_from(v).ok().filter(|t| *t > 0).ok_or_else(bad_reply)
+    u64::try_from(v)
+        .ok()
+        .filter(|t| *t > 0)
+        .ok_or_else(bad_reply)
 }
