@@ -23,15 +23,13 @@ import sys
 
 import yaml
 
-# The LEASEHOLD_* settings of the service contract.
-KNOWN_ENV = {
-    "LEASEHOLD_LISTEN", "LEASEHOLD_METRICS_LISTEN", "LEASEHOLD_REDIS_URL",
-    "LEASEHOLD_REDIS_USERNAME", "LEASEHOLD_REDIS_PASSWORD_FILE", "LEASEHOLD_NAMESPACE",
-    "LEASEHOLD_COMMAND_TIMEOUT_MS", "LEASEHOLD_RETRY_AFTER_MS", "LEASEHOLD_DRIFT_BUDGET_MS",
-    "LEASEHOLD_MAX_TTL_MS", "LEASEHOLD_MAX_WAIT_MS", "LEASEHOLD_MAX_WAITERS",
-    "LEASEHOLD_POOL_SIZE", "LEASEHOLD_MAX_IN_FLIGHT", "LEASEHOLD_LOG_FORMAT",
-    "LEASEHOLD_SHUTDOWN_GRACE_MS",
-}
+# The LEASEHOLD_* settings the binary really reads: every `env = "..."` in
+# src/config.rs, so a new setting needs no second list here.
+_CONFIG_RS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "config.rs")
+with open(_CONFIG_RS, encoding="utf-8") as _f:
+    KNOWN_ENV = set(re.findall(r'env = "(LEASEHOLD_[A-Z0-9_]+)"', _f.read()))
+if len(KNOWN_ENV) < 10:
+    sys.exit(f"check_deploy_refs: found only {len(KNOWN_ENV)} settings in {_CONFIG_RS}")
 DEFAULT_MAX_WAIT_MS = 30000
 DEFAULT_GRACE_MS = 10000
 
