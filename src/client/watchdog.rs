@@ -346,6 +346,7 @@ impl Task {
                     match result {
                         Ok(RenewOutcome::Renewed { lease }) => {
                             let (_, valid_for) = shared.snapshot();
+                            tracing::debug!(purpose = %self.purpose, registration = self.id, remaining_ms = lease.remaining_ms, "watchdog renewed");
                             self.emit(EventKind::Renewed { remaining_ms: lease.remaining_ms, valid_for });
                         }
                         // The handle's state says what happened; the next look ends it.
