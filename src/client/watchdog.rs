@@ -181,7 +181,7 @@ impl Watchdog {
             end_tx,
             jitter: Jitter::seeded(id),
             valid_until: shared.valid_until(),
-            _permit: permit,
+            permit: Some(permit),
         };
         runtime.spawn(task.run());
         Ok(Registration {
@@ -268,14 +268,21 @@ struct Task {
     jitter: Jitter,
     /// The validity deadline last seen, for when the handle is gone.
     valid_until: Instant,
-    /// Frees the registration slot when the task ends.
-    _permit: OwnedSemaphorePermit,
+    /// The registration slot, freed before the end is announced.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Task {
     async fn run(mut self) {
         let reason = self.keep_alive().await;
-        // The one place a registration ends: record why, cancel, announce.
+        // The one place a registration ends: free the slot, record why,
+        // cancel, announce. Whoever sees the end can register again.
+        drop(self.permit.take());
+        if let Some(shared) = self.shared.upgrade() {
+            // A handle still ACTIVE (caller cancelled, watchdog stopped) may
+            // be registered again.
+            shared.registered.store(false, Ordering::SeqCst);
+        }
         self.end_tx.send_replace(Some(reason));
         self.token.cancel();
         tracing::debug!(purpose = %self.purpose, registration = self.id, ?reason, "watchdog registration ended");
