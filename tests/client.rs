@@ -791,6 +791,42 @@ async fn a_handle_without_local_validity_is_lost_and_refuses_to_renew() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_key_is_sent_and_refusals_are_typed() {
+    let dir = std::env::temp_dir().join(unique("leasehold-client-keys-"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let keys = dir.join("keys");
+    let key = "client-test-key-0123456789";
+    std::fs::write(&keys, format!("{key} {P}\n")).expect("write keys");
+    let path = keys.to_str().expect("utf-8 path");
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--api-keys-file", path])).await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let anonymous = client_for(&app);
+    let op = OperationId::parse("op-1").expect("op");
+    match anonymous.create_attempt(&op).await {
+        Err(Error::Rejected(r)) => {
+            assert_eq!((r.status, r.outcome.as_str()), (401, "unauthorized"))
+        }
+        other => panic!("{other:?}"),
+    }
+    let keyed = client_with(&app, |s| s.api_key = Some(key.to_owned()));
+    assert!(
+        !format!("{:?}", keyed.settings()).contains(key),
+        "Debug must redact the API key"
+    );
+    let handle = acquired(&keyed, &resource(), Duration::from_secs(30)).await;
+    assert_eq!(handle.release().await, Ok(ReleaseOutcome::Released));
+    let elsewhere = ResourceId {
+        purpose: Purpose::parse("other-purpose").expect("purpose"),
+        digest: ResourceDigest::of_raw_id("x"),
+    };
+    match keyed.inspect(&elsewhere, None).await {
+        Err(Error::Rejected(r)) => assert_eq!((r.status, r.outcome.as_str()), (403, "forbidden")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transport_failures_are_unavailable_before_sending_and_indeterminate_after() {
     // Nothing listens: every verb is Unavailable (never written).
     let closed = {
@@ -868,10 +904,15 @@ async fn a_renew_timing_out_makes_the_handle_unknown_without_extending_it() {
     let client = client_with(&app, |s| s.request_timeout = Duration::from_millis(300));
     let r = resource();
     let handle = acquired(&client, &r, Duration::from_secs(30)).await;
+    let abandoned = acquired(&client, &resource(), Duration::from_secs(30)).await;
     let before = handle.valid_for();
     server.freeze();
     let result = handle.renew().await;
+    // A release given up on mid-flight may have happened: UNKNOWN.
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), abandoned.release()).await;
     server.thaw();
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    assert_eq!(abandoned.state(), LeaseState::Unknown);
     assert!(
         matches!(&result, Err(Error::Indeterminate { cause: Cause::Timeout, operation_id }) if operation_id == handle.operation_id()),
         "{result:?}"

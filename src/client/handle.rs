@@ -125,7 +125,8 @@ impl LeaseHandle {
     /// Releases. `released`/`already_absent` → RELEASED, `not_owner` →
     /// LOST, indeterminate → UNKNOWN; the answer is returned either way.
     /// Refused locally when already RELEASED; a LOST or UNKNOWN handle
-    /// still sends it (clean-up) and stays as it is.
+    /// still sends it (clean-up) and stays as it is. Dropping the future
+    /// with the request in flight makes the handle UNKNOWN.
     pub async fn release(&self) -> Result<ReleaseOutcome, Error> {
         self.shared.release().await
     }
@@ -236,7 +237,11 @@ impl Shared {
         if let Err(refused) = begun {
             return Err(Error::Refused(refused));
         }
+        // If this future is dropped with the request in flight, the lease
+        // may be gone: the handle becomes UNKNOWN, never stays ACTIVE.
+        let mut abandoned = AbandonedRelease(Some(self));
         let result = self.client.release(&self.resource, &self.attempt).await;
+        abandoned.0 = None;
         let reply = match &result {
             Ok(ReleaseOutcome::Released) => ReleaseReply::Released,
             Ok(ReleaseOutcome::AlreadyAbsent) => ReleaseReply::AlreadyAbsent,
@@ -247,5 +252,19 @@ impl Shared {
         let state = self.core().finish_release(Instant::now(), reply);
         self.publish(state);
         result
+    }
+}
+
+/// Marks a handle UNKNOWN when a release is abandoned mid-flight.
+struct AbandonedRelease<'a>(Option<&'a Shared>);
+
+impl Drop for AbandonedRelease<'_> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            let state = shared
+                .core()
+                .finish_release(Instant::now(), ReleaseReply::Indeterminate);
+            shared.publish(state);
+        }
     }
 }

@@ -348,6 +348,9 @@ impl Task {
                         // Validity ran out with the renew in flight: the
                         // next look stores LOST; the request is abandoned.
                         _ = sleep_until(valid_until) => continue,
+                        // The user released it (or it ended otherwise)
+                        // meanwhile: stop waiting for this renew.
+                        _ = self.state_rx.changed() => continue,
                         result = shared.renew() => result,
                     };
                     match result {
