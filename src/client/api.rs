@@ -1,0 +1,638 @@
+//! [`Client`]: the HTTP calls, and the mapping of every reply (or its
+//! absence) to a typed outcome or an [`Error`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderValue, AUTHORIZATION};
+use reqwest::{Method, Url};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{Cause, Error, LeaseHandle, Rejection};
+use crate::domain::{
+    Attempt, Guarantee, HeldBy, Inspection, Lease, LostReason, OperationId, OwnerToken, Purpose,
+    ReleaseOutcome, RenewOutcome, ResourceDigest, ResourceId,
+};
+use crate::http::problem::FieldError;
+
+const OWNER_TOKEN_HEADER: &str = "Lease-Owner-Token";
+const OPERATION_ID_HEADER: &str = "Lease-Operation-Id";
+
+/// How a [`Client`] talks to the service.
+#[derive(Clone)]
+pub struct ClientSettings {
+    /// Where the service listens, e.g. `http://127.0.0.1:8080` (`http` only:
+    /// this build of the client has no TLS).
+    pub base_url: String,
+    /// The service's drift budget (its `--drift-budget-ms`): a handle
+    /// counts its lease as valid for `min(ttl, remainingMs) - drift_budget`
+    /// from when the request was sent. Default 10 ms, the service default.
+    pub drift_budget: Duration,
+    /// How long one request may take from connecting to the end of the
+    /// reply; an acquire adds its `waitMs`. Default 5 s.
+    pub request_timeout: Duration,
+    /// How long connecting may take; a connect failure is `Unavailable`.
+    /// Default 1 s.
+    pub connect_timeout: Duration,
+    /// Sent as `Authorization: Bearer <key>` when set. A secret: `Debug`
+    /// redacts it.
+    pub api_key: Option<String>,
+    /// Replies larger than this are not read (`Indeterminate`). Default 64 KiB.
+    pub max_reply_bytes: usize,
+}
+
+impl ClientSettings {
+    /// Default settings for a service at `base_url`.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            drift_budget: Duration::from_millis(10),
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(1),
+            api_key: None,
+            max_reply_bytes: 64 * 1024,
+        }
+    }
+}
+
+impl fmt::Debug for ClientSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientSettings")
+            .field("base_url", &self.base_url)
+            .field("drift_budget", &self.drift_budget)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("max_reply_bytes", &self.max_reply_bytes)
+            .finish()
+    }
+}
+
+/// Why a [`Client`] could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The base URL is not an absolute `http://` URL.
+    #[error("base URL {0:?} must be an absolute http:// URL without query or fragment")]
+    BaseUrl(String),
+    /// The API key cannot be sent in a header.
+    #[error("the API key must be visible ASCII")]
+    ApiKey,
+    /// The HTTP stack could not be set up.
+    #[error("the HTTP client could not be built")]
+    Http,
+}
+
+/// A leasehold client: cheap to clone, one keep-alive connection pool.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    /// The base URL without a trailing slash.
+    base: String,
+    auth: Option<HeaderValue>,
+    settings: ClientSettings,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.inner.base)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The answer to an acquire, other than the shared failures.
+#[derive(Debug)]
+pub enum Acquire {
+    /// The caller now holds the lease.
+    Acquired {
+        /// The lease, owned.
+        handle: LeaseHandle,
+        /// How long the service waited before granting it, when it waited.
+        waited_ms: Option<u64>,
+    },
+    /// This attempt already held it; its TTL was not extended.
+    ReplayedSameOperation {
+        /// The lease, owned, valid for at most the server's PTTL.
+        handle: LeaseHandle,
+    },
+    /// The same owner token holds it for another operation.
+    OwnerOperationConflict {
+        /// The holder's remaining time to live.
+        retry_after_ms: u64,
+    },
+    /// Someone else holds it.
+    Contended {
+        /// The holder's remaining time to live, or the service's fallback.
+        retry_after_ms: u64,
+        /// How long the service waited, when it waited.
+        waited_ms: Option<u64>,
+    },
+}
+
+impl Acquire {
+    /// The handle, when the lease is held.
+    pub fn into_handle(self) -> Option<LeaseHandle> {
+        match self {
+            Self::Acquired { handle, .. } | Self::ReplayedSameOperation { handle } => Some(handle),
+            _ => None,
+        }
+    }
+
+    /// The snake_case outcome name.
+    pub fn outcome_name(&self) -> &'static str {
+        match self {
+            Self::Acquired { .. } => "acquired",
+            Self::ReplayedSameOperation { .. } => "replayed_same_operation",
+            Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
+            Self::Contended { .. } => "contended",
+        }
+    }
+}
+
+/// Every member any answer may carry; each verb reads the ones it expects.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire {
+    outcome: Option<String>,
+    lease: Option<WireLease>,
+    waited_ms: Option<u64>,
+    retry_after_ms: Option<u64>,
+    reason: Option<String>,
+    held: Option<bool>,
+    remaining_ms: Option<u64>,
+    fencing_token: Option<u64>,
+    held_by: Option<String>,
+    owner_token: Option<String>,
+    operation_id: Option<String>,
+    detail: Option<String>,
+    errors: Option<Vec<WireFieldError>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireLease {
+    purpose: String,
+    digest: String,
+    fencing_token: u64,
+    ttl_ms: u64,
+    remaining_ms: u64,
+    guarantee: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireFieldError {
+    field: String,
+    message: String,
+}
+
+/// A reply that arrived: its status and, if it was JSON, its members.
+struct Reply {
+    status: u16,
+    wire: Option<Wire>,
+}
+
+impl Reply {
+    fn outcome(&self) -> &str {
+        self.wire
+            .as_ref()
+            .and_then(|w| w.outcome.as_deref())
+            .unwrap_or("")
+    }
+
+    fn wire(&self) -> &Wire {
+        static EMPTY: Wire = Wire {
+            outcome: None,
+            lease: None,
+            waited_ms: None,
+            retry_after_ms: None,
+            reason: None,
+            held: None,
+            remaining_ms: None,
+            fencing_token: None,
+            held_by: None,
+            owner_token: None,
+            operation_id: None,
+            detail: None,
+            errors: None,
+        };
+        self.wire.as_ref().unwrap_or(&EMPTY)
+    }
+
+    fn unexpected(&self, op: &OperationId) -> Error {
+        Error::Indeterminate {
+            operation_id: op.clone(),
+            cause: Cause::UnexpectedReply {
+                status: self.status,
+            },
+        }
+    }
+
+    /// The shared failures, a rejection, or (anything else) an unexpected
+    /// reply, which may have been applied.
+    fn failure(&self, op: &OperationId) -> Error {
+        let wire = self.wire();
+        let retry_after = wire.retry_after_ms.map(Duration::from_millis);
+        match self.outcome() {
+            "unavailable" => Error::Unavailable {
+                retry_after,
+                cause: Cause::Service,
+            },
+            "overloaded" => Error::Overloaded { retry_after },
+            // A request that overran the service's own request timeout may
+            // have reached the store: as ambiguous as `indeterminate`.
+            "indeterminate" | "request_timeout" => Error::Indeterminate {
+                operation_id: op.clone(),
+                cause: Cause::Service,
+            },
+            outcome if (400..500).contains(&self.status) => Error::Rejected(Box::new(Rejection {
+                status: self.status,
+                outcome: if outcome.is_empty() {
+                    "<none>".to_owned()
+                } else {
+                    outcome.to_owned()
+                },
+                detail: wire.detail.clone().unwrap_or_default(),
+                errors: wire
+                    .errors
+                    .iter()
+                    .flatten()
+                    .map(|e| FieldError {
+                        field: e.field.clone(),
+                        message: e.message.clone(),
+                    })
+                    .collect(),
+            })),
+            _ => self.unexpected(op),
+        }
+    }
+
+    /// The `lease` member, checked against the resource asked for.
+    fn lease(&self, resource: &ResourceId, op: &OperationId) -> Result<Lease, Error> {
+        let w = self
+            .wire()
+            .lease
+            .as_ref()
+            .ok_or_else(|| self.unexpected(op))?;
+        let purpose = Purpose::parse(&w.purpose).map_err(|_| self.unexpected(op))?;
+        let digest = ResourceDigest::parse(&w.digest).map_err(|_| self.unexpected(op))?;
+        if purpose != resource.purpose || digest != resource.digest || w.guarantee != "fenced" {
+            return Err(self.unexpected(op));
+        }
+        Ok(Lease {
+            purpose,
+            digest,
+            fencing_token: w.fencing_token,
+            ttl_ms: w.ttl_ms,
+            remaining_ms: w.remaining_ms,
+            guarantee: Guarantee::Fenced,
+        })
+    }
+
+    fn retry_after_ms(&self, op: &OperationId) -> Result<u64, Error> {
+        self.wire()
+            .retry_after_ms
+            .ok_or_else(|| self.unexpected(op))
+    }
+}
+
+/// Milliseconds of a duration, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Client {
+    /// A client for the service at `settings.base_url`. Connects lazily.
+    pub fn new(settings: ClientSettings) -> Result<Self, BuildError> {
+        let url = Url::parse(&settings.base_url)
+            .map_err(|_| BuildError::BaseUrl(settings.base_url.clone()))?;
+        if url.scheme() != "http"
+            || url.cannot_be_a_base()
+            || url.query().is_some()
+            || url.fragment().is_some()
+        {
+            return Err(BuildError::BaseUrl(settings.base_url.clone()));
+        }
+        let auth = match &settings.api_key {
+            None => None,
+            Some(key) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+                    .map_err(|_| BuildError::ApiKey)?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|_| BuildError::Http)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http,
+                base: url.as_str().trim_end_matches('/').to_owned(),
+                auth,
+                settings,
+            }),
+        })
+    }
+
+    /// The settings this client was built with.
+    pub fn settings(&self) -> &ClientSettings {
+        &self.inner.settings
+    }
+
+    fn lease_url(&self, resource: &ResourceId) -> String {
+        format!(
+            "{}/leases/{}/{}",
+            self.inner.base, resource.purpose, resource.digest
+        )
+    }
+
+    /// Sends one request and reads its reply, classifying transport
+    /// failures: nothing written → `Unavailable`; written (or possibly
+    /// written) → `Indeterminate`.
+    async fn call(
+        &self,
+        method: Method,
+        url: String,
+        attempt: Option<&Attempt>,
+        body: Option<serde_json::Value>,
+        timeout: Duration,
+        op: &OperationId,
+    ) -> Result<Reply, Error> {
+        let mut request = self.inner.http.request(method, url).timeout(timeout);
+        if let Some(auth) = &self.inner.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        if let Some(a) = attempt {
+            let mut token =
+                HeaderValue::from_str(a.owner_token.expose()).map_err(|_| Error::Unavailable {
+                    retry_after: None,
+                    cause: Cause::Connect,
+                })?;
+            token.set_sensitive(true);
+            request = request
+                .header(OWNER_TOKEN_HEADER, token)
+                .header(OPERATION_ID_HEADER, a.operation_id.as_str());
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let indeterminate = |cause| Error::Indeterminate {
+            operation_id: op.clone(),
+            cause,
+        };
+        let mut response = match request.send().await {
+            Ok(r) => r,
+            // The request could not be built, or no connection was made: it
+            // never left.
+            Err(e) if e.is_builder() || e.is_connect() => {
+                return Err(Error::Unavailable {
+                    retry_after: None,
+                    cause: Cause::Connect,
+                })
+            }
+            Err(e) if e.is_timeout() => return Err(indeterminate(Cause::Timeout)),
+            Err(_) => return Err(indeterminate(Cause::ConnectionLost)),
+        };
+        let status = response.status().as_u16();
+        let limit = self.inner.settings.max_reply_bytes;
+        let mut bytes = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if bytes.len() + chunk.len() > limit {
+                        return Err(indeterminate(Cause::UnexpectedReply { status }));
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) if e.is_timeout() => return Err(indeterminate(Cause::Timeout)),
+                Err(_) => return Err(indeterminate(Cause::ConnectionLost)),
+            }
+        }
+        Ok(Reply {
+            status,
+            wire: serde_json::from_slice(&bytes).ok(),
+        })
+    }
+
+    /// `POST /attempts`: a fresh owner token for `operation_id`. Stateless on
+    /// the server, so safe to retry on any failure.
+    pub async fn create_attempt(&self, operation_id: &OperationId) -> Result<Attempt, Error> {
+        let url = format!("{}/attempts", self.inner.base);
+        let body = json!({ "operationId": operation_id.as_str() });
+        let reply = self
+            .call(
+                Method::POST,
+                url,
+                None,
+                Some(body),
+                self.inner.settings.request_timeout,
+                operation_id,
+            )
+            .await?;
+        if reply.outcome() != "attempt_created" {
+            return Err(reply.failure(operation_id));
+        }
+        let token = reply.wire().owner_token.as_deref().unwrap_or("");
+        let owner_token = OwnerToken::parse(token).map_err(|_| reply.unexpected(operation_id))?;
+        if reply.wire().operation_id.as_deref() != Some(operation_id.as_str()) {
+            return Err(reply.unexpected(operation_id));
+        }
+        Ok(Attempt {
+            owner_token,
+            operation_id: operation_id.clone(),
+        })
+    }
+
+    /// `PUT /leases/{purpose}/{digest}`: acquire for `ttl`, waiting up to
+    /// `wait` server-side while someone else holds it (`Duration::ZERO`:
+    /// try once). A held lease comes back as a [`LeaseHandle`] whose local
+    /// validity is counted from the instant this request was sent (plus
+    /// `waitedMs`, which the service measures from before the acquiring
+    /// script ran).
+    pub async fn acquire(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Acquire, Error> {
+        let (ttl_ms, wait_ms) = (millis(ttl), millis(wait));
+        let body = if wait_ms > 0 {
+            json!({ "ttlMs": ttl_ms, "waitMs": wait_ms })
+        } else {
+            json!({ "ttlMs": ttl_ms })
+        };
+        let op = &attempt.operation_id;
+        let timeout = self.inner.settings.request_timeout.saturating_add(wait);
+        let sent = Instant::now();
+        let reply = self
+            .call(
+                Method::PUT,
+                self.lease_url(resource),
+                Some(attempt),
+                Some(body),
+                timeout,
+                op,
+            )
+            .await?;
+        let ttl = Duration::from_millis(ttl_ms);
+        match reply.outcome() {
+            "acquired" => {
+                let lease = reply.lease(resource, op)?;
+                let waited_ms = reply.wire().waited_ms;
+                let from = sent + Duration::from_millis(waited_ms.unwrap_or(0));
+                let handle = LeaseHandle::new(
+                    self.clone(),
+                    resource.clone(),
+                    attempt.clone(),
+                    lease,
+                    from,
+                    ttl,
+                );
+                Ok(Acquire::Acquired { handle, waited_ms })
+            }
+            "replayed_same_operation" => {
+                let lease = reply.lease(resource, op)?;
+                let handle = LeaseHandle::new(
+                    self.clone(),
+                    resource.clone(),
+                    attempt.clone(),
+                    lease,
+                    sent,
+                    ttl,
+                );
+                Ok(Acquire::ReplayedSameOperation { handle })
+            }
+            "owner_operation_conflict" => Ok(Acquire::OwnerOperationConflict {
+                retry_after_ms: reply.retry_after_ms(op)?,
+            }),
+            "contended" => Ok(Acquire::Contended {
+                retry_after_ms: reply.retry_after_ms(op)?,
+                waited_ms: reply.wire().waited_ms,
+            }),
+            _ => Err(reply.failure(op)),
+        }
+    }
+
+    /// `PATCH /leases/{purpose}/{digest}`: reset the TTL to `ttl`. A
+    /// [`LeaseHandle`] calls this for you and tracks the result.
+    pub async fn renew(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Duration,
+    ) -> Result<RenewOutcome, Error> {
+        let op = &attempt.operation_id;
+        let body = json!({ "ttlMs": millis(ttl) });
+        let reply = self
+            .call(
+                Method::PATCH,
+                self.lease_url(resource),
+                Some(attempt),
+                Some(body),
+                self.inner.settings.request_timeout,
+                op,
+            )
+            .await?;
+        match reply.outcome() {
+            "renewed" => Ok(RenewOutcome::Renewed {
+                lease: reply.lease(resource, op)?,
+            }),
+            "lost" => match reply.wire().reason.as_deref() {
+                Some("absent") => Ok(RenewOutcome::Lost {
+                    reason: LostReason::Absent,
+                }),
+                Some("not_owner") => Ok(RenewOutcome::Lost {
+                    reason: LostReason::NotOwner,
+                }),
+                _ => Err(reply.unexpected(op)),
+            },
+            _ => Err(reply.failure(op)),
+        }
+    }
+
+    /// `DELETE /leases/{purpose}/{digest}`: release (idempotent). A
+    /// [`LeaseHandle`] calls this for you and tracks the result.
+    pub async fn release(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<ReleaseOutcome, Error> {
+        let op = &attempt.operation_id;
+        let reply = self
+            .call(
+                Method::DELETE,
+                self.lease_url(resource),
+                Some(attempt),
+                None,
+                self.inner.settings.request_timeout,
+                op,
+            )
+            .await?;
+        match reply.outcome() {
+            "released" => Ok(ReleaseOutcome::Released),
+            "already_absent" => Ok(ReleaseOutcome::AlreadyAbsent),
+            "not_owner" => Ok(ReleaseOutcome::NotOwner),
+            _ => Err(reply.failure(op)),
+        }
+    }
+
+    /// `GET /leases/{purpose}/{digest}`: a read-only view; with an attempt,
+    /// also who holds it relative to that attempt. Without one, an
+    /// `Indeterminate` carries the operation id `inspect`.
+    pub async fn inspect(
+        &self,
+        resource: &ResourceId,
+        attempt: Option<&Attempt>,
+    ) -> Result<Inspection, Error> {
+        let anonymous;
+        let op = match attempt {
+            Some(a) => &a.operation_id,
+            None => {
+                anonymous = OperationId::parse("inspect").map_err(|_| Error::Unavailable {
+                    retry_after: None,
+                    cause: Cause::Connect,
+                })?;
+                &anonymous
+            }
+        };
+        let reply = self
+            .call(
+                Method::GET,
+                self.lease_url(resource),
+                attempt,
+                None,
+                self.inner.settings.request_timeout,
+                op,
+            )
+            .await?;
+        if reply.outcome() != "inspected" {
+            return Err(reply.failure(op));
+        }
+        let w = reply.wire();
+        let held_by = match w.held_by.as_deref() {
+            None => None,
+            Some("caller") => Some(HeldBy::Caller),
+            Some("caller_other_operation") => Some(HeldBy::CallerOtherOperation),
+            Some("other") => Some(HeldBy::Other),
+            Some(_) => return Err(reply.unexpected(op)),
+        };
+        Ok(Inspection {
+            held: w.held.ok_or_else(|| reply.unexpected(op))?,
+            remaining_ms: w.remaining_ms,
+            fencing_token: w.fencing_token,
+            held_by,
+        })
+    }
+}
