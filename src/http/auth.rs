@@ -41,18 +41,28 @@ impl ApiKeys {
                 continue;
             }
             let mut parts = line.split_whitespace();
-            let (Some(key), Some(purposes), None) = (parts.next(), parts.next(), parts.next()) else {
-                return Err(ApiKeysError { line: i + 1, reason: "expected '<key> <purpose>[,<purpose>...]' or '<key> *'" });
+            let (Some(key), Some(purposes), None) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(ApiKeysError {
+                    line: i + 1,
+                    reason: "expected '<key> <purpose>[,<purpose>...]' or '<key> *'",
+                });
             };
             if key.len() < 16 {
-                return Err(ApiKeysError { line: i + 1, reason: "keys must be at least 16 characters" });
+                return Err(ApiKeysError {
+                    line: i + 1,
+                    reason: "keys must be at least 16 characters",
+                });
             }
             let allowed = if purposes == "*" {
                 Allowed::Any
             } else {
                 let mut set = HashSet::new();
                 for p in purposes.split(',') {
-                    Purpose::parse(p).map_err(|_| ApiKeysError { line: i + 1, reason: "invalid purpose" })?;
+                    Purpose::parse(p).map_err(|_| ApiKeysError {
+                        line: i + 1,
+                        reason: "invalid purpose",
+                    })?;
                     set.insert(p.to_owned());
                 }
                 Allowed::Only(set)
@@ -76,7 +86,10 @@ impl ApiKeys {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or(ApiError::Unauthorized)?;
-        self.keys.get(&hash(key.trim())).map(Some).ok_or(ApiError::Unauthorized)
+        self.keys
+            .get(&hash(key.trim()))
+            .map(Some)
+            .ok_or(ApiError::Unauthorized)
     }
 
     /// 401 unless a valid key is sent (when keys are configured).
@@ -105,20 +118,35 @@ mod tests {
 
     fn bearer(key: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {key}")).expect("header"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {key}")).expect("header"),
+        );
         h
     }
 
     #[test]
     fn keys_are_scoped_to_purposes() {
-        let keys = ApiKeys::parse("# ops\nexport-key-0123456789 invoice-export,report\nadmin-key-0123456789 *\n").expect("parse");
+        let keys = ApiKeys::parse(
+            "# ops\nexport-key-0123456789 invoice-export,report\nadmin-key-0123456789 *\n",
+        )
+        .expect("parse");
         let p = Purpose::parse("invoice-export").expect("purpose");
         let q = Purpose::parse("other").expect("purpose");
         assert!(keys.authorize(&bearer("export-key-0123456789"), &p).is_ok());
-        assert!(matches!(keys.authorize(&bearer("export-key-0123456789"), &q), Err(ApiError::Forbidden)));
+        assert!(matches!(
+            keys.authorize(&bearer("export-key-0123456789"), &q),
+            Err(ApiError::Forbidden)
+        ));
         assert!(keys.authorize(&bearer("admin-key-0123456789"), &q).is_ok());
-        assert!(matches!(keys.authorize(&bearer("wrong-key-0123456789"), &p), Err(ApiError::Unauthorized)));
-        assert!(matches!(keys.authorize(&HeaderMap::new(), &p), Err(ApiError::Unauthorized)));
+        assert!(matches!(
+            keys.authorize(&bearer("wrong-key-0123456789"), &p),
+            Err(ApiError::Unauthorized)
+        ));
+        assert!(matches!(
+            keys.authorize(&HeaderMap::new(), &p),
+            Err(ApiError::Unauthorized)
+        ));
         assert!(ApiKeys::parse("short p").is_err());
         assert!(ApiKeys::default().authorize(&HeaderMap::new(), &p).is_ok());
     }

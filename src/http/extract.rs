@@ -26,12 +26,18 @@ impl Problems {
     /// A request-shape error (path, header, JSON syntax): 400.
     pub fn shape(&mut self, field: &str, message: impl Into<String>) {
         self.shape = true;
-        self.errors.push(FieldError { field: field.to_owned(), message: message.into() });
+        self.errors.push(FieldError {
+            field: field.to_owned(),
+            message: message.into(),
+        });
     }
 
     /// An invalid value in well-formed JSON: 422 (unless a shape error is also present).
     pub fn value(&mut self, field: &str, message: impl Into<String>) {
-        self.errors.push(FieldError { field: field.to_owned(), message: message.into() });
+        self.errors.push(FieldError {
+            field: field.to_owned(),
+            message: message.into(),
+        });
     }
 
     /// `Ok` when nothing was wrong.
@@ -39,19 +45,38 @@ impl Problems {
         if self.errors.is_empty() {
             return Ok(());
         }
-        let status = if self.shape { StatusCode::BAD_REQUEST } else { StatusCode::UNPROCESSABLE_ENTITY };
-        Err(ApiError::Invalid { status, errors: self.errors })
+        let status = if self.shape {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        Err(ApiError::Invalid {
+            status,
+            errors: self.errors,
+        })
     }
 }
 
 /// Parses the `{purpose}` and `{digest}` path parameters.
 pub fn resource(purpose: &str, digest: &str, problems: &mut Problems) -> Option<ResourceId> {
-    let purpose = Purpose::parse(purpose).map_err(|e| problems.shape("purpose", e.to_string())).ok();
-    let digest = ResourceDigest::parse(digest).map_err(|e| problems.shape("digest", e.to_string())).ok();
-    Some(ResourceId { purpose: purpose?, digest: digest? })
+    let purpose = Purpose::parse(purpose)
+        .map_err(|e| problems.shape("purpose", e.to_string()))
+        .ok();
+    let digest = ResourceDigest::parse(digest)
+        .map_err(|e| problems.shape("digest", e.to_string()))
+        .ok();
+    Some(ResourceId {
+        purpose: purpose?,
+        digest: digest?,
+    })
 }
 
-fn header_text<'a>(headers: &'a HeaderMap, name: &str, display: &str, problems: &mut Problems) -> Option<Option<&'a str>> {
+fn header_text<'a>(
+    headers: &'a HeaderMap,
+    name: &str,
+    display: &str,
+    problems: &mut Problems,
+) -> Option<Option<&'a str>> {
     match headers.get(name) {
         None => Some(None),
         Some(v) => match v.to_str() {
@@ -74,19 +99,32 @@ pub fn attempt(headers: &HeaderMap, required: bool, problems: &mut Problems) -> 
     }
     let owner_token = match token {
         None => {
-            problems.shape("Lease-Owner-Token", "header is required (from POST /attempts)");
+            problems.shape(
+                "Lease-Owner-Token",
+                "header is required (from POST /attempts)",
+            );
             None
         }
-        Some(t) => OwnerToken::parse(t).map_err(|e| problems.shape("Lease-Owner-Token", e.to_string())).ok(),
+        Some(t) => OwnerToken::parse(t)
+            .map_err(|e| problems.shape("Lease-Owner-Token", e.to_string()))
+            .ok(),
     };
     let operation_id = match op {
         None => {
-            problems.shape("Lease-Operation-Id", "header is required (from POST /attempts)");
+            problems.shape(
+                "Lease-Operation-Id",
+                "header is required (from POST /attempts)",
+            );
             None
         }
-        Some(o) => OperationId::parse(o).map_err(|e| problems.shape("Lease-Operation-Id", e.to_string())).ok(),
+        Some(o) => OperationId::parse(o)
+            .map_err(|e| problems.shape("Lease-Operation-Id", e.to_string()))
+            .ok(),
     };
-    Some(Attempt { owner_token: owner_token?, operation_id: operation_id? })
+    Some(Attempt {
+        owner_token: owner_token?,
+        operation_id: operation_id?,
+    })
 }
 
 /// Checks the content type and body size, then deserializes the JSON body,
@@ -123,9 +161,15 @@ pub fn json_body<T: DeserializeOwned>(
                 path
             };
             // Strip serde's " at line 1 column 9" suffix: the field is named.
-            let message = message.split(" at line ").next().unwrap_or(&message).to_owned();
+            let message = message
+                .split(" at line ")
+                .next()
+                .unwrap_or(&message)
+                .to_owned();
             match inner.classify() {
-                serde_json::error::Category::Syntax | serde_json::error::Category::Eof | serde_json::error::Category::Io => {
+                serde_json::error::Category::Syntax
+                | serde_json::error::Category::Eof
+                | serde_json::error::Category::Io => {
                     problems.shape(&field, format!("malformed JSON: {message}"))
                 }
                 serde_json::error::Category::Data => problems.value(&field, message),
@@ -143,9 +187,18 @@ fn named_field(message: &str) -> Option<String> {
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
         return false;
     };
-    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }

@@ -20,7 +20,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::trace::TraceLayer;
 
 use self::auth::ApiKeys;
@@ -70,7 +72,9 @@ struct NextRequestId {
 impl MakeRequestId for NextRequestId {
     fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::from_str(&format!("{:08x}{:016x}", self.prefix, n)).ok().map(RequestId::new)
+        HeaderValue::from_str(&format!("{:08x}{:016x}", self.prefix, n))
+            .ok()
+            .map(RequestId::new)
     }
 }
 
@@ -80,13 +84,19 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
     let body_limit = app.body_limit;
     let mut prefix = [0u8; 4];
     let _ = getrandom::fill(&mut prefix);
-    let ids = NextRequestId { prefix: u32::from_le_bytes(prefix), counter: Arc::new(AtomicU64::new(1)) };
+    let ids = NextRequestId {
+        prefix: u32::from_le_bytes(prefix),
+        counter: Arc::new(AtomicU64::new(1)),
+    };
 
     let mut routes = Router::new()
         .route("/attempts", post(attempts::create))
         .route(
             "/leases/{purpose}/{digest}",
-            put(leases::acquire).patch(leases::renew).delete(leases::release).get(leases::inspect),
+            put(leases::acquire)
+                .patch(leases::renew)
+                .delete(leases::release)
+                .get(leases::inspect),
         )
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
@@ -100,15 +110,25 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), observe))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|req: &Request| {
-                let route = req.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
-                let id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
-                tracing::info_span!("request", method = %req.method(), route, request_id = id)
-            }),
-        )
-        .layer(PropagateRequestIdLayer::new(axum::http::HeaderName::from_static(REQUEST_ID)))
-        .layer(SetRequestIdLayer::new(axum::http::HeaderName::from_static(REQUEST_ID), ids))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            let route = req
+                .extensions()
+                .get::<MatchedPath>()
+                .map_or("unmatched", MatchedPath::as_str);
+            let id = req
+                .headers()
+                .get(REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            tracing::info_span!("request", method = %req.method(), route, request_id = id)
+        }))
+        .layer(PropagateRequestIdLayer::new(
+            axum::http::HeaderName::from_static(REQUEST_ID),
+        ))
+        .layer(SetRequestIdLayer::new(
+            axum::http::HeaderName::from_static(REQUEST_ID),
+            ids,
+        ))
         .with_state(app)
 }
 
@@ -125,13 +145,18 @@ pub fn metrics_router(app: AppState) -> Router {
 async fn observe(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().as_str().to_owned();
-    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
     let response = match tokio::time::timeout(app.request_timeout, next.run(req)).await {
         Ok(response) => response,
         Err(_) => ApiError::RequestTimeout.into_response(),
     };
     let status = response.status().as_u16().to_string();
     metrics::counter!(HTTP_REQUESTS, "method" => method.clone(), "route" => route.clone(), "status" => status).increment(1);
-    metrics::histogram!(HTTP_DURATION, "method" => method, "route" => route).record(started.elapsed().as_secs_f64());
+    metrics::histogram!(HTTP_DURATION, "method" => method, "route" => route)
+        .record(started.elapsed().as_secs_f64());
     response
 }

@@ -49,7 +49,8 @@ impl Answer for AcquireOutcome {
     }
     fn retry_after_ms(&self) -> Option<u64> {
         match self {
-            Self::Contended { retry_after_ms, .. } => Some(*retry_after_ms),
+            Self::Contended { retry_after_ms, .. }
+            | Self::OwnerOperationConflict { retry_after_ms } => Some(*retry_after_ms),
             _ => None,
         }
     }
@@ -72,8 +73,12 @@ impl Answer for RenewOutcome {
     fn status(&self) -> StatusCode {
         match self {
             Self::Renewed { .. } => StatusCode::OK,
-            Self::Lost { reason: LostReason::Absent } => StatusCode::NOT_FOUND,
-            Self::Lost { reason: LostReason::NotOwner } => StatusCode::CONFLICT,
+            Self::Lost {
+                reason: LostReason::Absent,
+            } => StatusCode::NOT_FOUND,
+            Self::Lost {
+                reason: LostReason::NotOwner,
+            } => StatusCode::CONFLICT,
         }
     }
     fn describe(&self) -> (&'static str, &'static str) {
@@ -166,7 +171,13 @@ pub fn respond_one<T: Answer>(answer: &T) -> Response {
             Value::Object(map) => map,
             _ => Map::new(),
         };
-        problem_response(status, answer.outcome_name(), title, detail, map_take(&mut map))
+        problem_response(
+            status,
+            answer.outcome_name(),
+            title,
+            detail,
+            map_take(&mut map),
+        )
     };
     if let Some(ms) = retry_after {
         set_retry_after(&mut response, ms);
@@ -197,7 +208,10 @@ pub fn problem_response(
 ) -> Response {
     members.insert(
         "type".into(),
-        Value::String(format!("https://leasehold.dev/problems/{}", outcome.replace('_', "-"))),
+        Value::String(format!(
+            "https://leasehold.dev/problems/{}",
+            outcome.replace('_', "-")
+        )),
     );
     members.insert("title".into(), Value::String(title.to_owned()));
     members.insert("status".into(), Value::from(status.as_u16()));
@@ -258,7 +272,13 @@ impl IntoResponse for ApiError {
                     .map(|e| format!("{}: {}", e.field, e.message))
                     .collect::<Vec<_>>()
                     .join("; ");
-                problem_response(status, "invalid_request", "Invalid request", &detail, members)
+                problem_response(
+                    status,
+                    "invalid_request",
+                    "Invalid request",
+                    &detail,
+                    members,
+                )
             }
             Self::TooLarge { limit } => problem_response(
                 StatusCode::PAYLOAD_TOO_LARGE,
