@@ -14,7 +14,8 @@ use super::AppState;
 use crate::domain::{OperationId, OwnerToken};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
-    InvalidRequestProblem, PayloadTooLargeProblem, UnauthorizedProblem, UnsupportedMediaTypeProblem,
+    HeadersTooLargeProblem, InvalidRequestProblem, PayloadTooLargeProblem, UnauthorizedProblem,
+    UnsupportedMediaTypeProblem,
 };
 
 /// Body of an attempt creation.
@@ -84,6 +85,7 @@ pub enum AttemptCreatedTag {
         (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: an invalid, missing or unknown member.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
     ),
     security((), ("apiKey" = []))
 )]

@@ -15,10 +15,10 @@ use super::AppState;
 use crate::domain::{Attempt, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
-    AcquireConflict, Acquired, ForbiddenProblem, IndeterminateProblem, Inspected,
-    InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem, NotFoundProblem, NotOwnerProblem,
-    PayloadTooLargeProblem, ReleaseSuccess, Renewed, ReplayedSameOperation, ServiceUnavailable,
-    UnauthorizedProblem, UnsupportedMediaTypeProblem,
+    AcquireConflict, Acquired, ForbiddenProblem, HeadersTooLargeProblem, IndeterminateProblem,
+    Inspected, InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem, NotFoundProblem,
+    NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed, ReplayedSameOperation,
+    ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
 };
 
 /// Body of an acquire.
@@ -136,6 +136,7 @@ fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
         (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: well-formed JSON with invalid values (TTL or wait out of bounds, wrong types, unknown or missing members).", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable`, `overloaded` or `request_timeout`: not applied (for `request_timeout`: unknown). Retry later.",
             body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
@@ -221,6 +222,7 @@ pub async fn acquire(
         (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: well-formed JSON with invalid values.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable`, `overloaded` or `request_timeout`.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
         (status = 504, description = "`indeterminate`: sent, no certain reply. Inspect, or retry with the same attempt.", body = IndeterminateProblem, content_type = "application/problem+json"),
@@ -305,6 +307,7 @@ fn resource_and_attempt(
         (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
         (status = 409, description = "`not_owner`: someone else holds the lease; nothing was changed.", body = NotOwnerProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable`, `overloaded` or `request_timeout`.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
         (status = 504, description = "`indeterminate`: sent, no certain reply. Inspect, or retry.", body = IndeterminateProblem, content_type = "application/problem+json"),
@@ -346,6 +349,7 @@ pub async fn release(State(app): State<AppState>, path: RawPath, headers: Header
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable`, `overloaded` or `request_timeout`.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
         (status = 504, description = "`indeterminate`: the read was sent with the attempt headers and no certain reply came.", body = IndeterminateProblem, content_type = "application/problem+json"),
