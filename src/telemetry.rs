@@ -56,14 +56,46 @@ pub fn install_metrics() -> PrometheusHandle {
 
 fn describe() {
     describe_counter!(OPERATIONS, Unit::Count, "Lease operations by verb, outcome and purpose (purposes beyond the label cap are counted as 'other').");
-    describe_histogram!(OPERATION_DURATION, Unit::Seconds, "Lease operation latency by verb as seen by the service, server-side waits included.");
-    describe_histogram!(STORE_DURATION, Unit::Seconds, "Store script latency by script, pool wait included.");
-    describe_gauge!(POOL_CONNECTIONS, Unit::Count, "Store pool connections by state (in_use, idle).");
-    describe_histogram!(POOL_WAIT, Unit::Seconds, "Time spent waiting for a pooled store connection.");
-    describe_gauge!(WAITERS, Unit::Count, "Acquire requests currently waiting server-side.");
-    describe_counter!(HTTP_REQUESTS, Unit::Count, "HTTP requests by method, route template and status.");
-    describe_histogram!(HTTP_DURATION, Unit::Seconds, "HTTP request latency by method and route template.");
-    describe_gauge!(BUILD_INFO, Unit::Count, "Build information; the value is always 1.");
+    describe_histogram!(
+        OPERATION_DURATION,
+        Unit::Seconds,
+        "Lease operation latency by verb as seen by the service, server-side waits included."
+    );
+    describe_histogram!(
+        STORE_DURATION,
+        Unit::Seconds,
+        "Store script latency by script, pool wait included."
+    );
+    describe_gauge!(
+        POOL_CONNECTIONS,
+        Unit::Count,
+        "Store pool connections by state (in_use, idle)."
+    );
+    describe_histogram!(
+        POOL_WAIT,
+        Unit::Seconds,
+        "Time spent waiting for a pooled store connection."
+    );
+    describe_gauge!(
+        WAITERS,
+        Unit::Count,
+        "Acquire requests currently waiting server-side."
+    );
+    describe_counter!(
+        HTTP_REQUESTS,
+        Unit::Count,
+        "HTTP requests by method, route template and status."
+    );
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "HTTP request latency by method and route template."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        Unit::Count,
+        "Build information; the value is always 1."
+    );
 }
 
 /// Maps purposes to label values, admitting at most `cap` distinct ones;
@@ -109,9 +141,17 @@ pub enum LogFormat {
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        // The current span (method, route template, request id) is enough;
+        // the span list would repeat it on every line.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_span_list(false)
+            .try_init(),
     };
 }
