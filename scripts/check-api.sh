@@ -129,7 +129,7 @@ trap cleanup EXIT
 PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 BASE="http://127.0.0.1:$PORT"
 printf '%s *\n' "$API_KEY" > "$TMP/api-keys"
-log "starting $BIN on $BASE (embedded store, JSON logs in the summary on failure)"
+log "starting $BIN on $BASE (embedded store, API key, JSON logs)"
 LEASEHOLD_LISTEN="127.0.0.1:$PORT" LEASEHOLD_API_KEYS_FILE="$TMP/api-keys" LEASEHOLD_LOG_FORMAT=json \
   LEASEHOLD_NAMESPACE="check-api" RUST_LOG=warn "$BIN" serve 2> "$TMP/server.log" &
 SERVER_PID=$!
@@ -270,7 +270,7 @@ scrape_check() {
   local family missing=0
   for family in leasehold_lease_operations_total leasehold_lease_operation_duration_seconds_bucket \
     leasehold_http_requests_total leasehold_http_request_duration_seconds_bucket leasehold_waiters leasehold_build_info; do
-    grep -q "^$family[{ ]" "$TMP/metrics.prom" || { echo "missing from the scrape: $family" >&2; missing=1; }
+    grep -q "^${family}[{ ]" "$TMP/metrics.prom" || { echo "missing from the scrape: $family" >&2; missing=1; }
   done
   return "$missing"
 }
@@ -337,6 +337,10 @@ step "the service stayed up, logged no error and never the API key" server_healt
 # ----------------------------------------------------------------- summary --
 
 echo
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+  echo "last lines of the service's log:"
+  tail -n 20 "$TMP/server.log" | cut -c1-300
+fi
 for s in "${FAILED[@]}"; do echo "FAILED:  $s"; done
 echo "${#PASSED[@]} passed, ${#FAILED[@]} failed"
 [[ ${#FAILED[@]} -eq 0 ]]
