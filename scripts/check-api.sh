@@ -276,14 +276,24 @@ scrape_check() {
 }
 step "promtool check metrics on a live scrape after the lease cycle" scrape_check
 
-# schemathesis settings. Every check runs; the one adjustment below is
-# inapplicable by construction, not a failure being hidden:
-# - positive_data_acceptance, GET /leases (inspectLease): the two attempt
+# schemathesis settings. Every check runs, in every phase (the stateful phase
+# follows the document's links: attempt -> acquire -> renew/release/inspect),
+# with two adjustments that are inapplicable by construction, not failures
+# being hidden:
+# - positive_data_acceptance, GET /leases (inspectLease) only: the two attempt
 #   headers are optional but go together (both or neither); OpenAPI 3.1 cannot
 #   state a dependency between two parameters, so a schema-valid request with
 #   only one of them is answered 400 invalid_request naming the missing one.
+# - use_after_free (ST301): a lease is a slot, not a created object;
+#   inspecting a released lease answers 200 {"outcome":"inspected","held":false}
+#   by design (DESIGN.md section 2), not 404. The only other verb it could
+#   apply to, renew after release, answers 404 lost (tests/contract.rs checks
+#   that). schemathesis 4.32 ignores a per-operation switch for this check in
+#   the stateful phase, so it is excluded for the run.
+# max_response_time is set to the documented bound, not the 10 s default: an
+# acquire may wait server-side up to waitMs (30 s), plus the store timeout.
 # Bounded: --max-examples per operation and phase; a fixed seed, so a failure
-# reproduces. One worker: CPython 3.11's ast.parse is not thread-safe, and
+# reproduces (LEASEHOLD_FUZZ_SEED=N explores others). One worker: CPython 3.11's ast.parse is not thread-safe, and
 # hypothesis calls it to describe strategies ("AST constructor recursion depth
 # mismatch" with two workers).
 cat > "$TMP/schemathesis.toml" <<'TOML'
@@ -296,7 +306,7 @@ TOML
 fuzz() {
   # In $TMP: hypothesis keeps its example database in the working directory.
   (cd "$TMP" && schemathesis --no-color --config-file "$TMP/schemathesis.toml" run "$BASE/openapi.json" \
-    --checks all --max-examples 30 --seed 1 --workers 1 --request-timeout 40 --generation-database none \
+    --checks all --exclude-checks use_after_free --max-response-time 35 --max-examples 30 --seed "${LEASEHOLD_FUZZ_SEED:-1}" --workers 1 --request-timeout 40 --generation-database none \
     -H "Authorization: Bearer $API_KEY") 2>&1 | cut -c1-400 | tail -n 80
   return "${PIPESTATUS[0]}"
 }

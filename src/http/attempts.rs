@@ -79,7 +79,11 @@ pub enum AttemptCreatedTag {
     request_body(content = AttemptBody, description = "The caller's id for this unit of work.",
         example = json!({"operationId": "export-2026-12-02"})),
     responses(
-        (status = 201, description = "`attempt_created`: a fresh owner token.", body = AttemptCreated),
+        (status = 201, description = "`attempt_created`: a fresh owner token.", body = AttemptCreated,
+            links(("acquire" = (operation_id = "acquireLease", description = "Acquire a lease with this attempt.", parameters(
+                ("header.Lease-Owner-Token" = "$response.body#/ownerToken"),
+                ("header.Lease-Operation-Id" = "$response.body#/operationId"),
+            ))))),
         (status = 400, description = "`invalid_request`: malformed JSON.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),

@@ -124,7 +124,24 @@ fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
     request_body(content = AcquireBody, description = "The TTL, and how long to wait server-side.",
         example = json!({"ttlMs": 30000, "waitMs": 5000})),
     responses(
-        (status = 201, description = "`acquired`: the caller now holds the lease.", body = Acquired),
+        (status = 201, description = "`acquired`: the caller now holds the lease.", body = Acquired,
+            links(
+                ("renew" = (operation_id = "renewLease", description = "Renew the lease just acquired.", parameters(
+                ("purpose" = "$request.path.purpose"), ("digest" = "$request.path.digest"),
+                ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ("header.Lease-Operation-Id" = "$request.header.Lease-Operation-Id"),
+            ))),
+                ("release" = (operation_id = "releaseLease", description = "Release the lease just acquired.", parameters(
+                ("purpose" = "$request.path.purpose"), ("digest" = "$request.path.digest"),
+                ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ("header.Lease-Operation-Id" = "$request.header.Lease-Operation-Id"),
+            ))),
+                ("inspect" = (operation_id = "inspectLease", description = "Inspect the lease just acquired, as its holder.", parameters(
+                ("purpose" = "$request.path.purpose"), ("digest" = "$request.path.digest"),
+                ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ("header.Lease-Operation-Id" = "$request.header.Lease-Operation-Id"),
+            ))),
+            )),
         (status = 200, description = "`replayed_same_operation`: the same attempt already holds the lease; its TTL was not extended.", body = ReplayedSameOperation),
         (status = 400, description = "`invalid_request`: a malformed path parameter, attempt header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
@@ -213,7 +230,12 @@ pub async fn acquire(
     ),
     request_body(content = RenewBody, description = "The new TTL.", example = json!({"ttlMs": 30000})),
     responses(
-        (status = 200, description = "`renewed`: the TTL was reset; same fencing token.", body = Renewed),
+        (status = 200, description = "`renewed`: the TTL was reset; same fencing token.", body = Renewed,
+            links(("release" = (operation_id = "releaseLease", description = "Release the lease just renewed.", parameters(
+                ("purpose" = "$request.path.purpose"), ("digest" = "$request.path.digest"),
+                ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ("header.Lease-Operation-Id" = "$request.header.Lease-Operation-Id"),
+            ))))),
         (status = 400, description = "`invalid_request`: a malformed path parameter, attempt header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
