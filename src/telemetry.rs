@@ -146,6 +146,12 @@ pub fn init_logging(format: LogFormat) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        // The current span (method, route template, request id) is enough;
+        // the span list would repeat it on every line.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_span_list(false)
+            .try_init(),
     };
 }

@@ -24,10 +24,10 @@ pub enum Guarantee {
 #[serde(rename_all = "camelCase")]
 pub struct Lease {
     /// What the lease is for.
-    #[schema(value_type = String, example = "invoice-export")]
+    #[schema(value_type = String, pattern = "^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63, example = "invoice-export")]
     pub purpose: Purpose,
     /// The resource digest.
-    #[schema(value_type = String, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")]
+    #[schema(value_type = String, pattern = "^v1\\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")]
     pub digest: ResourceDigest,
     /// Strictly increasing per resource across acquisitions; present it to
     /// the protected resource, which rejects tokens lower than one it has seen.

@@ -12,10 +12,16 @@ use super::extract::{self, Problems};
 use super::problem::ApiError;
 use super::AppState;
 use crate::domain::{OperationId, OwnerToken};
+#[allow(unused_imports)] // named by the OpenAPI annotations only
+use crate::openapi::{
+    HeadersTooLargeProblem, InvalidRequestProblem, PayloadTooLargeProblem, UnauthorizedProblem,
+    UnsupportedMediaTypeProblem,
+};
 
 /// Body of an attempt creation.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schema(example = json!({"operationId": "export-2026-12-02"}))]
 pub struct AttemptBody {
     /// The caller's id for this unit of work.
     #[schema(
@@ -27,13 +33,14 @@ pub struct AttemptBody {
     pub operation_id: String,
 }
 
-/// A new attempt: send both values as headers on every lease verb.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+/// `attempt_created` (201): send both values as the `Lease-Owner-Token` and
+/// `Lease-Operation-Id` headers on every lease verb of this operation.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"outcome": "attempt_created", "ownerToken": "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz", "operationId": "export-2026-12-02"}))]
 pub struct AttemptCreated {
-    /// The `attempt_created` tag.
-    #[schema(example = "attempt_created")]
-    pub outcome: String,
+    #[schema(inline)]
+    pub outcome: AttemptCreatedTag,
     /// Bearer secret naming the holder; keep it private.
     #[schema(
         pattern = "^[A-Za-z0-9_-]{32}$",
@@ -41,16 +48,59 @@ pub struct AttemptCreated {
     )]
     pub owner_token: String,
     /// Echo of the operation id.
-    #[schema(example = "export-2026-12-02")]
+    #[schema(
+        pattern = "^[A-Za-z0-9._~-]{1,128}$",
+        min_length = 1,
+        max_length = 128,
+        example = "export-2026-12-02"
+    )]
     pub operation_id: String,
 }
 
-/// POST /attempts
+/// The outcome tag of [`AttemptCreated`].
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptCreatedTag {
+    /// A new owner token was drawn.
+    AttemptCreated,
+}
+
+/// Create an attempt.
+///
+/// Draws a fresh owner token (24 bytes from the OS CSPRNG, base64url) for
+/// one unit of work, before its first acquire, so that a retry after a lost
+/// reply can be told apart from a new acquisition. Stateless: nothing is
+/// written to the store. The token is a bearer secret: keep it private.
+#[utoipa::path(
+    post,
+    path = "/attempts",
+    operation_id = "createAttempt",
+    tag = "attempts",
+    request_body(content = AttemptBody, description = "The caller's id for this unit of work.",
+        example = json!({"operationId": "export-2026-12-02"})),
+    responses(
+        (status = 201, description = "`attempt_created`: a fresh owner token.", body = AttemptCreated,
+            links(("acquire" = (operation_id = "acquireLease", description = "Acquire a lease with this attempt.", parameters(
+                ("header.Lease-Owner-Token" = "$response.body#/ownerToken"),
+                ("header.Lease-Operation-Id" = "$response.body#/operationId"),
+            ))))),
+        (status = 400, description = "`invalid_request`: malformed JSON.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`: an invalid, missing or unknown member.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
+    ),
+    security((), ("apiKey" = []))
+)]
 pub async fn create(
     State(app): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if let Err(e) = app.authenticate(&headers) {
+        return e.into_response();
+    }
     let mut problems = Problems::default();
     let body: Option<AttemptBody> =
         match extract::json_body(&headers, body, app.body_limit, &mut problems) {
@@ -65,9 +115,6 @@ pub async fn create(
     if let Err(e) = problems.finish() {
         return e.into_response();
     }
-    if let Err(e) = app.authenticate(&headers) {
-        return e.into_response();
-    }
     let (Some(op), Ok(token)) = (op, OwnerToken::generate()) else {
         tracing::error!("the OS random number generator failed");
         return ApiError::Internal.into_response();
@@ -77,7 +124,7 @@ pub async fn create(
     (
         StatusCode::CREATED,
         axum::Json(AttemptCreated {
-            outcome: "attempt_created".into(),
+            outcome: AttemptCreatedTag::AttemptCreated,
             owner_token: token.expose().to_owned(),
             operation_id: op.as_str().to_owned(),
         }),

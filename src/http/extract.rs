@@ -148,14 +148,30 @@ pub fn json_body<T: DeserializeOwned>(
     if !is_json(headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
+    // Every body is a JSON object; serde would also read a struct from an
+    // array (`[30000]`), which the documented schema does not allow.
+    let opens_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if !opens_object && serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok() {
+        problems.value("body", "must be a JSON object");
+        return Ok(None);
+    }
     let de = &mut serde_json::Deserializer::from_slice(&body);
-    match serde_path_to_error::deserialize::<_, T>(de) {
-        Ok(value) => Ok(Some(value)),
+    match serde_path_to_error::deserialize::<_, T>(&mut *de) {
+        Ok(value) => match de.end() {
+            Ok(()) => Ok(Some(value)),
+            Err(_) => {
+                problems.shape(
+                    "body",
+                    "malformed JSON: trailing characters after the object",
+                );
+                Ok(None)
+            }
+        },
         Err(err) => {
             let path = err.path().to_string();
             let inner = err.into_inner();
             let message = inner.to_string();
-            let field = if path.is_empty() || path == "." {
+            let field = if path.is_empty() || path == "." || path.contains('?') {
                 named_field(&message).unwrap_or_else(|| "body".to_owned())
             } else {
                 path

@@ -4,61 +4,131 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::problem::problem_response;
 use super::AppState;
+#[allow(unused_imports)] // named by the OpenAPI annotations only
+use crate::openapi::NotReadyProblem;
 use crate::telemetry::POOL_CONNECTIONS;
 
 /// Liveness answer.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"status": "ok"}))]
 pub struct Live {
-    /// Always `ok` while the process serves requests.
-    #[schema(example = "ok")]
+    #[schema(value_type = LiveStatus, inline)]
     pub status: &'static str,
+}
+
+/// Always `ok` while the process serves requests.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LiveStatus {
+    /// The process serves requests.
+    Ok,
 }
 
 /// Readiness answer.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"status": "ready", "topology": "standalone", "writable": true, "waiters": 0}))]
 pub struct Ready {
-    /// `ready` or `not_ready`.
-    #[schema(example = "ready")]
+    #[schema(value_type = ReadyStatus, inline)]
     pub status: &'static str,
     /// `memory`, `standalone`, `cluster` or `sentinel`.
     #[schema(example = "standalone")]
     pub topology: &'static str,
     /// Whether a writable primary answered within the command timeout.
     pub writable: bool,
-    /// Why not ready (never contains credentials).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
     /// Acquire requests waiting server-side on this instance.
+    #[schema(minimum = 0, example = 0)]
     pub waiters: usize,
 }
 
-/// GET /livez
+/// `ready`: a writable primary answered within the command timeout.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadyStatus {
+    /// A writable primary answered within the command timeout.
+    Ready,
+}
+
+/// Liveness probe.
+///
+/// Answers 200 while the process serves requests; never touches the store.
+#[utoipa::path(
+    get,
+    path = "/livez",
+    operation_id = "livez",
+    tag = "operations",
+    responses((status = 200, description = "The process serves requests.", body = Live, example = json!({"status": "ok"}))),
+    security(())
+)]
 pub async fn livez() -> Response {
     axum::Json(Live { status: "ok" }).into_response()
 }
 
-/// GET /readyz
+/// Readiness probe.
+///
+/// 200 when the store answers as a writable primary within the command
+/// timeout (always, for the embedded store); 503 `not_ready` otherwise.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready to serve leases.", body = Ready, example = json!({"status": "ready", "topology": "memory", "writable": true, "waiters": 0})),
+        (status = 503, description = "`not_ready`: the store is not reachable or not writable.", body = NotReadyProblem, content_type = "application/problem+json"),
+    ),
+    security(())
+)]
 pub async fn readyz(State(app): State<AppState>) -> Response {
     let r = app.service.store().readiness().await;
-    let status = if r.writable {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    let body = Ready {
-        status: if r.writable { "ready" } else { "not_ready" },
-        topology: r.topology,
-        writable: r.writable,
-        detail: r.detail,
-        waiters: app.service.waiters().waiting(),
-    };
-    (status, axum::Json(body)).into_response()
+    if r.writable {
+        return axum::Json(Ready {
+            status: "ready",
+            topology: r.topology,
+            writable: true,
+            waiters: app.service.waiters().waiting(),
+        })
+        .into_response();
+    }
+    let mut members = Map::new();
+    members.insert("topology".into(), Value::from(r.topology));
+    members.insert("writable".into(), Value::Bool(false));
+    members.insert(
+        "waiters".into(),
+        Value::from(app.service.waiters().waiting()),
+    );
+    let detail = r
+        .detail
+        .unwrap_or_else(|| "The store did not answer as a writable primary.".to_owned());
+    problem_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_ready",
+        "Not ready",
+        &detail,
+        members,
+    )
 }
 
-/// GET /metrics
+/// Prometheus metrics.
+///
+/// The Prometheus text exposition format (0.0.4): lease operations by verb,
+/// outcome and purpose, operation and store latency histograms, pool
+/// connections and waits, current waiters, HTTP requests by method, route
+/// template and status, and build info. Served here unless
+/// `LEASEHOLD_METRICS_LISTEN` moves it to a separate listener.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format.", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String,
+        example = "# HELP leasehold_build_info Build information; the value is always 1.\n# TYPE leasehold_build_info gauge\nleasehold_build_info{version=\"0.1.0\"} 1\n")),
+    security(())
+)]
 pub async fn metrics(State(app): State<AppState>) -> Response {
     if let Some((open, idle)) = app.service.store().pool_state() {
         metrics::gauge!(POOL_CONNECTIONS, "state" => "in_use")

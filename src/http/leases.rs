@@ -13,27 +13,72 @@ use super::extract::{self, Problems};
 use super::problem::{respond, ApiError};
 use super::AppState;
 use crate::domain::{Attempt, ResourceId};
+#[allow(unused_imports)] // named by the OpenAPI annotations only
+use crate::openapi::{
+    AcquireConflict, Acquired, ForbiddenProblem, HeadersTooLargeProblem, IndeterminateProblem,
+    Inspected, InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem, NotFoundProblem,
+    NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed, ReplayedSameOperation,
+    ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
+};
 
 /// Body of an acquire.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schema(example = json!({"ttlMs": 30000, "waitMs": 5000}))]
 pub struct AcquireBody {
-    /// Lease time to live in milliseconds (2 × drift budget ..= max TTL).
+    /// Lease time to live in milliseconds, from twice the drift budget (20 by
+    /// default) to the largest TTL (3600000 by default).
+    #[serde(deserialize_with = "whole_ms")]
     #[schema(minimum = 20, maximum = 3600000, example = 30000)]
     pub ttl_ms: u64,
-    /// How long to wait server-side while someone else holds the lease (0 = try once).
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 30000, example = 5000)]
-    pub wait_ms: Option<u64>,
+    /// How long to wait server-side while someone else holds the lease, in
+    /// milliseconds (0, the default, tries once; at most 30000 by default). A
+    /// release wakes a waiter at once; a waiter gives up at its deadline,
+    /// when the client disconnects, or at shutdown (answered `contended`).
+    #[serde(default, deserialize_with = "whole_ms")]
+    #[schema(minimum = 0, maximum = 30000, default = 0, example = 5000)]
+    pub wait_ms: u64,
 }
 
 /// Body of a renew.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schema(example = json!({"ttlMs": 30000}))]
 pub struct RenewBody {
-    /// New time to live in milliseconds, counted from now.
+    /// New time to live in milliseconds, counted from now (same bounds as acquire).
+    #[serde(deserialize_with = "whole_ms")]
     #[schema(minimum = 20, maximum = 3600000, example = 30000)]
     pub ttl_ms: u64,
+}
+
+/// A non-negative whole number of milliseconds. JSON Schema counts `611.0`
+/// as the integer 611, so it is accepted as such; a fraction, a negative
+/// number, `null` or a non-number is not.
+fn whole_ms<'de, D: serde::Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
+    struct Whole;
+    impl serde::de::Visitor<'_> for Whole {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a non-negative integer number of milliseconds")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<u64, E> {
+            // 2^53: beyond it a float no longer names one integer; far
+            // beyond every bound anyway, so saturate and let the bound reject it.
+            if v.fract() == 0.0 && v >= 0.0 {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                Ok(v.min(9_007_199_254_740_992.0) as u64)
+            } else {
+                Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+            }
+        }
+    }
+    de.deserialize_any(Whole)
 }
 
 type RawPath = Result<Path<(String, String)>, PathRejection>;
@@ -52,13 +97,79 @@ fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
     value.ok_or(ApiError::Internal)
 }
 
-/// PUT: acquire, optionally waiting server-side.
+/// Acquire a lease.
+///
+/// Takes the lease for the attempt in the headers, or reports who holds it.
+/// With `waitMs > 0` the request waits server-side while someone else holds
+/// the lease: a release wakes it at once, an expiry within a few
+/// milliseconds. Retrying with the same attempt after a lost reply answers
+/// `replayed_same_operation` (200) with the store's remaining TTL, never a
+/// second lease and never an extension. Each acquisition issues a
+/// `fencingToken` strictly greater than every earlier one for the resource.
+#[utoipa::path(
+    put,
+    path = "/leases/{purpose}/{digest}",
+    operation_id = "acquireLease",
+    tag = "leases",
+    params(
+        ("purpose" = String, Path, description = "What the lease is for: a lowercase letter, then up to 62 lowercase letters, digits or '-'.",
+            pattern = r"^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63, example = "invoice-export"),
+        ("digest" = String, Path, description = "The resource, never its raw id: `v1.` and the 64 lowercase hex digits of the SHA-256 of the raw id (`leasehold digest <raw-id>` prints it).",
+            pattern = r"^v1\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("Lease-Owner-Token" = String, Header, description = "The owner token from `POST /attempts`: a bearer secret, 32 characters of base64url.",
+            pattern = r"^[A-Za-z0-9_-]{32}$", min_length = 32, max_length = 32, example = "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz"),
+        ("Lease-Operation-Id" = String, Header, description = "The operation id the owner token was created for: 1 to 128 characters of `[A-Za-z0-9._~-]`.",
+            pattern = r"^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02"),
+    ),
+    request_body(content = AcquireBody, description = "The TTL, and how long to wait server-side.",
+        example = json!({"ttlMs": 30000, "waitMs": 5000})),
+    responses(
+        (status = 201, description = "`acquired`: the caller now holds the lease.", body = Acquired,
+            links(
+                ("renew" = (operation_id = "renewLease", description = "Renew the lease just acquired.", parameters(
+                ("purpose" = "$request.path.purpose"), ("digest" = "$request.path.digest"),
+                ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ("header.Lease-Operation-Id" = "$request.header.Lease-Operation-Id"),
+            ))),
+                ("release" = (operation_id = "releaseLease", description = "Release the lease just acquired.", parameters(
+                ("purpose" = "$request.path.purpose"), ("digest" = "$request.path.digest"),
+                ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ("header.Lease-Operation-Id" = "$request.header.Lease-Operation-Id"),
+            ))),
+                ("inspect" = (operation_id = "inspectLease", description = "Inspect the lease just acquired, as its holder.", parameters(
+                ("purpose" = "$request.path.purpose"), ("digest" = "$request.path.digest"),
+                ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ("header.Lease-Operation-Id" = "$request.header.Lease-Operation-Id"),
+            ))),
+            )),
+        (status = 200, description = "`replayed_same_operation`: the same attempt already holds the lease; its TTL was not extended.", body = ReplayedSameOperation),
+        (status = 400, description = "`invalid_request`: a malformed path parameter, attempt header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`owner_operation_conflict` (the same owner token holds it for another operation) or `contended` (someone else holds it).",
+            body = AcquireConflict, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "`retryAfterMs` in whole seconds, rounded up (at least 1)."))),
+        (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`: well-formed JSON with invalid values (TTL or wait out of bounds, wrong types, unknown or missing members).", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
+        (status = 503, description = "`unavailable`, `overloaded` or `request_timeout`: not applied (for `request_timeout`: unknown). Retry later.",
+            body = ServiceUnavailable, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
+        (status = 504, description = "`indeterminate`: sent, no certain reply; it may or may not have been applied. Inspect, or retry with the same attempt.", body = IndeterminateProblem, content_type = "application/problem+json"),
+    ),
+    security((), ("apiKey" = []))
+)]
 pub async fn acquire(
     State(app): State<AppState>,
     path: RawPath,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if let Err(e) = app.authenticate(&headers) {
+        return e.into_response();
+    }
     let mut problems = Problems::default();
     let resource = path_resource(path, &mut problems);
     let attempt = extract::attempt(&headers, true, &mut problems);
@@ -76,7 +187,7 @@ pub async fn acquire(
     });
     let wait = body.as_ref().and_then(|b| {
         bounds
-            .wait(b.wait_ms.unwrap_or(0))
+            .wait(b.wait_ms)
             .map_err(|m| problems.value("waitMs", m))
             .ok()
     });
@@ -96,13 +207,59 @@ pub async fn acquire(
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// PATCH: renew the caller's lease.
+/// Renew a lease.
+///
+/// Resets the TTL of the caller's lease, counted from now; the fencing token
+/// stays the same. `lost` means the caller no longer holds the lease (404:
+/// it expired or was released; 409: someone else holds it now): stop the
+/// work it protected.
+#[utoipa::path(
+    patch,
+    path = "/leases/{purpose}/{digest}",
+    operation_id = "renewLease",
+    tag = "leases",
+    params(
+        ("purpose" = String, Path, description = "What the lease is for: a lowercase letter, then up to 62 lowercase letters, digits or '-'.",
+            pattern = r"^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63, example = "invoice-export"),
+        ("digest" = String, Path, description = "The resource digest: `v1.` and 64 lowercase hex digits of the SHA-256 of the raw id.",
+            pattern = r"^v1\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("Lease-Owner-Token" = String, Header, description = "The owner token from `POST /attempts`.",
+            pattern = r"^[A-Za-z0-9_-]{32}$", min_length = 32, max_length = 32, example = "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz"),
+        ("Lease-Operation-Id" = String, Header, description = "The operation id the lease was acquired for.",
+            pattern = r"^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02"),
+    ),
+    request_body(content = RenewBody, description = "The new TTL.", example = json!({"ttlMs": 30000})),
+    responses(
+        (status = 200, description = "`renewed`: the TTL was reset; same fencing token.", body = Renewed,
+            links(("release" = (operation_id = "releaseLease", description = "Release the lease just renewed.", parameters(
+                ("purpose" = "$request.path.purpose"), ("digest" = "$request.path.digest"),
+                ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ("header.Lease-Operation-Id" = "$request.header.Lease-Operation-Id"),
+            ))))),
+        (status = 400, description = "`invalid_request`: a malformed path parameter, attempt header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost` with `reason: absent`: no lease exists any more; or `not_found`: the path matched no route.", body = LeaseNotFound, content_type = "application/problem+json"),
+        (status = 409, description = "`lost` with `reason: not_owner`: someone else holds the lease now.", body = LostNotOwnerProblem, content_type = "application/problem+json"),
+        (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`: well-formed JSON with invalid values.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
+        (status = 503, description = "`unavailable`, `overloaded` or `request_timeout`.", body = ServiceUnavailable, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
+        (status = 504, description = "`indeterminate`: sent, no certain reply. Inspect, or retry with the same attempt.", body = IndeterminateProblem, content_type = "application/problem+json"),
+    ),
+    security((), ("apiKey" = []))
+)]
 pub async fn renew(
     State(app): State<AppState>,
     path: RawPath,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if let Err(e) = app.authenticate(&headers) {
+        return e.into_response();
+    }
     let mut problems = Problems::default();
     let resource = path_resource(path, &mut problems);
     let attempt = extract::attempt(&headers, true, &mut problems);
@@ -128,33 +285,102 @@ pub async fn renew(
 }
 
 fn resource_and_attempt(
+    app: &AppState,
     path: RawPath,
     headers: &HeaderMap,
     required: bool,
 ) -> Result<(ResourceId, Option<Attempt>), ApiError> {
+    app.authenticate(headers)?;
     let mut problems = Problems::default();
     let resource = path_resource(path, &mut problems);
     let attempt = extract::attempt(headers, required, &mut problems);
     problems.finish()?;
-    Ok((parsed(resource)?, attempt))
+    let resource = parsed(resource)?;
+    app.authorize(headers, &resource)?;
+    Ok((resource, attempt))
 }
 
-/// DELETE: release the caller's lease (idempotent).
+/// Release a lease.
+///
+/// Deletes the caller's lease and wakes the requests waiting for it.
+/// Idempotent: releasing a lease that no longer exists answers
+/// `already_absent` (200). A lease someone else holds is left untouched
+/// (`not_owner`, 409).
+#[utoipa::path(
+    delete,
+    path = "/leases/{purpose}/{digest}",
+    operation_id = "releaseLease",
+    tag = "leases",
+    params(
+        ("purpose" = String, Path, description = "What the lease is for.",
+            pattern = r"^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63, example = "invoice-export"),
+        ("digest" = String, Path, description = "The resource digest.",
+            pattern = r"^v1\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("Lease-Owner-Token" = String, Header, description = "The owner token from `POST /attempts`.",
+            pattern = r"^[A-Za-z0-9_-]{32}$", min_length = 32, max_length = 32, example = "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz"),
+        ("Lease-Operation-Id" = String, Header, description = "The operation id the lease was acquired for.",
+            pattern = r"^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02"),
+    ),
+    responses(
+        (status = 200, description = "`released` (the caller's lease was deleted) or `already_absent` (there was none).", body = ReleaseSuccess,
+            example = json!({"outcome": "released"})),
+        (status = 400, description = "`invalid_request`: a malformed path parameter or attempt header.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: someone else holds the lease; nothing was changed.", body = NotOwnerProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
+        (status = 503, description = "`unavailable`, `overloaded` or `request_timeout`.", body = ServiceUnavailable, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
+        (status = 504, description = "`indeterminate`: sent, no certain reply. Inspect, or retry.", body = IndeterminateProblem, content_type = "application/problem+json"),
+    ),
+    security((), ("apiKey" = []))
+)]
 pub async fn release(State(app): State<AppState>, path: RawPath, headers: HeaderMap) -> Response {
     let result = async {
-        let (resource, attempt) = resource_and_attempt(path, &headers, true)?;
+        let (resource, attempt) = resource_and_attempt(&app, path, &headers, true)?;
         let attempt = parsed(attempt)?;
-        app.authorize(&headers, &resource)?;
         Ok::<_, ApiError>(respond(&app.service.release(&resource, &attempt).await))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// GET: inspect, read-only; never reveals the holder's token.
+/// Inspect a lease.
+///
+/// Read-only: whether the lease is held, its remaining time and fencing
+/// token. Send the attempt headers (both or neither) to learn whether the
+/// holder is you (`heldBy`). Never reveals the holder's token.
+#[utoipa::path(
+    get,
+    path = "/leases/{purpose}/{digest}",
+    operation_id = "inspectLease",
+    tag = "leases",
+    params(
+        ("purpose" = String, Path, description = "What the lease is for.",
+            pattern = r"^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63, example = "invoice-export"),
+        ("digest" = String, Path, description = "The resource digest.",
+            pattern = r"^v1\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("Lease-Owner-Token" = Option<String>, Header, description = "Optional, together with `Lease-Operation-Id`: fills `heldBy`.",
+            pattern = r"^[A-Za-z0-9_-]{32}$", min_length = 32, max_length = 32, example = "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz"),
+        ("Lease-Operation-Id" = Option<String>, Header, description = "Optional, together with `Lease-Owner-Token`: fills `heldBy`.",
+            pattern = r"^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02"),
+    ),
+    responses(
+        (status = 200, description = "`inspected`.", body = Inspected),
+        (status = 400, description = "`invalid_request`: a malformed path parameter or attempt header, or only one of the two attempt headers.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
+        (status = 503, description = "`unavailable`, `overloaded` or `request_timeout`.", body = ServiceUnavailable, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
+        (status = 504, description = "`indeterminate`: the read was sent with the attempt headers and no certain reply came.", body = IndeterminateProblem, content_type = "application/problem+json"),
+    ),
+    security((), ("apiKey" = []))
+)]
 pub async fn inspect(State(app): State<AppState>, path: RawPath, headers: HeaderMap) -> Response {
     let result = async {
-        let (resource, attempt) = resource_and_attempt(path, &headers, false)?;
-        app.authorize(&headers, &resource)?;
+        let (resource, attempt) = resource_and_attempt(&app, path, &headers, false)?;
         Ok::<_, ApiError>(respond(
             &app.service.inspect(&resource, attempt.as_ref()).await,
         ))

@@ -49,7 +49,8 @@ impl Answer for AcquireOutcome {
     }
     fn retry_after_ms(&self) -> Option<u64> {
         match self {
-            Self::Contended { retry_after_ms, .. } => Some(*retry_after_ms),
+            Self::Contended { retry_after_ms, .. }
+            | Self::OwnerOperationConflict { retry_after_ms } => Some(*retry_after_ms),
             _ => None,
         }
     }
@@ -240,6 +241,11 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The request's header block is over the limit (431).
+    HeadersTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// The body is not `application/json` (415).
     UnsupportedMediaType,
     /// No route (404).
@@ -284,6 +290,13 @@ impl IntoResponse for ApiError {
                 "payload_too_large",
                 "Request body too large",
                 &format!("The request body is limited to {limit} bytes."),
+                none,
+            ),
+            Self::HeadersTooLarge { limit } => problem_response(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers_too_large",
+                "Request headers too large",
+                &format!("The request's headers are limited to {limit} bytes in all."),
                 none,
             ),
             Self::UnsupportedMediaType => problem_response(

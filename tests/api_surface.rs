@@ -1,0 +1,1050 @@
+//! The API surface: the committed OpenAPI document, every kind of bad input
+//! (each answered problem+json naming the fields), the transport limits,
+//! request ids and API keys.
+
+mod common;
+
+use common::app::{args, digest, unique, Backend, Reply, TestApp, TestAttempt};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const P: &str = "invoice-export";
+const PROBLEM: &str = "application/problem+json";
+
+#[test]
+fn committed_openapi_document_is_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/leasehold.json");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = format!("{}\n", leasehold::openapi::document_json());
+    assert!(
+        committed == generated,
+        "{} is stale (or missing); regenerate it with:\n\n    {}\n",
+        path.display(),
+        leasehold::openapi::REGENERATE
+    );
+}
+
+#[tokio::test]
+async fn the_served_document_is_the_generated_one_and_docs_render_it() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let r = app
+        .http
+        .get(format!("{}/openapi.json", app.base))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    assert_eq!(
+        r.text().await.expect("text"),
+        leasehold::openapi::document_json()
+    );
+    let docs = app
+        .http
+        .get(format!("{}/docs", app.base))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(docs.status(), StatusCode::OK);
+    assert!(docs.headers()["content-type"]
+        .to_str()
+        .expect("ascii")
+        .starts_with("text/html"));
+    let html = docs.text().await.expect("text");
+    assert!(
+        html.contains("fetch(\"/openapi.json\""),
+        "the page renders the live document"
+    );
+    for outside in [
+        "src=\"http",
+        "href=\"http",
+        "src=\"//",
+        "href=\"//",
+        "@import",
+    ] {
+        assert!(
+            !html.contains(outside),
+            "/docs loads an outside asset ({outside})"
+        );
+    }
+}
+
+/// One bad request and what it must be answered with.
+struct Case {
+    what: &'static str,
+    method: reqwest::Method,
+    purpose: String,
+    digest: String,
+    attempt: Option<(Option<String>, Option<String>)>,
+    body: Option<(&'static str, String)>,
+    status: StatusCode,
+    fields: &'static [&'static str],
+}
+
+fn problem_ok(case: &str, r: &Reply, status: StatusCode, outcome: &str) {
+    assert_eq!(r.status, status, "{case}: {:#}", r.body);
+    assert_eq!(r.content_type(), PROBLEM, "{case}");
+    assert_eq!(r.outcome(), outcome, "{case}: {:#}", r.body);
+    assert_eq!(r.body["status"], json!(status.as_u16()), "{case}");
+    for member in ["type", "title", "detail"] {
+        assert!(
+            r.body[member].as_str().is_some_and(|s| !s.is_empty()),
+            "{case}: no {member}"
+        );
+    }
+}
+
+fn named_fields(r: &Reply) -> Vec<String> {
+    r.body["errors"]
+        .as_array()
+        .map(|errors| {
+            errors
+                .iter()
+                .map(|e| e["field"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn send(app: &TestApp, c: &Case) -> Reply {
+    let url = format!("{}/leases/{}/{}", app.base, c.purpose, c.digest);
+    let mut rb = app.http.request(c.method.clone(), url);
+    if let Some((token, op)) = &c.attempt {
+        if let Some(token) = token {
+            rb = rb.header("Lease-Owner-Token", token);
+        }
+        if let Some(op) = op {
+            rb = rb.header("Lease-Operation-Id", op);
+        }
+    }
+    if let Some((content_type, body)) = &c.body {
+        rb = rb.header("content-type", *content_type).body(body.clone());
+    }
+    TestApp::reply(rb.send().await.expect("send")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_answered_problem_json_naming_each_field() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let a = app.attempt().await;
+    let good = || Some((Some(a.token.clone()), Some(a.op.clone())));
+    let json_body = |s: &str| Some(("application/json", s.to_owned()));
+    let d = digest();
+    let (put, patch, delete, get) = (
+        reqwest::Method::PUT,
+        reqwest::Method::PATCH,
+        reqwest::Method::DELETE,
+        reqwest::Method::GET,
+    );
+    let (bad, unprocessable) = (StatusCode::BAD_REQUEST, StatusCode::UNPROCESSABLE_ENTITY);
+    let case = |what,
+                method: &reqwest::Method,
+                purpose: &str,
+                digest: &str,
+                attempt,
+                body,
+                status,
+                fields| Case {
+        what,
+        method: method.clone(),
+        purpose: purpose.to_owned(),
+        digest: digest.to_owned(),
+        attempt,
+        body,
+        status,
+        fields,
+    };
+    let ttl = json_body(r#"{"ttlMs": 30000}"#);
+    let mut cases = vec![
+        // Path parameters: shape errors, 400, on every verb.
+        case(
+            "purpose uppercase",
+            &put,
+            "Invoice",
+            &d,
+            good(),
+            ttl.clone(),
+            bad,
+            &["purpose"],
+        ),
+        case(
+            "purpose digit first",
+            &patch,
+            "1abc",
+            &d,
+            good(),
+            ttl.clone(),
+            bad,
+            &["purpose"],
+        ),
+        case(
+            "purpose underscore",
+            &delete,
+            "a_b",
+            &d,
+            good(),
+            None,
+            bad,
+            &["purpose"],
+        ),
+        case(
+            "purpose 64 chars",
+            &get,
+            &"a".repeat(64),
+            &d,
+            None,
+            None,
+            bad,
+            &["purpose"],
+        ),
+        case(
+            "digest raw id",
+            &put,
+            P,
+            "order-42",
+            good(),
+            ttl.clone(),
+            bad,
+            &["digest"],
+        ),
+        case(
+            "digest uppercase hex",
+            &get,
+            P,
+            &d.to_uppercase().replacen("V1", "v1", 1),
+            None,
+            None,
+            bad,
+            &["digest"],
+        ),
+        case(
+            "digest v2",
+            &delete,
+            P,
+            &d.replacen("v1.", "v2.", 1),
+            good(),
+            None,
+            bad,
+            &["digest"],
+        ),
+        case(
+            "digest short",
+            &patch,
+            P,
+            &d[..66],
+            good(),
+            ttl.clone(),
+            bad,
+            &["digest"],
+        ),
+        case(
+            "purpose and digest",
+            &get,
+            "A",
+            "x",
+            None,
+            None,
+            bad,
+            &["purpose", "digest"],
+        ),
+        // Attempt headers.
+        case(
+            "no attempt headers",
+            &put,
+            P,
+            &d,
+            None,
+            ttl.clone(),
+            bad,
+            &["Lease-Owner-Token", "Lease-Operation-Id"],
+        ),
+        case(
+            "no owner token",
+            &patch,
+            P,
+            &d,
+            Some((None, Some(a.op.clone()))),
+            ttl.clone(),
+            bad,
+            &["Lease-Owner-Token"],
+        ),
+        case(
+            "no operation id",
+            &delete,
+            P,
+            &d,
+            Some((Some(a.token.clone()), None)),
+            None,
+            bad,
+            &["Lease-Operation-Id"],
+        ),
+        case(
+            "short owner token",
+            &put,
+            P,
+            &d,
+            Some((Some("short".into()), Some(a.op.clone()))),
+            ttl.clone(),
+            bad,
+            &["Lease-Owner-Token"],
+        ),
+        case(
+            "owner token not base64url",
+            &delete,
+            P,
+            &d,
+            Some((Some("+".repeat(32)), Some(a.op.clone()))),
+            None,
+            bad,
+            &["Lease-Owner-Token"],
+        ),
+        case(
+            "operation id with ':'",
+            &put,
+            P,
+            &d,
+            Some((Some(a.token.clone()), Some("a:b".into()))),
+            ttl.clone(),
+            bad,
+            &["Lease-Operation-Id"],
+        ),
+        case(
+            "operation id 129 chars",
+            &patch,
+            P,
+            &d,
+            Some((Some(a.token.clone()), Some("x".repeat(129)))),
+            ttl.clone(),
+            bad,
+            &["Lease-Operation-Id"],
+        ),
+        case(
+            "inspect with only a token",
+            &get,
+            P,
+            &d,
+            Some((Some(a.token.clone()), None)),
+            None,
+            bad,
+            &["Lease-Operation-Id"],
+        ),
+        case(
+            "inspect with only an operation id",
+            &get,
+            P,
+            &d,
+            Some((None, Some(a.op.clone()))),
+            None,
+            bad,
+            &["Lease-Owner-Token"],
+        ),
+        // Body values: 422.
+        case(
+            "ttl below 2 x drift budget",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 19}"#),
+            unprocessable,
+            &["ttlMs"],
+        ),
+        case(
+            "ttl above 1 h",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 3600001}"#),
+            unprocessable,
+            &["ttlMs"],
+        ),
+        case(
+            "ttl zero",
+            &patch,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 0}"#),
+            unprocessable,
+            &["ttlMs"],
+        ),
+        case(
+            "ttl negative",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": -1}"#),
+            unprocessable,
+            &["ttlMs"],
+        ),
+        case(
+            "ttl fraction",
+            &patch,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 1500.5}"#),
+            unprocessable,
+            &["ttlMs"],
+        ),
+        case(
+            "ttl string",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": "30000"}"#),
+            unprocessable,
+            &["ttlMs"],
+        ),
+        case(
+            "ttl null",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": null}"#),
+            unprocessable,
+            &["ttlMs"],
+        ),
+        case(
+            "ttl huge",
+            &patch,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 1e300}"#),
+            unprocessable,
+            &["ttlMs"],
+        ),
+        case(
+            "ttl missing",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"waitMs": 10}"#),
+            unprocessable,
+            &["ttlMs"],
+        ),
+        case(
+            "wait above 30 s",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 30000, "waitMs": 30001}"#),
+            unprocessable,
+            &["waitMs"],
+        ),
+        case(
+            "wait negative",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 30000, "waitMs": -5}"#),
+            unprocessable,
+            &["waitMs"],
+        ),
+        case(
+            "wait null",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 30000, "waitMs": null}"#),
+            unprocessable,
+            &["waitMs"],
+        ),
+        case(
+            "wait boolean",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 30000, "waitMs": true}"#),
+            unprocessable,
+            &["waitMs"],
+        ),
+        case(
+            "unknown member",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 30000, "ttl": 5}"#),
+            unprocessable,
+            &["ttl"],
+        ),
+        case(
+            "renew takes no waitMs",
+            &patch,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 30000, "waitMs": 5}"#),
+            unprocessable,
+            &["waitMs"],
+        ),
+        case(
+            "body is an array",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body("[30000]"),
+            unprocessable,
+            &["body"],
+        ),
+        case(
+            "body is a number",
+            &patch,
+            P,
+            &d,
+            good(),
+            json_body("30000"),
+            unprocessable,
+            &["body"],
+        ),
+        // JSON syntax: 400.
+        case(
+            "truncated JSON",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 300"#),
+            bad,
+            &["body"],
+        ),
+        case(
+            "not JSON",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body("ttlMs=30000"),
+            bad,
+            &["body"],
+        ),
+        case(
+            "empty body",
+            &patch,
+            P,
+            &d,
+            good(),
+            json_body(""),
+            bad,
+            &["body"],
+        ),
+        case(
+            "trailing garbage",
+            &put,
+            P,
+            &d,
+            good(),
+            json_body(r#"{"ttlMs": 30000} x"#),
+            bad,
+            &["body"],
+        ),
+        // Several problems at once: every one named, 400 because one is a shape error.
+        case(
+            "everything wrong",
+            &put,
+            "A",
+            "x",
+            None,
+            json_body(r#"{"ttlMs": 5}"#),
+            bad,
+            &[
+                "purpose",
+                "digest",
+                "Lease-Owner-Token",
+                "Lease-Operation-Id",
+                "ttlMs",
+            ],
+        ),
+    ];
+    cases.push(case(
+        "content type with charset is JSON",
+        &put,
+        "Bad",
+        &d,
+        good(),
+        Some((
+            "application/json; charset=utf-8",
+            "{\"ttlMs\": 30000}".into(),
+        )),
+        bad,
+        &["purpose"],
+    ));
+    for c in &cases {
+        let r = send(&app, c).await;
+        problem_ok(c.what, &r, c.status, "invalid_request");
+        let named = named_fields(&r);
+        assert_eq!(
+            named.len(),
+            c.fields.len(),
+            "{}: named {named:?}, expected {:?}",
+            c.what,
+            c.fields
+        );
+        for field in c.fields {
+            assert!(
+                named.iter().any(|n| n == field),
+                "{}: {field} not named in {named:?}",
+                c.what
+            );
+        }
+        let detail = r.body["detail"].as_str().unwrap_or("");
+        assert!(
+            !detail.contains(&a.token),
+            "{}: the owner token is echoed",
+            c.what
+        );
+    }
+    // Nothing above touched the store: the resource is still free.
+    assert_eq!(app.inspect(P, &d, None).await.body["held"], false);
+
+    // The bounds themselves are accepted, and a whole-number float is an integer.
+    for (i, body) in [
+        json!({"ttlMs": 20}),
+        json!({"ttlMs": 3_600_000, "waitMs": 0}),
+        json!({"ttlMs": 611.0, "waitMs": 30000.0}),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let fresh = app.attempt().await;
+        let r = app.acquire_body(P, &digest(), &fresh, body).await;
+        assert_eq!(r.status, StatusCode::CREATED, "bound {i}: {:#}", r.body);
+    }
+}
+
+#[tokio::test]
+async fn attempt_body_errors_name_the_field() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    for (what, body, status, field) in [
+        (
+            "empty id",
+            json!({"operationId": ""}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "operationId",
+        ),
+        (
+            "129 chars",
+            json!({"operationId": "x".repeat(129)}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "operationId",
+        ),
+        (
+            "space",
+            json!({"operationId": "a b"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "operationId",
+        ),
+        (
+            "number",
+            json!({"operationId": 5}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "operationId",
+        ),
+        (
+            "missing",
+            json!({}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "operationId",
+        ),
+        (
+            "unknown member",
+            json!({"operationId": "a", "owner": "me"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "owner",
+        ),
+    ] {
+        let r = app.post_attempt(&body).await;
+        problem_ok(what, &r, status, "invalid_request");
+        assert_eq!(named_fields(&r), vec![field.to_owned()], "{what}");
+    }
+    let r = TestApp::reply(
+        app.http
+            .post(format!("{}/attempts", app.base))
+            .header("content-type", "application/json")
+            .body("{")
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    problem_ok("malformed", &r, StatusCode::BAD_REQUEST, "invalid_request");
+}
+
+#[tokio::test]
+async fn size_media_type_and_routing_limits_are_problem_json() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let a = app.attempt().await;
+    let url = format!("{}/leases/{P}/{}", app.base, digest());
+    let with_attempt = |rb: reqwest::RequestBuilder, a: &TestAttempt| {
+        rb.header("Lease-Owner-Token", &a.token)
+            .header("Lease-Operation-Id", &a.op)
+    };
+
+    // 413, with a Content-Length and chunked.
+    let big = format!(
+        "{{\"ttlMs\": 30000, \"pad\": \"{}\"}}",
+        "x".repeat(17 * 1024)
+    );
+    let r = TestApp::reply(
+        with_attempt(app.http.put(&url), &a)
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    problem_ok(
+        "413",
+        &r,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    );
+    // Chunked, no Content-Length: the limit holds while reading. Raw HTTP/1.1.
+    let raw = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(app.addr)
+            .await
+            .expect("connect");
+        let path = url.trim_start_matches(&app.base);
+        let head = format!(
+            "PUT {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\
+             lease-owner-token: {}\r\nlease-operation-id: {}\r\nconnection: close\r\n\r\n",
+            a.token, a.op
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
+        for _ in 0..20 {
+            let chunk = format!("400\r\n{}\r\n", " ".repeat(1024));
+            if stream.write_all(chunk.as_bytes()).await.is_err() {
+                break; // the server answered and closed early
+            }
+        }
+        let _ = stream.write_all(b"0\r\n\r\n").await;
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    assert!(raw.starts_with("HTTP/1.1 413"), "{raw}");
+    assert!(
+        raw.to_ascii_lowercase()
+            .contains("content-type: application/problem+json"),
+        "{raw}"
+    );
+    assert!(raw.contains("\"outcome\":\"payload_too_large\""), "{raw}");
+    let r = TestApp::reply(
+        app.http
+            .post(format!("{}/attempts", app.base))
+            .header("content-type", "application/json")
+            .body(big)
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    problem_ok(
+        "413 attempts",
+        &r,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    );
+
+    // 415: wrong or missing content type.
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        None,
+    ] {
+        let mut rb = with_attempt(app.http.put(&url), &a).body(r#"{"ttlMs": 30000}"#);
+        if let Some(ct) = content_type {
+            rb = rb.header("content-type", ct);
+        }
+        let r = TestApp::reply(rb.send().await.expect("send")).await;
+        problem_ok(
+            &format!("415 {content_type:?}"),
+            &r,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        );
+    }
+
+    // 404 and 405.
+    for path in [
+        "/nope",
+        "/leases",
+        &format!("/leases/{P}"),
+        &format!("/leases/{P}/{}/extra", digest()),
+    ] {
+        let r = app.get(path).await;
+        problem_ok(path, &r, StatusCode::NOT_FOUND, "not_found");
+    }
+    let r = TestApp::reply(app.http.post(&url).send().await.expect("send")).await;
+    problem_ok(
+        "405 POST lease",
+        &r,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
+    let allow = r.headers["allow"].to_str().expect("ascii").to_owned();
+    for method in ["PUT", "PATCH", "DELETE", "GET"] {
+        assert!(allow.contains(method), "Allow: {allow}");
+    }
+    let r = app.get("/attempts").await;
+    problem_ok(
+        "405 GET attempts",
+        &r,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
+
+    // 431 problem+json for a header block over 16 KiB.
+    let mut rb = app.http.get(format!("{}/livez", app.base));
+    for i in 0..40 {
+        rb = rb.header(format!("x-pad-{i}"), "y".repeat(500));
+    }
+    let r = TestApp::reply(rb.send().await.expect("send")).await;
+    problem_ok(
+        "431",
+        &r,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "headers_too_large",
+    );
+    // Over 100 headers hyper answers itself, before any handler: a bare 431
+    // (no problem+json is possible there with axum::serve).
+    let mut rb = app.http.get(format!("{}/livez", app.base));
+    for i in 0..120 {
+        rb = rb.header(format!("x-many-{i}"), "1");
+    }
+    let r = rb.send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn request_ids_are_honoured_or_generated_and_always_returned() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let id_of = |r: &reqwest::Response| {
+        r.headers()
+            .get("x-request-id")
+            .map(|v| v.to_str().expect("ascii").to_owned())
+    };
+
+    let r = app
+        .http
+        .get(format!("{}/livez", app.base))
+        .send()
+        .await
+        .expect("send");
+    let first = id_of(&r).expect("a generated id");
+    assert_eq!(first.len(), 24, "{first}");
+    assert!(first.bytes().all(|b| b.is_ascii_hexdigit()), "{first}");
+    let r = app
+        .http
+        .get(format!("{}/livez", app.base))
+        .send()
+        .await
+        .expect("send");
+    let second = id_of(&r).expect("a generated id");
+    assert_ne!(first, second, "ids are unique");
+
+    let mine = unique("trace-").replace('x', ".");
+    let r = app
+        .http
+        .get(format!("{}/livez", app.base))
+        .header("x-request-id", &mine)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(
+        id_of(&r).as_deref(),
+        Some(mine.as_str()),
+        "a well-formed id is honoured"
+    );
+    // Problem answers carry it too.
+    let r = app
+        .http
+        .get(format!("{}/nope", app.base))
+        .header("x-request-id", &mine)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(id_of(&r).as_deref(), Some(mine.as_str()));
+    // An id that is too long or carries odd characters is replaced.
+    for odd in [
+        "x".repeat(129),
+        "has space".to_owned(),
+        "semi;colon".to_owned(),
+    ] {
+        let r = app
+            .http
+            .get(format!("{}/livez", app.base))
+            .header("x-request-id", &odd)
+            .send()
+            .await
+            .expect("send");
+        let got = id_of(&r).expect("an id");
+        assert_ne!(got, odd);
+        assert_eq!(got.len(), 24);
+    }
+}
+
+#[tokio::test]
+async fn api_keys_answer_401_and_403_as_problem_json() {
+    let dir = std::env::temp_dir().join(unique("leasehold-keys-"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("keys");
+    let (scoped, admin) = (
+        unique("scoped-key-0123456789-"),
+        unique("admin-key-0123456789-"),
+    );
+    std::fs::write(
+        &file,
+        format!("# test keys\n{scoped} {P},report\n{admin} *\n"),
+    )
+    .expect("write keys");
+    let app = TestApp::spawn_with(args(
+        &Backend::Memory,
+        &["--api-keys-file", file.to_str().expect("utf-8 path")],
+    ))
+    .await;
+    let bearer = |key: &str| format!("Bearer {key}");
+    let attempt_with = |key: Option<String>| {
+        let mut rb = app
+            .http
+            .post(format!("{}/attempts", app.base))
+            .json(&json!({"operationId": unique("op-")}));
+        if let Some(key) = key {
+            rb = rb.header("authorization", key);
+        }
+        rb
+    };
+
+    // 401: none, wrong, malformed; WWW-Authenticate says how.
+    for key in [
+        None,
+        Some(bearer("wrong-key-0123456789")),
+        Some(format!("Basic {admin}")),
+        Some(admin.clone()),
+    ] {
+        let r = TestApp::reply(attempt_with(key.clone()).send().await.expect("send")).await;
+        problem_ok(
+            &format!("401 {key:?}"),
+            &r,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        );
+        assert!(r.headers["www-authenticate"]
+            .to_str()
+            .expect("ascii")
+            .starts_with("Bearer"));
+    }
+    let r = TestApp::reply(
+        attempt_with(Some(bearer(&scoped)))
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:#}", r.body);
+    let a = TestAttempt {
+        token: r.body["ownerToken"].as_str().expect("token").to_owned(),
+        op: r.body["operationId"].as_str().expect("op").to_owned(),
+    };
+
+    let lease = |purpose: &str, key: Option<&str>, body: Value| {
+        let mut rb = app
+            .http
+            .put(format!("{}/leases/{purpose}/{}", app.base, digest()))
+            .header("Lease-Owner-Token", &a.token)
+            .header("Lease-Operation-Id", &a.op)
+            .json(&body);
+        if let Some(key) = key {
+            rb = rb.header("authorization", bearer(key));
+        }
+        rb
+    };
+    let ttl = json!({"ttlMs": 30000});
+    let r = TestApp::reply(
+        lease(P, Some(&scoped), ttl.clone())
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:#}", r.body);
+    let r = TestApp::reply(
+        lease("payroll", Some(&scoped), ttl.clone())
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    problem_ok("403", &r, StatusCode::FORBIDDEN, "forbidden");
+    let r = TestApp::reply(
+        lease("payroll", Some(&admin), ttl.clone())
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:#}", r.body);
+    let r = TestApp::reply(lease(P, None, ttl.clone()).send().await.expect("send")).await;
+    problem_ok("401 lease", &r, StatusCode::UNAUTHORIZED, "unauthorized");
+    // Unauthenticated bad input learns nothing about validation: 401 first.
+    let r = TestApp::reply(
+        lease("BAD", None, json!({"ttlMs": 1}))
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    problem_ok(
+        "401 before validation",
+        &r,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    // Inspect and release are guarded the same way.
+    let r = TestApp::reply(
+        app.http
+            .get(format!("{}/leases/payroll/{}", app.base, digest()))
+            .header("authorization", bearer(&scoped))
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    problem_ok("403 inspect", &r, StatusCode::FORBIDDEN, "forbidden");
+    let r = TestApp::reply(
+        app.http
+            .delete(format!("{}/leases/{P}/{}", app.base, digest()))
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    problem_ok("401 release", &r, StatusCode::UNAUTHORIZED, "unauthorized");
+    // Operational endpoints stay open (probes and scrapers carry no key).
+    for path in ["/livez", "/readyz", "/metrics", "/openapi.json", "/docs"] {
+        let r = app
+            .http
+            .get(format!("{}{path}", app.base))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+    }
+    app.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
