@@ -49,7 +49,7 @@ use crate::domain::Bounds;
 use crate::http::auth::ApiKeys;
 use crate::service::{LeaseService, ServiceSettings};
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{RedisSettings, RedisStore};
+use crate::store::redis::{RedisSettings, RedisStore, ReplicaAcks, TlsFiles, Topology};
 use crate::store::Store;
 use crate::wait::WaitRegistry;
 
@@ -67,46 +67,84 @@ pub enum RunError {
 /// Reads the first line of a secret file. A file that does not exist means
 /// "no secret" (Kubernetes mounts an optional Secret that way), with a warning;
 /// any other read error is a configuration error.
-fn read_secret_file(setting: &'static str, path: &std::path::Path) -> Result<Option<String>, ConfigError> {
+fn read_secret_file(
+    setting: &'static str,
+    path: &std::path::Path,
+) -> Result<Option<String>, ConfigError> {
     match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text.lines().next().unwrap_or("").trim_end().to_owned())),
+        Ok(text) => Ok(Some(
+            text.lines().next().unwrap_or("").trim_end().to_owned(),
+        )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::warn!(setting, "secret file not found; connecting without a password");
+            tracing::warn!(
+                setting,
+                "secret file not found; connecting without a password"
+            );
             Ok(None)
         }
-        Err(e) => Err(ConfigError::new(setting, format!("cannot be read: {}", e.kind()))),
+        Err(e) => Err(ConfigError::new(
+            setting,
+            format!("cannot be read: {}", e.kind()),
+        )),
     }
 }
 
 /// Builds the store the settings ask for.
 pub fn build_store(args: &ServeArgs, waiters: Arc<WaitRegistry>) -> Result<Store, ConfigError> {
-    match &args.redis_url {
-        None => Ok(Store::Memory(Arc::new(MemoryStore::new(args.memory_max_leases, waiters)))),
-        Some(url) => {
-            let password = args
-                .redis_password_file
-                .as_deref()
-                .map(|p| read_secret_file("LEASEHOLD_REDIS_PASSWORD_FILE", p))
-                .transpose()?
-                .flatten();
-            let settings = RedisSettings {
-                url: url.clone(),
-                username: args.redis_username.clone(),
-                password,
-                namespace: args.namespace.clone(),
-                command_timeout: args.command_timeout(),
-                pool_size: args.pool_size,
-            };
-            let store = RedisStore::new(&settings, waiters).map_err(|e| ConfigError::new("LEASEHOLD_REDIS_URL", e.to_string()))?;
-            Ok(Store::Redis(Arc::new(store)))
+    let nodes = config::non_empty(&args.redis_cluster_nodes);
+    let sentinels = config::non_empty(&args.redis_sentinels);
+    let topology = match (&args.redis_url, nodes.is_empty(), sentinels.is_empty()) {
+        (Some(url), _, _) => Topology::Standalone { url: url.clone() },
+        (None, false, _) => Topology::Cluster {
+            nodes: nodes.iter().map(|s| s.to_string()).collect(),
+        },
+        (None, true, false) => Topology::Sentinel {
+            sentinels: sentinels.iter().map(|s| s.to_string()).collect(),
+            master: args.redis_sentinel_master.clone().unwrap_or_default(),
+        },
+        (None, true, true) => {
+            return Ok(Store::Memory(Arc::new(MemoryStore::new(
+                args.memory_max_leases,
+                waiters,
+            ))))
         }
-    }
+    };
+    let password = args
+        .redis_password_file
+        .as_deref()
+        .map(|p| read_secret_file("LEASEHOLD_REDIS_PASSWORD_FILE", p))
+        .transpose()?
+        .flatten();
+    let settings = RedisSettings {
+        topology,
+        username: args.redis_username.clone(),
+        password,
+        tls: TlsFiles {
+            ca_file: args.redis_ca_file.clone(),
+            client_cert: args.redis_client_cert.clone(),
+            client_key: args.redis_client_key.clone(),
+        },
+        replica_acks: (args.redis_min_replicas > 0).then(|| ReplicaAcks {
+            min_replicas: args.redis_min_replicas,
+            timeout: Duration::from_millis(args.redis_replica_timeout_ms),
+        }),
+        namespace: args.namespace.clone(),
+        command_timeout: args.command_timeout(),
+        pool_size: args.pool_size,
+    };
+    let store = RedisStore::new(&settings, waiters)
+        .map_err(|e| ConfigError::new(e.setting(), e.to_string()))?;
+    Ok(Store::Redis(Arc::new(store)))
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then stops
 /// accepting, ends every wait (answered `contended`), lets in-flight
 /// requests finish, and returns within the configured grace period.
-pub async fn run(listener: TcpListener, args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
+pub async fn run(
+    listener: TcpListener,
+    args: ServeArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
     args.validate()?;
     let metrics_listener = match args.metrics_listen {
         Some(addr) => Some(TcpListener::bind(addr).await?),
@@ -127,9 +165,14 @@ pub async fn run_with(
     let api_keys = match &args.api_keys_file {
         None => ApiKeys::default(),
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ConfigError::new("LEASEHOLD_API_KEYS_FILE", format!("cannot be read: {}", e.kind())))?;
-            ApiKeys::parse(&text).map_err(|e| ConfigError::new("LEASEHOLD_API_KEYS_FILE", e.to_string()))?
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::new(
+                    "LEASEHOLD_API_KEYS_FILE",
+                    format!("cannot be read: {}", e.kind()),
+                )
+            })?;
+            ApiKeys::parse(&text)
+                .map_err(|e| ConfigError::new("LEASEHOLD_API_KEYS_FILE", e.to_string()))?
         }
     };
     let token = CancellationToken::new();
@@ -153,14 +196,17 @@ pub async fn run_with(
         body_limit: args.body_limit_bytes,
         metrics: telemetry::install_metrics(),
         api_keys,
-        request_timeout: Duration::from_millis(args.max_wait_ms) + 3 * args.command_timeout() + Duration::from_secs(1),
+        request_timeout: Duration::from_millis(args.max_wait_ms)
+            + 3 * args.command_timeout()
+            + Duration::from_secs(1),
     });
     let router = http::router(Arc::clone(&app), metrics_listener.is_none());
     if let Some(listener) = metrics_listener {
         let metrics = http::metrics_router(Arc::clone(&app));
         let stop = token.clone();
         tokio::spawn(async move {
-            let served = axum::serve(listener, metrics).with_graceful_shutdown(async move { stop.cancelled().await });
+            let served = axum::serve(listener, metrics)
+                .with_graceful_shutdown(async move { stop.cancelled().await });
             if let Err(e) = served.await {
                 tracing::error!(error = %e, "metrics listener failed");
             }
