@@ -167,10 +167,7 @@ impl RedisSetupError {
 }
 
 enum Backend {
-    Standalone {
-        pool: NodePool,
-        pubsub: Box<Client>,
-    },
+    Standalone { pool: NodePool, pubsub: Box<Client> },
     Cluster(Arc<ClusterBackend>),
     Sentinel(Arc<SentinelBackend>),
 }

@@ -93,6 +93,9 @@ struct Epochs {
     seen: u64,
     /// Reports below this epoch are ignored (raised by `+switch-master`).
     floor: u64,
+    /// Bumped by every event that changes the belief: a re-check that was
+    /// already asking when one arrived has stale answers and is discarded.
+    generation: u64,
 }
 
 /// Sentinel-managed master.
@@ -346,35 +349,39 @@ impl SentinelBackend {
     /// Asks every sentinel and follows the newest configuration.
     async fn resolve(&self) {
         let deadline = Instant::now() + self.timeout;
+        let generation = self
+            .epochs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation;
         let reports =
             futures_util::future::join_all(self.sentinels.iter().map(|s| self.report(s, deadline)))
                 .await;
-        let decision = {
-            let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
-            let floor = epochs.floor;
-            let reports: Vec<Report> = reports
-                .into_iter()
-                .flatten()
-                .filter(|r| r.epoch >= floor)
-                .collect();
-            let Some(top) = reports.iter().map(|r| r.epoch).max() else {
-                return; // no sentinel answered: keep what we have
-            };
-            epochs.seen = epochs.seen.max(top);
-            let newest: Vec<&Report> = reports.iter().filter(|r| r.epoch == top).collect();
-            if newest.iter().any(|r| r.failover) {
-                None
-            } else {
-                newest.first().map(|r| r.addr.clone())
-            }
+        // Decide and act under the lock, so an event cannot slip in between.
+        let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
+        if epochs.generation != generation {
+            return; // an event arrived meanwhile: it is newer than these answers
+        }
+        let floor = epochs.floor;
+        let reports: Vec<Report> = reports
+            .into_iter()
+            .flatten()
+            .filter(|r| r.epoch >= floor)
+            .collect();
+        let Some(top) = reports.iter().map(|r| r.epoch).max() else {
+            return; // no sentinel answered: keep what we have
         };
-        match decision {
-            None => self.set(
+        epochs.seen = epochs.seen.max(top);
+        let newest: Vec<&Report> = reports.iter().filter(|r| r.epoch == top).collect();
+        if newest.iter().any(|r| r.failover) {
+            self.set(
                 Master::Failover,
                 "a sentinel reports a failover in progress",
-            ),
-            Some(addr) => self.switch_to(&addr, "sentinels name this master"),
+            );
+        } else if let Some(r) = newest.first() {
+            self.switch_to(&r.addr, "sentinels name this master");
         }
+        drop(epochs);
     }
 
     async fn report(&self, sentinel: &SentinelNode, deadline: Instant) -> Option<Report> {
@@ -486,15 +493,15 @@ impl SentinelBackend {
             // <name> <old ip> <old port> <new ip> <new port>
             if let [name, _, _, host, port, ..] = words[..] {
                 if name == self.master_name {
-                    {
-                        let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
-                        epochs.floor = epochs.floor.max(epochs.seen + 1);
-                    }
                     let addr = if host.contains(':') {
                         format!("[{host}]:{port}")
                     } else {
                         format!("{host}:{port}")
                     };
+                    // The switch means a newer config epoch than any seen.
+                    let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
+                    epochs.floor = epochs.floor.max(epochs.seen + 1);
+                    epochs.generation += 1;
                     self.switch_to(&addr, "sentinel announced +switch-master");
                 }
             }
@@ -513,6 +520,8 @@ impl SentinelBackend {
             return;
         }
         if FAILOVER_STARTED.contains(&channel) {
+            let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
+            epochs.generation += 1;
             self.set(Master::Failover, "sentinel announced a failover");
         } else {
             // An abort: the old master may stay; ask.
