@@ -190,6 +190,90 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
     }
     assert_eq!(total, 60, "every lease key on exactly one master");
 
+    // A slot being migrated: ASK is followed (ASKING + the script on the
+    // importing node); once the slot has moved, MOVED is followed.
+    let (moving, fresh) = (digest(), digest());
+    let (lease, fence) = (
+        lease_key(&a.namespace, &moving),
+        format!("{}:fence:v1:{{{P}:{moving}}}", a.namespace),
+    );
+    let holder = a.attempt().await;
+    assert_eq!(
+        a.acquire(P, &moving, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    // A fresh resource in the same slot, so both move together.
+    let slot = cluster.slot_for_key(&lease).to_string();
+    let fresh = (0..)
+        .map(|_| digest())
+        .find(|d| key_slot(&format!("{P}:{d}")).to_string() == slot)
+        .unwrap_or(fresh);
+    assert_eq!(
+        cluster
+            .slot_for_key(&lease_key(&a.namespace, &fresh))
+            .to_string(),
+        slot
+    );
+    let source = cluster.node_for_key(&lease);
+    let masters = cluster.masters();
+    let target = *masters
+        .iter()
+        .find(|m| m.port() != source.port())
+        .expect("another master");
+    let (source_id, target_id) = (
+        source.cli(&["CLUSTER", "MYID"]),
+        target.cli(&["CLUSTER", "MYID"]),
+    );
+    target.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
+    source.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+    // Keys not on the source: ASK, and the importing node answers.
+    let other = a.attempt().await;
+    assert_eq!(a.inspect(P, &fresh, Some(&other)).await.body["held"], false);
+    // A two-key script on keys the importing node lacks: TRYAGAIN, unavailable.
+    let r = a.acquire(P, &fresh, &other, 30_000).await;
+    assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
+    // Keys still on the source: served there.
+    assert_eq!(
+        a.renew(P, &moving, &holder, 30_000).await.outcome(),
+        "renewed"
+    );
+    let port = target.port().to_string();
+    source.cli(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        &lease,
+        &fence,
+    ]);
+    // Moved keys: ASK to the importing node, which has them.
+    assert_eq!(
+        a.renew(P, &moving, &holder, 30_000).await.outcome(),
+        "renewed"
+    );
+    assert!(captured_logs().contains("ASK; following once"));
+    for node in [target, source].into_iter().chain(masters.iter().copied()) {
+        node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    }
+    // The slot map still names the source: MOVED, followed.
+    assert_eq!(
+        a.inspect(P, &moving, Some(&holder)).await.body["heldBy"],
+        "caller"
+    );
+    assert_eq!(a.release(P, &moving, &holder).await.outcome(), "released");
+    assert_eq!(
+        a.acquire(P, &fresh, &other, 30_000).await.outcome(),
+        "acquired"
+    );
+    assert_eq!(
+        target.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]),
+        "3",
+        "moved fence key, fresh lease and fence"
+    );
+
     // Instance B (same namespace, all seeds) waits; instance A releases.
     // One resource per master, so the wake-up crosses shards.
     let mut b_args = topology_args(&["--redis-cluster-nodes", &cluster_flag(&cluster)]);
@@ -228,6 +312,24 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
         assert!(took < Duration::from_secs(5), "woken after {took:?}");
         println!("cross-instance wake-up, resource on master {port}: answered after {took:?}");
     }
+}
+
+/// CRC16/XMODEM of a hash tag modulo 16384 (checked against CLUSTER KEYSLOT
+/// where it matters): finds a resource in a given slot without thousands of
+/// redis-cli runs.
+fn key_slot(tag: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in tag.as_bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc & 0x3FFF
 }
 
 /// Waits (bounded) until the process-wide `leasehold_waiters` gauge reaches
