@@ -870,6 +870,59 @@ async fn acl_user_with_least_privilege_and_wrong_password() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The ACL rules `docs/topologies.md` recommends are enough: every verb,
+/// readiness and the wake-up subscription work for a user limited to the
+/// namespace's keys and wake-up channel and to the commands leasehold sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_rules_from_the_docs_are_enough() {
+    let namespace = unique("acl");
+    let password = unique("pw-Documented");
+    let rules = format!(
+        "leasehold on >{password} resetkeys ~{namespace}:* resetchannels &{namespace}:wake:v1 \
+         -@all +evalsha +script|load +get +set +del +pttl +pexpire +time +publish \
+         +subscribe +ping +info +hello +auth"
+    );
+    let mut argv = vec!["--user"];
+    argv.extend(rules.split_whitespace());
+    let server = RedisServer::start_with(&argv);
+    let file = std::env::temp_dir().join(unique("leasehold-acl-pw-"));
+    std::fs::write(&file, &password).expect("write");
+    let mut settings = topology_args(&[
+        "--redis-url",
+        &server.url(),
+        "--redis-username",
+        "leasehold",
+        "--redis-password-file",
+        &file.display().to_string(),
+    ]);
+    settings.namespace = namespace.clone();
+    let app = Arc::new(spawn_with(settings).await);
+    contract_basics(&app, "standalone").await;
+    // The wake-up subscription works too: a waiter is woken by the release.
+    let d = digest();
+    let holder = app.attempt().await;
+    assert_eq!(
+        app.acquire(P, &d, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    let (app2, d2, waiter) = (Arc::clone(&app), d.clone(), app.attempt().await);
+    let waiting =
+        tokio::spawn(async move { app2.acquire_wait(P, &d2, &waiter, 30_000, 10_000).await });
+    until_waiting(&app, 1).await;
+    assert_eq!(app.release(P, &d, &holder).await.outcome(), "released");
+    let r = waiting.await.expect("waiter");
+    assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    assert!(
+        r.body["waitedMs"].as_u64().is_some_and(|ms| ms < 5_000),
+        "{:?}",
+        r.body
+    );
+    // Nothing outside the namespace, no admin commands.
+    let denied = server.cli_as("leasehold", &password, &["GET", "other:key"]);
+    assert!(denied.is_err_and(|e| e.contains("NOPERM")));
+    let _ = std::fs::remove_file(&file);
+}
+
 /// Logs of every instance in this test binary, kept in memory so tests can
 /// assert what never appears in them (echoed to stderr with `TEST_LOG`).
 fn capture_logs() {
