@@ -49,7 +49,7 @@ use crate::domain::Bounds;
 use crate::http::auth::ApiKeys;
 use crate::service::{LeaseService, ServiceSettings};
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{RedisSettings, RedisStore};
+use crate::store::redis::{RedisSettings, RedisStore, ReplicaAcks, TlsFiles, Topology};
 use crate::store::Store;
 use crate::wait::WaitRegistry;
 
@@ -91,31 +91,50 @@ fn read_secret_file(
 
 /// Builds the store the settings ask for.
 pub fn build_store(args: &ServeArgs, waiters: Arc<WaitRegistry>) -> Result<Store, ConfigError> {
-    match &args.redis_url {
-        None => Ok(Store::Memory(Arc::new(MemoryStore::new(
-            args.memory_max_leases,
-            waiters,
-        )))),
-        Some(url) => {
-            let password = args
-                .redis_password_file
-                .as_deref()
-                .map(|p| read_secret_file("LEASEHOLD_REDIS_PASSWORD_FILE", p))
-                .transpose()?
-                .flatten();
-            let settings = RedisSettings {
-                url: url.clone(),
-                username: args.redis_username.clone(),
-                password,
-                namespace: args.namespace.clone(),
-                command_timeout: args.command_timeout(),
-                pool_size: args.pool_size,
-            };
-            let store = RedisStore::new(&settings, waiters)
-                .map_err(|e| ConfigError::new("LEASEHOLD_REDIS_URL", e.to_string()))?;
-            Ok(Store::Redis(Arc::new(store)))
+    let nodes = config::non_empty(&args.redis_cluster_nodes);
+    let sentinels = config::non_empty(&args.redis_sentinels);
+    let topology = match (&args.redis_url, nodes.is_empty(), sentinels.is_empty()) {
+        (Some(url), _, _) => Topology::Standalone { url: url.clone() },
+        (None, false, _) => Topology::Cluster {
+            nodes: nodes.iter().map(|s| s.to_string()).collect(),
+        },
+        (None, true, false) => Topology::Sentinel {
+            sentinels: sentinels.iter().map(|s| s.to_string()).collect(),
+            master: args.redis_sentinel_master.clone().unwrap_or_default(),
+        },
+        (None, true, true) => {
+            return Ok(Store::Memory(Arc::new(MemoryStore::new(
+                args.memory_max_leases,
+                waiters,
+            ))))
         }
-    }
+    };
+    let password = args
+        .redis_password_file
+        .as_deref()
+        .map(|p| read_secret_file("LEASEHOLD_REDIS_PASSWORD_FILE", p))
+        .transpose()?
+        .flatten();
+    let settings = RedisSettings {
+        topology,
+        username: args.redis_username.clone(),
+        password,
+        tls: TlsFiles {
+            ca_file: args.redis_ca_file.clone(),
+            client_cert: args.redis_client_cert.clone(),
+            client_key: args.redis_client_key.clone(),
+        },
+        replica_acks: (args.redis_min_replicas > 0).then(|| ReplicaAcks {
+            min_replicas: args.redis_min_replicas,
+            timeout: Duration::from_millis(args.redis_replica_timeout_ms),
+        }),
+        namespace: args.namespace.clone(),
+        command_timeout: args.command_timeout(),
+        pool_size: args.pool_size,
+    };
+    let store = RedisStore::new(&settings, waiters)
+        .map_err(|e| ConfigError::new(e.setting(), e.to_string()))?;
+    Ok(Store::Redis(Arc::new(store)))
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then stops

@@ -766,6 +766,7 @@ mod tests {
             ttl_ms: 30_000,
             remaining_ms: 29_990,
             guarantee: Guarantee::Fenced,
+            replication: None,
         }
     }
 

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::{
     AcquireOutcome, Attempt, Bounds, Failure, Guarantee, Inspection, Lease, LostReason,
-    OutcomeName, ReleaseOutcome, RenewOutcome, ResourceId, Ttl, WaitMs,
+    OutcomeName, ReleaseOutcome, RenewOutcome, Replication, ResourceId, Ttl, WaitMs,
 };
 use crate::store::{Store, StoreAcquire, StoreError, StoreInspect, StoreRelease, StoreRenew};
 use crate::telemetry::{PurposeLabels, OPERATIONS, OPERATION_DURATION};
@@ -126,8 +126,18 @@ impl LeaseService {
         Ok(call.await)
     }
 
-    fn lease(resource: &ResourceId, fencing_token: u64, ttl: Ttl, remaining_ms: u64) -> Lease {
+    fn lease(
+        resource: &ResourceId,
+        fencing_token: u64,
+        ttl: Ttl,
+        remaining_ms: u64,
+        replication: Option<crate::store::Replication>,
+    ) -> Lease {
         Lease {
+            replication: replication.map(|r| Replication {
+                acknowledged: r.acknowledged,
+                required: r.required,
+            }),
             purpose: resource.purpose.clone(),
             digest: resource.digest.clone(),
             fencing_token,
@@ -145,22 +155,23 @@ impl LeaseService {
         waited: Option<u64>,
     ) -> Tried {
         let result = self
-            .admitted(self.store.acquire(resource, attempt, ttl))
+            .admitted(self.store.acquire_replicated(resource, attempt, ttl))
             .await?;
         let fallback = self.settings.retry_after_ms;
-        match result {
+        let replication = result.as_ref().ok().and_then(|r| r.replication);
+        match result.map(|r| r.value) {
             Ok(StoreAcquire::Acquired {
                 fencing_token,
                 remaining_ms,
             }) => Ok(AcquireOutcome::Acquired {
-                lease: Self::lease(resource, fencing_token, ttl, remaining_ms),
+                lease: Self::lease(resource, fencing_token, ttl, remaining_ms, replication),
                 waited_ms: waited,
             }),
             Ok(StoreAcquire::Replayed {
                 fencing_token,
                 remaining_ms,
             }) => Ok(AcquireOutcome::ReplayedSameOperation {
-                lease: Self::lease(resource, fencing_token, ttl, remaining_ms),
+                lease: Self::lease(resource, fencing_token, ttl, remaining_ms, None),
             }),
             Ok(StoreAcquire::OwnerOperationConflict { remaining_ms }) => {
                 Ok(AcquireOutcome::OwnerOperationConflict {
@@ -263,21 +274,25 @@ impl LeaseService {
         ttl: Ttl,
     ) -> Result<RenewOutcome, Failure> {
         let started = Instant::now();
-        let result = match self
-            .admitted(self.store.renew(resource, attempt, ttl))
+        let answer = self
+            .admitted(self.store.renew_replicated(resource, attempt, ttl))
             .await
-        {
+            .map(|r| r.map(|r| (r.value, r.replication)));
+        let result = match answer {
             Err(failure) => Err(failure),
-            Ok(Ok(StoreRenew::Renewed {
-                fencing_token,
-                remaining_ms,
-            })) => Ok(RenewOutcome::Renewed {
-                lease: Self::lease(resource, fencing_token, ttl, remaining_ms),
+            Ok(Ok((
+                StoreRenew::Renewed {
+                    fencing_token,
+                    remaining_ms,
+                },
+                replication,
+            ))) => Ok(RenewOutcome::Renewed {
+                lease: Self::lease(resource, fencing_token, ttl, remaining_ms, replication),
             }),
-            Ok(Ok(StoreRenew::Absent)) => Ok(RenewOutcome::Lost {
+            Ok(Ok((StoreRenew::Absent, _))) => Ok(RenewOutcome::Lost {
                 reason: LostReason::Absent,
             }),
-            Ok(Ok(StoreRenew::NotOwner)) => Ok(RenewOutcome::Lost {
+            Ok(Ok((StoreRenew::NotOwner, _))) => Ok(RenewOutcome::Lost {
                 reason: LostReason::NotOwner,
             }),
             Ok(Err(err)) => Err(self.failure(err, Some(attempt))),

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::{Cause, Error, LeaseHandle, Rejection};
 use crate::domain::{
     Attempt, Guarantee, HeldBy, Inspection, Lease, LostReason, OperationId, OwnerToken, Purpose,
-    ReleaseOutcome, RenewOutcome, ResourceDigest, ResourceId,
+    ReleaseOutcome, RenewOutcome, Replication, ResourceDigest, ResourceId,
 };
 use crate::http::problem::FieldError;
 
@@ -184,6 +184,8 @@ struct WireLease {
     ttl_ms: u64,
     remaining_ms: u64,
     guarantee: String,
+    #[serde(default)]
+    replication: Option<Replication>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -292,6 +294,7 @@ impl Reply {
             ttl_ms: w.ttl_ms,
             remaining_ms: w.remaining_ms,
             guarantee: Guarantee::Fenced,
+            replication: w.replication,
         })
     }
 

@@ -8,5 +8,5 @@ pub use bounds::{Bounds, Ttl, WaitMs};
 pub use names::{Attempt, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId};
 pub use outcome::{
     AcquireOutcome, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason, OutcomeName,
-    ReleaseOutcome, RenewOutcome,
+    ReleaseOutcome, RenewOutcome, Replication,
 };

@@ -47,6 +47,24 @@ pub struct Lease {
     pub remaining_ms: u64,
     /// What this answer promises.
     pub guarantee: Guarantee,
+    /// Present only when replica acknowledgements are configured
+    /// (`LEASEHOLD_REDIS_MIN_REPLICAS`): how many replicas confirmed this
+    /// write. `acknowledged < required` means the lease exists on the primary
+    /// but a failover may lose it; fencing still protects the effect target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication: Option<Replication>,
+}
+
+/// Replica acknowledgement of a write (Redis `WAIT` right after the script).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Replication {
+    /// Replicas that confirmed the write within the replica timeout.
+    #[schema(minimum = 0, example = 1)]
+    pub acknowledged: u32,
+    /// Replicas asked for.
+    #[schema(minimum = 1, example = 1)]
+    pub required: u32,
 }
 
 /// Outcomes of acquire other than the shared failures.

@@ -3,8 +3,9 @@
 //!
 //! - [`memory::MemoryStore`]: in-process, the default when no Redis is
 //!   configured; one instance only.
-//! - [`redis::RedisStore`]: Redis through a pooled connection, one Lua script
-//!   per verb, so every check and mutation happens in one script run.
+//! - [`redis::RedisStore`]: Redis (standalone, Cluster or Sentinel) through
+//!   pooled connections, one Lua script per verb, so every check and
+//!   mutation happens in one script run.
 //!
 //! Nothing Redis-specific leaks out of this module: a store answers with the
 //! plain results below or a [`StoreError`] that says whether the command
@@ -100,6 +101,44 @@ pub enum StoreError {
     Indeterminate(&'static str),
 }
 
+/// How many replicas acknowledged a write, when replica acknowledgements
+/// are configured (`LEASEHOLD_REDIS_MIN_REPLICAS`): the store ran `WAIT
+/// required timeout` right after the script wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replication {
+    /// Replicas that confirmed the write within the timeout (0 when `WAIT`
+    /// itself got no answer).
+    pub acknowledged: u32,
+    /// Replicas asked for.
+    pub required: u32,
+}
+
+impl Replication {
+    /// Whether at least `required` replicas have the write.
+    pub fn satisfied(&self) -> bool {
+        self.acknowledged >= self.required
+    }
+}
+
+/// A store answer plus, for a write with replica acks configured, how far
+/// it was replicated (`None`: not asked, or nothing was written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicated<T> {
+    /// The answer.
+    pub value: T,
+    /// Replica acknowledgement of the write.
+    pub replication: Option<Replication>,
+}
+
+impl<T> Replicated<T> {
+    fn unreplicated(value: T) -> Self {
+        Self {
+            value,
+            replication: None,
+        }
+    }
+}
+
 /// The store readiness answer for `/readyz`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Readiness {
@@ -138,7 +177,25 @@ impl Store {
         attempt: &Attempt,
         ttl: Ttl,
     ) -> Result<StoreAcquire, StoreError> {
-        dispatch!(self, s => s.acquire(resource, attempt, ttl).await)
+        self.acquire_replicated(resource, attempt, ttl)
+            .await
+            .map(|r| r.value)
+    }
+
+    /// [`Store::acquire`], with the replica acknowledgement of the write.
+    pub async fn acquire_replicated(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+    ) -> Result<Replicated<StoreAcquire>, StoreError> {
+        match self {
+            Store::Memory(s) => s
+                .acquire(resource, attempt, ttl)
+                .await
+                .map(Replicated::unreplicated),
+            Store::Redis(s) => s.acquire(resource, attempt, ttl).await,
+        }
     }
 
     /// Resets the TTL of the caller's lease.
@@ -148,7 +205,25 @@ impl Store {
         attempt: &Attempt,
         ttl: Ttl,
     ) -> Result<StoreRenew, StoreError> {
-        dispatch!(self, s => s.renew(resource, attempt, ttl).await)
+        self.renew_replicated(resource, attempt, ttl)
+            .await
+            .map(|r| r.value)
+    }
+
+    /// [`Store::renew`], with the replica acknowledgement of the write.
+    pub async fn renew_replicated(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+    ) -> Result<Replicated<StoreRenew>, StoreError> {
+        match self {
+            Store::Memory(s) => s
+                .renew(resource, attempt, ttl)
+                .await
+                .map(Replicated::unreplicated),
+            Store::Redis(s) => s.renew(resource, attempt, ttl).await,
+        }
     }
 
     /// Deletes the caller's lease and wakes the resource's waiters.
@@ -157,7 +232,24 @@ impl Store {
         resource: &ResourceId,
         attempt: &Attempt,
     ) -> Result<StoreRelease, StoreError> {
-        dispatch!(self, s => s.release(resource, attempt).await)
+        self.release_replicated(resource, attempt)
+            .await
+            .map(|r| r.value)
+    }
+
+    /// [`Store::release`], with the replica acknowledgement of the write.
+    pub async fn release_replicated(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<Replicated<StoreRelease>, StoreError> {
+        match self {
+            Store::Memory(s) => s
+                .release(resource, attempt)
+                .await
+                .map(Replicated::unreplicated),
+            Store::Redis(s) => s.release(resource, attempt).await,
+        }
     }
 
     /// Reads the lease without changing it.

@@ -1,68 +1,194 @@
 //! The Redis store: one Lua script per verb, run with EVALSHA on a pooled
-//! connection, every call bounded by the command timeout and classified as
-//! answered, `Unavailable` (definitely not applied) or `Indeterminate`
-//! (written, no certain reply).
+//! connection to the right master, every call bounded by the command timeout
+//! and classified as answered, `Unavailable` (definitely not applied) or
+//! `Indeterminate` (written, no certain reply).
+//!
+//! Three topologies share everything but "which master": standalone (one
+//! pool), Redis Cluster ([`cluster`]: the master of the resource's slot) and
+//! Redis Sentinel ([`sentinel`]: the master the sentinels name, abandoned the
+//! moment a failover of it begins). TLS (`rediss://`, own CA, client
+//! certificate) and ACL credentials apply to every data node. With replica
+//! acknowledgements configured, a mutating script is followed by `WAIT` on
+//! the same connection and the answer says how many replicas have the write.
 
+mod cluster;
+mod exec;
+mod node;
 mod pool;
 mod scripts;
+mod sentinel;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Client, IntoConnectionInfo, ProtocolVersion, RedisError, Value};
-use tokio::time::{timeout_at, Instant};
+use redis::{Client, RedisError, Value};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use self::pool::{Conn, Manager};
+use self::cluster::ClusterBackend;
+use self::exec::{send, RunError};
+use self::node::{NodeTemplate, Tls};
+use self::pool::{Conn, NodePool};
 use self::scripts::{Script, SCRIPTS};
-use super::{Readiness, StoreAcquire, StoreError, StoreInspect, StoreRelease, StoreRenew};
+use self::sentinel::{Master, SentinelBackend};
+use super::{
+    Readiness, Replicated, Replication, StoreAcquire, StoreError, StoreInspect, StoreRelease,
+    StoreRenew,
+};
 use crate::domain::{Attempt, HeldBy, ResourceId, Ttl};
 use crate::wait::WaitRegistry;
+
+/// Which Redis deployment to talk to. URLs may carry credentials and are
+/// never logged.
+#[derive(Clone)]
+pub enum Topology {
+    /// One server (`redis://`, `rediss://` or a unix socket URL).
+    Standalone {
+        /// Its URL.
+        url: String,
+    },
+    /// Redis Cluster, discovered from any of these seed URLs.
+    Cluster {
+        /// Seed node URLs.
+        nodes: Vec<String>,
+    },
+    /// Redis Sentinel: the master `master` as these sentinels see it.
+    Sentinel {
+        /// Sentinel URLs (their userinfo authenticates to the sentinels).
+        sentinels: Vec<String>,
+        /// The monitored master's name.
+        master: String,
+    },
+}
+
+impl Topology {
+    /// `standalone`, `cluster` or `sentinel`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Topology::Standalone { .. } => "standalone",
+            Topology::Cluster { .. } => "cluster",
+            Topology::Sentinel { .. } => "sentinel",
+        }
+    }
+}
+
+/// TLS files (PEM) for `rediss://`.
+#[derive(Clone, Debug, Default)]
+pub struct TlsFiles {
+    /// CA(s) to trust instead of the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (mutual TLS).
+    pub client_cert: Option<PathBuf>,
+    /// Its private key.
+    pub client_key: Option<PathBuf>,
+}
+
+/// `WAIT` after every mutating script.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaAcks {
+    /// Replicas that must acknowledge.
+    pub min_replicas: u32,
+    /// How long `WAIT` may block.
+    pub timeout: Duration,
+}
 
 /// Settings for the Redis store.
 #[derive(Clone)]
 pub struct RedisSettings {
-    /// `redis://` or `rediss://` URL (may carry credentials; never logged).
-    pub url: String,
-    /// ACL user name, overriding the URL's.
+    /// Where Redis is.
+    pub topology: Topology,
+    /// ACL user name for the data nodes, overriding the URL's.
     pub username: Option<String>,
-    /// ACL password, overriding the URL's.
+    /// ACL password for the data nodes, overriding the URL's.
     pub password: Option<String>,
+    /// TLS trust and client certificate.
+    pub tls: TlsFiles,
+    /// Replica acknowledgements, when wanted.
+    pub replica_acks: Option<ReplicaAcks>,
     /// Key namespace (validated: no `{` or `}`).
     pub namespace: String,
     /// Bound on every store call, pool wait included.
     pub command_timeout: Duration,
-    /// Maximum pooled connections.
+    /// Maximum pooled connections (per node for Cluster).
     pub pool_size: u32,
 }
 
 impl std::fmt::Debug for RedisSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisSettings")
-            .field("url", &"<redacted>")
+            .field("topology", &self.topology.name())
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .field("replica_acks", &self.replica_acks)
             .field("namespace", &self.namespace)
             .field("command_timeout", &self.command_timeout)
             .field("pool_size", &self.pool_size)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
-/// Why the Redis store could not be built.
+/// Why the Redis store could not be built. Never quotes a URL (it may hold
+/// a password) or a file's content.
 #[derive(Debug, thiserror::Error)]
 pub enum RedisSetupError {
-    /// The URL does not parse (the URL itself is not repeated: it may hold a password).
-    #[error("LEASEHOLD_REDIS_URL is not a valid redis:// or rediss:// URL")]
-    BadUrl,
+    /// A URL does not parse or is not a TCP `redis://`/`rediss://` URL.
+    #[error("is not a valid redis:// or rediss:// URL")]
+    BadUrl {
+        /// The setting holding it.
+        setting: &'static str,
+    },
+    /// A file cannot be read.
+    #[error("cannot be read: {kind}")]
+    File {
+        /// The setting naming it.
+        setting: &'static str,
+        /// Why.
+        kind: std::io::ErrorKind,
+    },
+    /// A PEM file does not hold what it should.
+    #[error("does not hold a usable PEM certificate/key")]
+    Pem {
+        /// The settings involved.
+        setting: &'static str,
+    },
 }
 
-/// Redis through a bb8 pool of multiplexed connections.
+impl RedisSetupError {
+    /// The setting the error is about.
+    pub fn setting(&self) -> &'static str {
+        match self {
+            RedisSetupError::BadUrl { setting }
+            | RedisSetupError::File { setting, .. }
+            | RedisSetupError::Pem { setting } => setting,
+        }
+    }
+}
+
+enum Backend {
+    Standalone { pool: NodePool, pubsub: Box<Client> },
+    Cluster(Arc<ClusterBackend>),
+    Sentinel(Arc<SentinelBackend>),
+}
+
+/// Redis through pools of multiplexed connections.
 pub struct RedisStore {
-    pool: bb8::Pool<Manager>,
-    client: Client,
+    backend: Backend,
     namespace: String,
     wake_channel: String,
     command_timeout: Duration,
+    acks: Option<Acks>,
     waiters: Arc<WaitRegistry>,
+}
+
+/// Replica acknowledgement settings as a call uses them.
+#[derive(Clone, Copy)]
+struct Acks {
+    required: u32,
+    timeout_ms: u64,
+    /// Client-side bound on the `WAIT` reply.
+    budget: Duration,
 }
 
 /// The key of a resource's lease: `<ns>:lease:v1:{<purpose>:<digest>}`.
@@ -79,6 +205,66 @@ pub fn fence_key(namespace: &str, resource: &ResourceId) -> String {
 /// safe (the server clock floors the next token); keeping it bounds memory.
 const FENCE_KEY_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
 
+/// One script call: what to run, for which resource, and whether a write
+/// must be followed by `WAIT`.
+struct Call<'a> {
+    script: &'a Script,
+    /// The resource's hash tag (Cluster routes by it).
+    tag: &'a str,
+    keys: &'a [&'a str],
+    args: &'a [&'a str],
+    acks: Option<Acks>,
+}
+
+/// A script's reply and, after a write with acks configured, its replication.
+struct Executed {
+    value: Value,
+    replication: Option<Replication>,
+}
+
+impl Call<'_> {
+    /// Runs the script on `conn`; when it wrote (status 1 in every script)
+    /// and acks are configured, `WAIT`s on the same connection. A `WAIT`
+    /// without an answer leaves the script's answer standing and counts as
+    /// no acknowledgement.
+    async fn run_on(
+        &self,
+        conn: &mut Conn,
+        asking: bool,
+        deadline: Instant,
+    ) -> Result<Executed, RunError> {
+        let value =
+            exec::run_script(conn, self.script, self.keys, self.args, asking, deadline).await?;
+        let replication = match self.acks {
+            Some(acks) if status_of(&value) == Some(1) => {
+                let acknowledged = exec::wait_for_replicas(
+                    conn,
+                    acks.required,
+                    acks.timeout_ms,
+                    Instant::now() + acks.budget,
+                )
+                .await;
+                Some(Replication {
+                    acknowledged: acknowledged.unwrap_or(0),
+                    required: acks.required,
+                })
+            }
+            _ => None,
+        };
+        Ok(Executed { value, replication })
+    }
+}
+
+fn status_of(reply: &Value) -> Option<i64> {
+    match reply {
+        Value::Array(items) => match items.first() {
+            Some(Value::Int(v)) => Some(*v),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 impl RedisStore {
     /// Builds the store; connections are opened lazily, so a Redis that is
     /// down at start makes `/readyz` fail rather than the process.
@@ -86,122 +272,165 @@ impl RedisStore {
         settings: &RedisSettings,
         waiters: Arc<WaitRegistry>,
     ) -> Result<Self, RedisSetupError> {
-        let mut info = settings
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|_| RedisSetupError::BadUrl)?;
-        let mut redis_settings = info.redis_settings().clone();
-        if let Some(user) = &settings.username {
-            redis_settings = redis_settings.set_username(user);
-        }
-        if let Some(password) = &settings.password {
-            redis_settings = redis_settings.set_password(password);
-        }
-        info = info.set_redis_settings(redis_settings.clone());
-        let pubsub_client = Client::open(info.clone()).map_err(|_| RedisSetupError::BadUrl)?;
-        let info = info.set_redis_settings(redis_settings.set_protocol(ProtocolVersion::RESP3));
-        let client = Client::open(info).map_err(|_| RedisSetupError::BadUrl)?;
-        let pool = bb8::Pool::builder()
-            .max_size(settings.pool_size.max(1))
-            .min_idle(Some(settings.pool_size.clamp(1, 4)))
-            .connection_timeout(settings.command_timeout)
-            .test_on_check_out(false)
-            .retry_connection(false)
-            .build_unchecked(Manager::new(client, settings.command_timeout));
+        let timeout = settings.command_timeout;
+        let pool_size = settings.pool_size.max(1);
+        let certs = |tls: bool| -> Result<Tls, RedisSetupError> {
+            if !tls {
+                return Ok(Tls::Plain);
+            }
+            let files = &settings.tls;
+            Ok(Tls::Verified(node::load_certificates(
+                files.ca_file.as_deref(),
+                files.client_cert.as_deref(),
+                files.client_key.as_deref(),
+            )?))
+        };
+        let credentials = |mut redis: redis::RedisConnectionInfo| {
+            if let Some(user) = &settings.username {
+                redis = redis.set_username(user);
+            }
+            if let Some(password) = &settings.password {
+                redis = redis.set_password(password);
+            }
+            redis
+        };
+        let backend = match &settings.topology {
+            Topology::Standalone { url } => {
+                const SETTING: &str = "LEASEHOLD_REDIS_URL";
+                let info = redis::IntoConnectionInfo::into_connection_info(url.trim())
+                    .map_err(|_| RedisSetupError::BadUrl { setting: SETTING })?;
+                let (client, pubsub) = match info.addr() {
+                    redis::ConnectionAddr::Tcp(..) | redis::ConnectionAddr::TcpTls { .. } => {
+                        let parsed = node::parse_url(url, SETTING)?;
+                        let template =
+                            NodeTemplate::new(credentials(parsed.redis), certs(parsed.tls)?);
+                        let bad = |_: RedisError| RedisSetupError::BadUrl { setting: SETTING };
+                        (
+                            template
+                                .resp3()
+                                .client(&parsed.host, parsed.port)
+                                .map_err(bad)?,
+                            template.client(&parsed.host, parsed.port).map_err(bad)?,
+                        )
+                    }
+                    // A unix socket: no TLS, no topology.
+                    _ => {
+                        let redis = credentials(info.redis_settings().clone());
+                        let info = info.set_redis_settings(redis.clone());
+                        let resp3 = info
+                            .clone()
+                            .set_redis_settings(redis.set_protocol(redis::ProtocolVersion::RESP3));
+                        let bad = |_: RedisError| RedisSetupError::BadUrl { setting: SETTING };
+                        (
+                            Client::open(resp3).map_err(bad)?,
+                            Client::open(info).map_err(bad)?,
+                        )
+                    }
+                };
+                Backend::Standalone {
+                    pool: NodePool::new(client, pool_size, pool_size.clamp(1, 4), timeout, false),
+                    pubsub: Box::new(pubsub),
+                }
+            }
+            Topology::Cluster { nodes } => {
+                const SETTING: &str = "LEASEHOLD_REDIS_CLUSTER_NODES";
+                let parsed = nodes
+                    .iter()
+                    .map(|u| node::parse_url(u, SETTING))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let first = parsed
+                    .first()
+                    .ok_or(RedisSetupError::BadUrl { setting: SETTING })?;
+                let template =
+                    NodeTemplate::new(credentials(first.redis.clone()), certs(first.tls)?);
+                let seeds = parsed.iter().map(|p| host_port(&p.host, p.port)).collect();
+                Backend::Cluster(Arc::new(ClusterBackend::new(
+                    template, seeds, pool_size, timeout,
+                )))
+            }
+            Topology::Sentinel { sentinels, master } => {
+                const SETTING: &str = "LEASEHOLD_REDIS_SENTINELS";
+                let parsed = sentinels
+                    .iter()
+                    .map(|u| node::parse_url(u, SETTING))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let first = parsed
+                    .first()
+                    .ok_or(RedisSetupError::BadUrl { setting: SETTING })?;
+                let tls = certs(first.tls)?;
+                let clients = parsed
+                    .iter()
+                    .map(|p| {
+                        NodeTemplate::new(p.redis.clone(), tls.clone()).client(&p.host, p.port)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| RedisSetupError::BadUrl { setting: SETTING })?;
+                // Data nodes: the configured user/password (sentinel URLs'
+                // userinfo authenticates to the sentinels only).
+                let template =
+                    NodeTemplate::new(credentials(redis::RedisConnectionInfo::default()), tls);
+                Backend::Sentinel(Arc::new(SentinelBackend::new(
+                    clients,
+                    master.trim().to_owned(),
+                    template,
+                    pool_size,
+                    timeout,
+                )))
+            }
+        };
         Ok(Self {
-            pool,
-            client: pubsub_client,
+            backend,
             wake_channel: format!("{}:wake:v1", settings.namespace),
             namespace: settings.namespace.clone(),
-            command_timeout: settings.command_timeout,
+            command_timeout: timeout,
+            acks: settings
+                .replica_acks
+                .filter(|a| a.min_replicas > 0)
+                .map(|a| Acks {
+                    required: a.min_replicas,
+                    timeout_ms: u64::try_from(a.timeout.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                    budget: a.timeout + timeout,
+                }),
             waiters,
         })
     }
 
-    /// Pool occupancy: (connections open, idle).
+    /// Pool occupancy: (connections open, idle), over every node.
     pub fn pool_state(&self) -> (u32, u32) {
-        let state = self.pool.state();
-        (state.connections, state.idle_connections)
-    }
-
-    /// Checks out a live connection before `deadline`; nothing is sent yet, so
-    /// every failure here is `Unavailable`.
-    async fn checkout(
-        &self,
-        deadline: Instant,
-    ) -> Result<bb8::PooledConnection<'_, Manager>, StoreError> {
-        let started = std::time::Instant::now();
-        loop {
-            let conn = match timeout_at(deadline, self.pool.get()).await {
-                Err(_) | Ok(Err(bb8::RunError::TimedOut)) => {
-                    return Err(StoreError::Unavailable(
-                        "no Redis connection within the command timeout",
-                    ))
-                }
-                Ok(Err(bb8::RunError::User(err))) => {
-                    tracing::debug!(kind = ?err.kind(), "redis connect failed");
-                    return Err(StoreError::Unavailable("cannot connect to Redis"));
-                }
-                Ok(Ok(conn)) => conn,
-            };
-            if conn.is_dead() {
-                // Known closed: skip it (the pool drops it) without sending.
-                continue;
-            }
-            metrics::histogram!(crate::telemetry::POOL_WAIT)
-                .record(started.elapsed().as_secs_f64());
-            return Ok(conn);
+        match &self.backend {
+            Backend::Standalone { pool, .. } => pool.state(),
+            Backend::Cluster(c) => c.pool_state(),
+            Backend::Sentinel(s) => s.pool_state(),
         }
     }
 
-    /// Runs `script` with EVALSHA; on NOSCRIPT loads it and retries once.
-    async fn run(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<Value, StoreError> {
+    /// Runs a script call on the topology's master for it.
+    async fn run(&self, call: Call<'_>) -> Result<Executed, StoreError> {
         let started = std::time::Instant::now();
         let deadline = Instant::now() + self.command_timeout;
-        let result = self.run_until(script, keys, args, deadline).await;
-        metrics::histogram!(crate::telemetry::STORE_DURATION, "script" => script.name)
+        let result = match &self.backend {
+            Backend::Standalone { pool, .. } => {
+                async {
+                    let mut conn = pool.checkout(deadline).await?;
+                    call.run_on(&mut conn, false, deadline)
+                        .await
+                        .map_err(|err| match err {
+                            RunError::Failed(err) => err,
+                            RunError::Redirect(_) => StoreError::Unavailable(
+                                "a standalone Redis answered with a cluster redirect",
+                            ),
+                        })
+                }
+                .await
+            }
+            Backend::Cluster(c) => c.execute(&call, deadline).await,
+            Backend::Sentinel(s) => s.execute(&call, deadline).await,
+        };
+        metrics::histogram!(crate::telemetry::STORE_DURATION, "script" => call.script.name)
             .record(started.elapsed().as_secs_f64());
         result
-    }
-
-    async fn run_until(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        deadline: Instant,
-    ) -> Result<Value, StoreError> {
-        let mut conn = self.checkout(deadline).await?;
-        match send(&mut conn, script.evalsha(keys, args), deadline).await {
-            Err(err) if is_noscript(&err) => {}
-            other => return other.map_err(|err| classify(&conn, err)),
-        }
-        // NOSCRIPT is a definite refusal: load the script and retry once.
-        tracing::info!(
-            script = script.name,
-            "script cache empty (NOSCRIPT); loading it"
-        );
-        let mut load = redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(script.source);
-        send(&mut conn, load, deadline)
-            .await
-            .map_err(|err| match classify(&conn, err) {
-                // Loading changes no lease: an uncertain load is still "not applied".
-                StoreError::Indeterminate(_) => StoreError::Unavailable("SCRIPT LOAD got no reply"),
-                other => other,
-            })?;
-        match send(&mut conn, script.evalsha(keys, args), deadline).await {
-            Err(err) if is_noscript(&err) => {
-                Err(StoreError::Unavailable("NOSCRIPT after SCRIPT LOAD"))
-            }
-            other => other.map_err(|err| classify(&conn, err)),
-        }
     }
 
     pub(super) async fn acquire(
@@ -209,26 +438,29 @@ impl RedisStore {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
-    ) -> Result<StoreAcquire, StoreError> {
+    ) -> Result<Replicated<StoreAcquire>, StoreError> {
         let lease = lease_key(&self.namespace, resource);
         let fence = fence_key(&self.namespace, resource);
+        let tag = resource.tag();
         let ttl_text = ttl.ms().to_string();
         let fence_ttl = FENCE_KEY_TTL_MS.max(ttl.ms()).to_string();
-        let reply = self
-            .run(
-                &SCRIPTS.acquire,
-                &[&lease, &fence],
-                &[
+        let done = self
+            .run(Call {
+                script: &SCRIPTS.acquire,
+                tag: &tag,
+                keys: &[&lease, &fence],
+                args: &[
                     attempt.owner_token.expose(),
                     attempt.operation_id.as_str(),
                     &ttl_text,
                     &fence_ttl,
                 ],
-            )
+                acks: self.acks,
+            })
             .await?;
-        let [status, pttl, token] = ints::<3>(&reply)?;
+        let [status, pttl, token] = ints::<3>(&done.value)?;
         let remaining = non_negative(pttl);
-        Ok(match status {
+        let value = match status {
             1 => StoreAcquire::Acquired {
                 fencing_token: token_of(token)?,
                 remaining_ms: ttl.ms(),
@@ -244,6 +476,10 @@ impl RedisStore {
                 remaining_ms: remaining,
             },
             _ => return Err(bad_reply()),
+        };
+        Ok(Replicated {
+            value,
+            replication: done.replication,
         })
     }
 
@@ -252,24 +488,27 @@ impl RedisStore {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
-    ) -> Result<StoreRenew, StoreError> {
+    ) -> Result<Replicated<StoreRenew>, StoreError> {
         let lease = lease_key(&self.namespace, resource);
+        let tag = resource.tag();
         let ttl_text = ttl.ms().to_string();
-        let reply = self
-            .run(
-                &SCRIPTS.renew,
-                &[&lease],
-                &[
+        let done = self
+            .run(Call {
+                script: &SCRIPTS.renew,
+                tag: &tag,
+                keys: &[&lease],
+                args: &[
                     attempt.owner_token.expose(),
                     attempt.operation_id.as_str(),
                     &ttl_text,
                 ],
-            )
+                acks: self.acks,
+            })
             .await?;
-        let [status] = ints::<1>(&reply)?;
-        Ok(match status {
+        let [status] = ints::<1>(&done.value)?;
+        let value = match status {
             1 => {
-                let [_, remaining, token] = ints::<3>(&reply)?;
+                let [_, remaining, token] = ints::<3>(&done.value)?;
                 StoreRenew::Renewed {
                     fencing_token: token_of(token)?,
                     remaining_ms: non_negative(remaining).unwrap_or(0),
@@ -278,6 +517,10 @@ impl RedisStore {
             0 => StoreRenew::Absent,
             -1 => StoreRenew::NotOwner,
             _ => return Err(bad_reply()),
+        };
+        Ok(Replicated {
+            value,
+            replication: done.replication,
         })
     }
 
@@ -285,27 +528,33 @@ impl RedisStore {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-    ) -> Result<StoreRelease, StoreError> {
+    ) -> Result<Replicated<StoreRelease>, StoreError> {
         let lease = lease_key(&self.namespace, resource);
         let tag = resource.tag();
-        let reply = self
-            .run(
-                &SCRIPTS.release,
-                &[&lease],
-                &[
+        let done = self
+            .run(Call {
+                script: &SCRIPTS.release,
+                tag: &tag,
+                keys: &[&lease],
+                args: &[
                     attempt.owner_token.expose(),
                     attempt.operation_id.as_str(),
                     &self.wake_channel,
                     &tag,
                 ],
-            )
+                acks: self.acks,
+            })
             .await?;
-        let [status] = ints::<1>(&reply)?;
-        Ok(match status {
+        let [status] = ints::<1>(&done.value)?;
+        let value = match status {
             1 => StoreRelease::Released,
             0 => StoreRelease::AlreadyAbsent,
             -1 => StoreRelease::NotOwner,
             _ => return Err(bad_reply()),
+        };
+        Ok(Replicated {
+            value,
+            replication: done.replication,
         })
     }
 
@@ -315,10 +564,20 @@ impl RedisStore {
         attempt: Option<&Attempt>,
     ) -> Result<StoreInspect, StoreError> {
         let lease = lease_key(&self.namespace, resource);
+        let tag = resource.tag();
         let (token, op) = attempt.map_or(("", ""), |a| {
             (a.owner_token.expose(), a.operation_id.as_str())
         });
-        let reply = self.run(&SCRIPTS.inspect, &[&lease], &[token, op]).await?;
+        let done = self
+            .run(Call {
+                script: &SCRIPTS.inspect,
+                tag: &tag,
+                keys: &[&lease],
+                args: &[token, op],
+                acks: None,
+            })
+            .await?;
+        let reply = done.value;
         let [status] = ints::<1>(&reply)?;
         if status == 0 {
             return Ok(StoreInspect::Free);
@@ -338,41 +597,102 @@ impl RedisStore {
 
     pub(super) async fn readiness(&self) -> Readiness {
         let deadline = Instant::now() + self.command_timeout;
-        let result = async {
-            let mut conn = self.checkout(deadline).await?;
-            let mut info = redis::cmd("INFO");
-            info.arg("replication");
-            let reply = send(&mut conn, info, deadline)
-                .await
-                .map_err(|e| classify(&conn, e))?;
-            let text: String = redis::from_redis_value(reply).map_err(|_| bad_reply())?;
-            Ok::<bool, StoreError>(text.lines().any(|l| l.trim() == "role:master"))
-        }
-        .await;
-        match result {
-            Ok(true) => Readiness {
-                topology: "standalone",
-                writable: true,
-                detail: None,
-            },
-            Ok(false) => Readiness {
-                topology: "standalone",
-                writable: false,
-                detail: Some("the configured Redis is a replica".into()),
-            },
-            Err(err) => Readiness {
-                topology: "standalone",
-                writable: false,
-                detail: Some(err.to_string()),
-            },
+        match &self.backend {
+            Backend::Standalone { pool, .. } => {
+                let result = async {
+                    let mut conn = pool.checkout(deadline).await?;
+                    let mut info = redis::cmd("INFO");
+                    info.arg("replication");
+                    let reply = send(&mut conn, &info, deadline)
+                        .await
+                        .map_err(|e| exec::classify(&conn, e))?;
+                    let text: String = redis::from_redis_value(reply).map_err(|_| bad_reply())?;
+                    Ok::<bool, StoreError>(pool::is_master(&text))
+                }
+                .await;
+                match result {
+                    Ok(true) => Readiness {
+                        topology: "standalone",
+                        writable: true,
+                        detail: None,
+                    },
+                    Ok(false) => Readiness {
+                        topology: "standalone",
+                        writable: false,
+                        detail: Some("the configured Redis is a replica".into()),
+                    },
+                    Err(err) => Readiness {
+                        topology: "standalone",
+                        writable: false,
+                        detail: Some(err.to_string()),
+                    },
+                }
+            }
+            Backend::Cluster(c) => c.readiness(deadline).await,
+            Backend::Sentinel(s) => s.readiness(deadline).await,
         }
     }
 
     pub(super) fn start_background(self: &Arc<Self>, shutdown: CancellationToken) {
-        let client = self.client.clone();
+        let source = match &self.backend {
+            Backend::Standalone { pubsub, .. } => WakeSource::Fixed(pubsub.clone()),
+            Backend::Cluster(c) => {
+                tokio::spawn(Arc::clone(c).refresh_task(shutdown.clone()));
+                WakeSource::Cluster(Arc::clone(c))
+            }
+            Backend::Sentinel(s) => {
+                s.start(&shutdown);
+                WakeSource::Sentinel(Arc::clone(s))
+            }
+        };
         let channel = self.wake_channel.clone();
         let waiters = Arc::clone(&self.waiters);
-        tokio::spawn(subscribe_wakeups(client, channel, waiters, shutdown));
+        tokio::spawn(subscribe_wakeups(
+            source,
+            channel,
+            waiters,
+            self.command_timeout,
+            shutdown,
+        ));
+    }
+}
+
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Where the wake-up subscription connects.
+enum WakeSource {
+    /// Always this server.
+    Fixed(Box<Client>),
+    /// Any node: a classic PUBLISH reaches every node of a cluster.
+    Cluster(Arc<ClusterBackend>),
+    /// The current master; re-subscribed when it changes.
+    Sentinel(Arc<SentinelBackend>),
+}
+
+impl WakeSource {
+    /// The client to subscribe with on attempt `n`, and a receiver that
+    /// fires when the subscription should move elsewhere.
+    fn pick(&self, n: usize) -> (Option<Client>, Option<tokio::sync::watch::Receiver<Master>>) {
+        match self {
+            WakeSource::Fixed(client) => (Some(Client::clone(client)), None),
+            WakeSource::Cluster(c) => {
+                let candidates = c.subscription_candidates();
+                let client =
+                    (!candidates.is_empty()).then(|| candidates[n % candidates.len()].clone());
+                (client.and_then(|addr| c.pubsub_client(&addr)), None)
+            }
+            WakeSource::Sentinel(s) => {
+                let mut rx = s.watch();
+                let client = s.pubsub_client(&rx.borrow_and_update());
+                (client, Some(rx))
+            }
+        }
     }
 }
 
@@ -381,117 +701,79 @@ impl RedisStore {
 /// a message missed while disconnected costs one round trip, never a stuck
 /// waiter.
 async fn subscribe_wakeups(
-    client: Client,
+    source: WakeSource,
     channel: String,
     waiters: Arc<WaitRegistry>,
+    timeout: Duration,
     shutdown: CancellationToken,
 ) {
     use futures_util::StreamExt as _;
     let mut backoff = Duration::from_millis(50);
-    loop {
-        let connected = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
-            Ok::<_, RedisError>(pubsub)
+    let connect_timeout = timeout.max(Duration::from_secs(1));
+    for attempt in 0usize.. {
+        let (client, mut moved) = source.pick(attempt);
+        let moved_fut = async {
+            match moved.as_mut() {
+                Some(rx) => {
+                    let _ = rx.changed().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
         };
-        let pubsub = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = connected => r,
-        };
-        match pubsub {
-            Ok(mut pubsub) => {
-                backoff = Duration::from_millis(50);
-                tracing::debug!("wake-up subscription established");
-                waiters.wake_all();
-                let mut messages = pubsub.on_message();
-                loop {
-                    let message = tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        m = messages.next() => m,
-                    };
-                    let Some(message) = message else { break };
-                    match message.get_payload::<String>() {
-                        Ok(tag) => waiters.wake(&tag),
-                        Err(_) => waiters.wake_all(),
+        tokio::pin!(moved_fut);
+        if let Some(client) = client {
+            let connected = async {
+                let mut pubsub = tokio::time::timeout(connect_timeout, client.get_async_pubsub())
+                    .await
+                    .map_err(|_| RedisError::from((redis::ErrorKind::Io, "connect timed out")))??;
+                pubsub.subscribe(&channel).await?;
+                Ok::<_, RedisError>(pubsub)
+            };
+            let pubsub = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = connected => r,
+            };
+            match pubsub {
+                Ok(mut pubsub) => {
+                    backoff = Duration::from_millis(50);
+                    tracing::debug!("wake-up subscription established");
+                    waiters.wake_all();
+                    let mut messages = pubsub.on_message();
+                    let mut master_moved = false;
+                    loop {
+                        let message = tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            _ = &mut moved_fut => {
+                                master_moved = true;
+                                break;
+                            }
+                            m = messages.next() => m,
+                        };
+                        let Some(message) = message else {
+                            tracing::warn!("wake-up subscription lost; reconnecting");
+                            break;
+                        };
+                        match message.get_payload::<String>() {
+                            Ok(tag) => waiters.wake(&tag),
+                            Err(_) => waiters.wake_all(),
+                        }
+                    }
+                    waiters.wake_all();
+                    if master_moved {
+                        continue; // the master moved: follow it at once
                     }
                 }
-                tracing::warn!("wake-up subscription lost; reconnecting");
-                waiters.wake_all();
-            }
-            Err(err) => {
-                tracing::debug!(kind = ?err.kind(), "wake-up subscription failed; retrying");
+                Err(err) => {
+                    tracing::debug!(kind = ?err.kind(), "wake-up subscription failed; retrying");
+                }
             }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
+            _ = &mut moved_fut => {}
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
-}
-
-async fn send(conn: &mut Conn, cmd: redis::Cmd, deadline: Instant) -> Result<Value, SendError> {
-    match timeout_at(deadline, cmd.query_async::<Value>(&mut conn.inner)).await {
-        Err(_) => {
-            // A reply may still come, or never: this connection can no longer
-            // be trusted to pair replies with requests we care about.
-            conn.mark_dead();
-            Err(SendError::Timeout)
-        }
-        Ok(Err(err)) => Err(SendError::Redis(err)),
-        Ok(Ok(value)) => Ok(value),
-    }
-}
-
-enum SendError {
-    Timeout,
-    Redis(RedisError),
-}
-
-fn is_noscript(err: &SendError) -> bool {
-    matches!(err, SendError::Redis(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-}
-
-/// Classifies a failure of a command that was handed to the connection.
-fn classify(conn: &Conn, err: SendError) -> StoreError {
-    use redis::{ErrorKind, ServerErrorKind};
-    let err = match err {
-        SendError::Timeout => {
-            return StoreError::Indeterminate("no reply within the command timeout")
-        }
-        SendError::Redis(err) => err,
-    };
-    match err.kind() {
-        // An error reply means the server refused the command as a whole:
-        // the scripts only write after every check passed, and Redis checks
-        // OOM, READONLY, LOADING, MASTERDOWN and cluster state before running
-        // a write.
-        ErrorKind::Server(kind) => {
-            let reason = match kind {
-                ServerErrorKind::ReadOnly => {
-                    // A replica now: drop the connection so the next one
-                    // resolves the current primary.
-                    conn.mark_dead();
-                    "Redis answered READONLY"
-                }
-                ServerErrorKind::BusyLoading => "Redis is loading its dataset",
-                ServerErrorKind::MasterDown => "Redis answered MASTERDOWN",
-                ServerErrorKind::ClusterDown => "Redis Cluster is down",
-                ServerErrorKind::TryAgain => "Redis Cluster asked to try again",
-                ServerErrorKind::NoPerm => "the Redis user lacks a permission",
-                _ if err.code() == Some("OOM") => "Redis is out of memory",
-                _ => "Redis refused the command",
-            };
-            tracing::warn!(code = err.code().unwrap_or("?"), "redis error reply");
-            StoreError::Unavailable(reason)
-        }
-        _ => {
-            conn.mark_dead();
-            if conn.is_dead() && err.is_connection_dropped() {
-                tracing::warn!(kind = ?err.kind(), "redis connection lost with a command in flight");
-            }
-            StoreError::Indeterminate("connection failed with the command in flight")
-        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! A bb8 pool of multiplexed Redis connections that knows when a connection
-//! has died.
+//! A bb8 pool of multiplexed Redis connections to one node that knows when a
+//! connection has died.
 //!
 //! bb8-redis' manager never reports a connection as broken, and testing each
 //! checkout with a PING would add a second round trip to every request. So
@@ -9,13 +9,26 @@
 //! skipped at check-out: a command is never written to a connection already
 //! known to be dead, which is what lets such a failure be reported as
 //! `unavailable` (not sent) rather than `indeterminate`.
+//!
+//! The pool is bb8 as bb8-redis re-exports it (so bb8 and redis versions
+//! always match); its `RedisConnectionManager` is not used for the reason
+//! above.
+//!
+//! Every topology uses this pool: standalone has one, Cluster one per node,
+//! Sentinel one per resolved master (replaced, not reused, when the master
+//! changes).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bb8_redis::bb8;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, PushInfo, PushKind, RedisError};
+use redis::{AsyncConnectionConfig, Client, ErrorKind, PushInfo, PushKind, RedisError};
+use tokio::time::{timeout_at, Instant};
+
+use super::exec::{CONNECT_FAILED, NOT_MASTER};
+use crate::store::StoreError;
 
 /// A pooled connection and its liveness flag.
 pub struct Conn {
@@ -41,14 +54,18 @@ impl Conn {
 pub struct Manager {
     client: Client,
     connect_timeout: Duration,
+    require_master: bool,
 }
 
 impl Manager {
     /// A manager for `client` whose connects give up after `connect_timeout`.
-    pub fn new(client: Client, connect_timeout: Duration) -> Self {
+    /// With `require_master`, a new connection is kept only if the node says
+    /// `role:master` (Sentinel: a stale address never serves writes).
+    pub fn new(client: Client, connect_timeout: Duration, require_master: bool) -> Self {
         Self {
             client,
             connect_timeout,
+            require_master,
         }
     }
 }
@@ -70,10 +87,24 @@ impl bb8::ManageConnection for Manager {
                 }
                 Ok::<(), redis::aio::SendError>(())
             });
-        let inner = self
+        let mut inner = self
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
+        if self.require_master {
+            let mut info = redis::cmd("INFO");
+            info.arg("replication");
+            let text: String =
+                tokio::time::timeout(self.connect_timeout, info.query_async(&mut inner))
+                    .await
+                    .map_err(|_| RedisError::from((ErrorKind::Io, "role check timed out")))??;
+            if !is_master(&text) {
+                return Err(RedisError::from((
+                    ErrorKind::Client,
+                    "the resolved node is not a master",
+                )));
+            }
+        }
         Ok(Conn { inner, dead })
     }
 
@@ -83,5 +114,79 @@ impl bb8::ManageConnection for Manager {
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
         conn.is_dead()
+    }
+}
+
+/// Whether `INFO replication` text says `role:master`.
+pub fn is_master(info: &str) -> bool {
+    info.lines().any(|l| l.trim() == "role:master")
+}
+
+/// The pool of one node.
+pub struct NodePool {
+    pool: bb8::Pool<Manager>,
+}
+
+impl NodePool {
+    /// A lazily connecting pool: a node that is down makes calls fail
+    /// `unavailable`, not the process. `warm` connections are opened in the
+    /// background right away.
+    pub fn new(
+        client: Client,
+        size: u32,
+        warm: u32,
+        timeout: Duration,
+        require_master: bool,
+    ) -> Self {
+        let pool = bb8::Pool::builder()
+            .max_size(size.max(1))
+            .min_idle(Some(warm.min(size).max(1)))
+            .connection_timeout(timeout)
+            .test_on_check_out(false)
+            .retry_connection(false)
+            .build_unchecked(Manager::new(client, timeout, require_master));
+        Self { pool }
+    }
+
+    /// (connections open, idle).
+    pub fn state(&self) -> (u32, u32) {
+        let state = self.pool.state();
+        (state.connections, state.idle_connections)
+    }
+
+    /// Checks out a live connection before `deadline`; nothing is sent yet, so
+    /// every failure here is `Unavailable`.
+    pub async fn checkout(
+        &self,
+        deadline: Instant,
+    ) -> Result<bb8::PooledConnection<'_, Manager>, StoreError> {
+        let started = std::time::Instant::now();
+        loop {
+            let conn = match timeout_at(deadline, self.pool.get()).await {
+                Err(_) | Ok(Err(bb8::RunError::TimedOut)) => {
+                    return Err(StoreError::Unavailable(
+                        "no Redis connection within the command timeout",
+                    ))
+                }
+                Ok(Err(bb8::RunError::User(err))) => {
+                    tracing::debug!(kind = ?err.kind(), "redis connect failed");
+                    return Err(StoreError::Unavailable(
+                        if err.kind() == ErrorKind::Client {
+                            NOT_MASTER
+                        } else {
+                            CONNECT_FAILED
+                        },
+                    ));
+                }
+                Ok(Ok(conn)) => conn,
+            };
+            if conn.is_dead() {
+                // Known closed: skip it (the pool drops it) without sending.
+                continue;
+            }
+            metrics::histogram!(crate::telemetry::POOL_WAIT)
+                .record(started.elapsed().as_secs_f64());
+            return Ok(conn);
+        }
     }
 }
