@@ -96,7 +96,8 @@ usage: cargo bench --bench load -- [flags]   (each flag also as an env var)
                          (default: half the first round's service acquire ops/s)
   --only LIST            comma list of acquire,cycle,contended,paced,handoff
                                                               LOAD_ONLY          (all)
-  LOAD_WRAP='valgrind --tool=callgrind ...'  prefix the leasehold command (profiling)";
+  LOAD_WRAP='valgrind --tool=callgrind ...'  prefix the leasehold command (profiling)
+  LOAD_LEASEHOLD_BIN=path  run that leasehold binary instead of this build's";
 
 impl Opts {
     fn parse() -> Result<Self, String> {
@@ -329,7 +330,11 @@ struct Service {
 
 impl Service {
     async fn start(opts: &Opts, redis_url: &str) -> Result<Self, String> {
-        let bin = PathBuf::from(env!("CARGO_BIN_EXE_leasehold"));
+        // LOAD_LEASEHOLD_BIN: another build, e.g. to compare a change against a saved binary.
+        let bin = std::env::var_os("LOAD_LEASEHOLD_BIN").map_or_else(
+            || PathBuf::from(env!("CARGO_BIN_EXE_leasehold")),
+            PathBuf::from,
+        );
         if !bin.is_file() {
             return Err(format!(
                 "{} is missing: run `cargo build --release --bin leasehold`",
