@@ -75,6 +75,7 @@ struct Opts {
     pool_size: usize,
     client_threads: usize,
     paced_rate: Option<f64>,
+    scrape_every: Option<Duration>,
     only: Option<Vec<String>>,
     wrap: Option<String>,
 }
@@ -93,7 +94,8 @@ usage: cargo bench --bench load -- [flags]   (each flag also as an env var)
   --pool-size N          LEASEHOLD_POOL_SIZE of the service   LOAD_POOL_SIZE     (C)
   --client-threads N     tokio workers of the load generator  LOAD_CLIENT_THREADS (2)
   --paced-rate OPS       offered rate of the paced phase      LOAD_PACED_RATE
-                         (default: half the first round's service acquire ops/s)
+                         (default: a quarter of the first round's service acquire ops/s)
+  --scrape-every SECS    GET /metrics this often, as Prometheus would LOAD_SCRAPE_EVERY (0: never)
   --only LIST            comma list of acquire,cycle,contended,paced,handoff
                                                               LOAD_ONLY          (all)
   LOAD_WRAP='valgrind --tool=callgrind ...'  prefix the leasehold command (profiling)
@@ -165,6 +167,7 @@ impl Opts {
             paced_rate: get("paced-rate")
                 .map(|v| num("paced-rate", Some(v), 0.0))
                 .transpose()?,
+            scrape_every: Some(secs("scrape-every", 0.0)?).filter(|d| !d.is_zero()),
             only: get("only").map(|s| s.split(',').map(|p| p.trim().to_owned()).collect()),
             wrap: std::env::var("LOAD_WRAP")
                 .ok()
@@ -1124,6 +1127,9 @@ async fn http_worker(id: usize, ctx: Arc<Ctx>, win: Window) -> Stats {
 
 struct Handoff {
     lat_ns: Vec<u64>,
+    /// From the moment the holder sent its release (a bound that includes the
+    /// release's own round trip, never negative).
+    from_send_ns: Vec<u64>,
     /// The waiter's reply came before the holder's release reply was read.
     reply_first: u64,
     /// The waiter acquired without having waited (it came too late to queue).
@@ -1156,6 +1162,7 @@ async fn handoffs(addr: SocketAddr, count: usize, poll: bool) -> Result<Handoff,
     let mut jitter = Jitter(0x9e37_79b9_7f4a_7c15);
     let mut out = Handoff {
         lat_ns: Vec::with_capacity(count),
+        from_send_ns: Vec::with_capacity(count),
         reply_first: 0,
         not_waited: 0,
         errors: Stats::default(),
@@ -1240,6 +1247,7 @@ async fn handoffs(addr: SocketAddr, count: usize, poll: bool) -> Result<Handoff,
             2 + jitter.next(2)
         };
         tokio::time::sleep(Duration::from_millis(hold)).await;
+        let release_sent = Instant::now();
         let released_at = match holder.call(Method::DELETE, &path, &headers, None).await? {
             (200, _) => Instant::now(),
             (s, body) => {
@@ -1255,6 +1263,14 @@ async fn handoffs(addr: SocketAddr, count: usize, poll: bool) -> Result<Handoff,
                 if !waited && !poll {
                     out.not_waited += 1;
                 }
+                out.from_send_ns.push(
+                    u64::try_from(
+                        acquired_at
+                            .saturating_duration_since(release_sent)
+                            .as_nanos(),
+                    )
+                    .unwrap_or(u64::MAX),
+                );
                 out.lat_ns.push(
                     u64::try_from(
                         acquired_at
@@ -1275,6 +1291,7 @@ async fn handoffs(addr: SocketAddr, count: usize, poll: bool) -> Result<Handoff,
         Err(e) => errors.untyped(format!("waiter task: {e}")),
     }
     out.lat_ns.sort_unstable();
+    out.from_send_ns.sort_unstable();
     out.errors = errors;
     out.wall = started.elapsed();
     Ok(out)
@@ -1283,6 +1300,24 @@ async fn handoffs(addr: SocketAddr, count: usize, poll: bool) -> Result<Handoff,
 // ---------------------------------------------------------------------------
 // the run
 // ---------------------------------------------------------------------------
+
+/// Reads `/metrics` every `every`, as a Prometheus server would (the
+/// exporter drains its histogram buffers when it renders).
+async fn scrape(addr: SocketAddr, every: Duration) {
+    let mut conn: Option<Http> = None;
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        if conn.is_none() {
+            conn = Http::connect(addr).await.ok();
+        }
+        if let Some(c) = conn.as_mut() {
+            if c.call(Method::GET, "/metrics", &[], None).await.is_err() {
+                conn = None;
+            }
+        }
+    }
+}
 
 struct Env {
     addr: SocketAddr,
@@ -1399,12 +1434,15 @@ async fn run(opts: Opts) -> Result<bool, String> {
         },
     };
 
+    let scraper = opts
+        .scrape_every
+        .map(|every| tokio::spawn(scrape(env.addr, every)));
     let mut out = String::new();
     let date = utc_now();
     let _ = writeln!(out, "# leasehold load benchmark, {date}");
     let _ = writeln!(
         out,
-        "C={} duration={}s warmup={}s rounds={} resources={} raw-conns={} pool-size={} client-threads={} cores={} redis {version}{}",
+        "C={} duration={}s warmup={}s rounds={} resources={} raw-conns={} pool-size={} client-threads={} scrape-every={} cores={} redis {version}{}",
         opts.concurrency,
         opts.duration.as_secs_f64(),
         opts.warmup.as_secs_f64(),
@@ -1413,6 +1451,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
         opts.raw_conns,
         opts.pool_size,
         opts.client_threads,
+        opts.scrape_every.map_or("never".into(), |d| format!("{}s", d.as_secs_f64())),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         opts.wrap.as_ref().map(|w| format!(" wrapped in `{w}`")).unwrap_or_default(),
     );
@@ -1454,8 +1493,10 @@ async fn run(opts: Opts) -> Result<bool, String> {
                         .iter()
                         .find(|p| p.kind == Kind::Acquire && p.side == Side::Service)
                         .map(Phase::ops_per_s);
+                    // A quarter of saturation: well below it even when
+                    // neighbours take a share of the cores later on.
                     paced_rate =
-                        Some(first.map_or(5_000.0, |r| (r / 2.0 / 500.0).round().max(1.0) * 500.0));
+                        Some(first.map_or(2_000.0, |r| (r / 4.0 / 250.0).round().max(1.0) * 250.0));
                 }
                 paced_rate
             } else {
@@ -1605,7 +1646,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
             summary,
             "\n## Hand-off: release reply → waiter's `acquired` reply\n"
         );
-        let _ = writeln!(summary, "| waiter | hand-offs | p50 ms | p99 ms | max ms | waiter reply first | did not wait | errors | wall s |\n|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(summary, "| waiter | hand-offs | p50 ms | p99 ms | max ms | from release sent: p50 / p99 ms | waiter reply first | did not wait | errors | wall s |\n|---|---|---|---|---|---|---|---|---|---|");
         for (poll, count) in [(false, opts.handoffs), (true, opts.poll_handoffs)] {
             if count == 0 {
                 continue;
@@ -1620,7 +1661,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
             }
             let _ = writeln!(
                 summary,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {:.1} |",
                 if poll {
                     "polls every 50 ms (waitMs 0)"
                 } else {
@@ -1630,6 +1671,8 @@ async fn run(opts: Opts) -> Result<bool, String> {
                 ms(&h.lat_ns, 50.0),
                 ms(&h.lat_ns, 99.0),
                 ms(&h.lat_ns, 100.0),
+                ms(&h.from_send_ns, 50.0),
+                ms(&h.from_send_ns, 99.0),
                 h.reply_first,
                 if poll {
                     "-".into()
@@ -1739,6 +1782,9 @@ async fn run(opts: Opts) -> Result<bool, String> {
     if let Ok(path) = std::env::var("LOAD_REPORT") {
         std::fs::write(&path, &out).map_err(|e| format!("write {path}: {e}"))?;
         println!("report written to {path}");
+    }
+    if let Some(scraper) = scraper {
+        scraper.abort();
     }
     service.stop();
     drop(redis);
