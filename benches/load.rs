@@ -644,6 +644,7 @@ impl Raw {
         token: &str,
         op: &str,
     ) -> Result<i64, String> {
+        SENT.fetch_add(1, Ordering::Relaxed);
         let (lease, fence) = Self::keys(digest);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.acquire_sha)
@@ -664,6 +665,7 @@ impl Raw {
         token: &str,
         op: &str,
     ) -> Result<i64, String> {
+        SENT.fetch_add(1, Ordering::Relaxed);
         let (lease, _) = Self::keys(digest);
         let mut cmd = redis::cmd("EVALSHA");
         let tag = format!("{PURPOSE}:{digest}");
@@ -859,6 +861,8 @@ struct Phase {
     stats: Stats,
     cpu: Cpu,
     rate: Option<f64>,
+    /// Per request sent: (EVALSHA calls, extra top-level commands) seen by Redis.
+    commands: (f64, f64),
 }
 
 impl Phase {
@@ -882,6 +886,34 @@ struct Ctx {
 }
 
 static SALT: AtomicU64 = AtomicU64::new(1);
+/// Lease requests (HTTP) or script calls (raw) sent in the current phase,
+/// warm-up included: the denominator of "Redis commands per request".
+static SENT: AtomicU64 = AtomicU64::new(0);
+
+/// Top-level commands that are never run from inside a lease script; any of
+/// them during a phase is an extra round trip.
+const EXTRA_COMMANDS: [&str; 8] = [
+    "ping", "script", "eval", "exists", "hello", "client", "select", "auth",
+];
+
+/// `INFO commandstats` as (command, calls).
+async fn command_calls(conn: &mut MultiplexedConnection) -> Result<BTreeMap<String, u64>, String> {
+    let text: String = redis::from_redis_value(redis_cmd(conn, &["INFO", "commandstats"]).await?)
+        .map_err(|e| e.to_string())?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect())
+}
 
 async fn run_phase(
     kind: Kind,
@@ -892,6 +924,8 @@ async fn run_phase(
 ) -> Result<Phase, String> {
     // Every phase starts on an empty keyspace (scripts stay loaded).
     redis_cmd(&mut env.admin.clone(), &["FLUSHALL", "SYNC"]).await?;
+    redis_cmd(&mut env.admin.clone(), &["CONFIG", "RESETSTAT"]).await?;
+    SENT.store(0, Ordering::Relaxed);
     let c = opts.concurrency;
     let conns = if side == Side::Raw {
         env.raw_conns.clone()
@@ -935,7 +969,18 @@ async fn run_phase(
     }
     let cpu = cpu.await.map_err(|e| e.to_string())?;
     stats.lat_ns.sort_unstable();
+    let calls = command_calls(&mut env.admin.clone()).await?;
+    let sent = SENT.load(Ordering::Relaxed).max(1) as f64;
+    let commands = (
+        calls.get("evalsha").copied().unwrap_or(0) as f64 / sent,
+        EXTRA_COMMANDS
+            .iter()
+            .filter_map(|c| calls.get(*c))
+            .sum::<u64>() as f64
+            / sent,
+    );
     Ok(Phase {
+        commands,
         kind,
         side,
         secs: opts.duration.as_secs_f64(),
@@ -1074,6 +1119,7 @@ async fn http_worker(id: usize, ctx: Arc<Ctx>, win: Window) -> Stats {
             lease_path(&digest(ctx.salt, id, n))
         };
         let t0 = Instant::now();
+        SENT.fetch_add(1, Ordering::Relaxed);
         let acquired = match http.call(Method::PUT, &path, &headers, Some(&put)).await {
             Ok((201, _)) => {
                 if ctx.kind != Kind::Cycle {
@@ -1109,6 +1155,7 @@ async fn http_worker(id: usize, ctx: Arc<Ctx>, win: Window) -> Stats {
         }
         let Some(http) = conn.as_mut() else { continue };
         let t1 = Instant::now();
+        SENT.fetch_add(1, Ordering::Relaxed);
         match http.call(Method::DELETE, &path, &headers, None).await {
             Ok((200, _)) => stats.op(&win, if ctx.kind == Kind::Cycle { t0 } else { t1 }),
             Ok((status, body)) => stats.bad_status(status, &body),
@@ -1567,7 +1614,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
     }
     let mut ratio_acquire = f64::NAN;
     let mut cpu_table = String::from(
-        "\nCPU seconds per 10 000 ops (median over rounds)\n\n| scenario | raw: redis | raw: client | leasehold | leasehold: redis | leasehold: client |\n|---|---|---|---|---|---|\n",
+        "\nCPU seconds per 10 000 ops, and Redis top-level commands per request sent (EVALSHA; extra = PING, SCRIPT, EVAL, EXISTS, HELLO, CLIENT, SELECT, AUTH), median over rounds\n\n| scenario | raw: redis | raw: client | leasehold | leasehold: redis | leasehold: client | Redis commands per request, raw: EVALSHA + extra | leasehold: EVALSHA + extra |\n|---|---|---|---|---|---|---|---|\n",
     );
     let mut added_p99 = BTreeMap::new();
     let mut added_p50 = BTreeMap::new();
@@ -1611,13 +1658,17 @@ async fn run(opts: Opts) -> Result<bool, String> {
         };
         let _ = writeln!(
             cpu_table,
-            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} + {:.4} | {:.3} + {:.4} |",
             kind.name(),
             cpu(&raw, |c| c.redis),
             cpu(&raw, |c| c.client),
             cpu(&svc, |c| c.leasehold),
             cpu(&svc, |c| c.redis),
             cpu(&svc, |c| c.client),
+            median(raw.iter().map(|p| p.commands.0).collect()),
+            median(raw.iter().map(|p| p.commands.1).collect()),
+            median(svc.iter().map(|p| p.commands.0).collect()),
+            median(svc.iter().map(|p| p.commands.1).collect()),
         );
         let rmin = ratios.iter().copied().fold(f64::INFINITY, f64::min);
         let rmax = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
