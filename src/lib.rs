@@ -200,6 +200,22 @@ pub async fn run_with(
             + 3 * args.command_timeout()
             + Duration::from_secs(1),
     });
+    // Histogram samples are buffered until a scrape or an upkeep drains them:
+    // without a scraper they would grow memory by every request. Drain them
+    // every few seconds whether or not anyone scrapes.
+    {
+        let handle = app.metrics.clone();
+        let stop = token.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tick.tick() => handle.run_upkeep(),
+                }
+            }
+        });
+    }
     let router = http::router(Arc::clone(&app), metrics_listener.is_none());
     if let Some(listener) = metrics_listener {
         let metrics = http::metrics_router(Arc::clone(&app));

@@ -156,10 +156,7 @@ impl NodePool {
 
     /// Checks out a live connection before `deadline`; nothing is sent yet, so
     /// every failure here is `Unavailable`.
-    pub async fn checkout(
-        &self,
-        deadline: Instant,
-    ) -> Result<bb8::PooledConnection<'_, Manager>, StoreError> {
+    pub async fn checkout(&self, deadline: Instant) -> Result<Conn, StoreError> {
         let started = std::time::Instant::now();
         loop {
             let conn = match timeout_at(deadline, self.pool.get()).await {
@@ -186,7 +183,15 @@ impl NodePool {
             }
             metrics::histogram!(crate::telemetry::POOL_WAIT)
                 .record(started.elapsed().as_secs_f64());
-            return Ok(conn);
+            // Connections are multiplexed: take a handle to this one and give
+            // it straight back, so concurrent commands share (pipeline on) a
+            // few connections instead of each holding one for its round trip.
+            // The liveness flag is shared, so marking this handle dead marks
+            // the pooled connection, which the next checkout then discards.
+            return Ok(Conn {
+                inner: conn.inner.clone(),
+                dead: Arc::clone(&conn.dead),
+            });
         }
     }
 }
