@@ -167,17 +167,15 @@ pub async fn acquire(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if let Err(e) = app.authenticate(&headers) {
-        return e.into_response();
-    }
-    let mut problems = Problems::default();
-    let resource = path_resource(path, &mut problems);
-    let attempt = extract::attempt(&headers, true, &mut problems);
-    let body: Option<AcquireBody> =
-        match extract::json_body(&headers, body, app.body_limit, &mut problems) {
-            Ok(b) => b,
-            Err(e) => return e.into_response(),
-        };
+    let WithBody {
+        resource,
+        attempt,
+        body,
+        mut problems,
+    } = match with_body::<AcquireBody>(&app, path, &headers, body) {
+        Ok(parts) => parts,
+        Err(e) => return e.into_response(),
+    };
     let bounds = app.service.bounds();
     let ttl = body.as_ref().and_then(|b| {
         bounds
@@ -257,17 +255,15 @@ pub async fn renew(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if let Err(e) = app.authenticate(&headers) {
-        return e.into_response();
-    }
-    let mut problems = Problems::default();
-    let resource = path_resource(path, &mut problems);
-    let attempt = extract::attempt(&headers, true, &mut problems);
-    let body: Option<RenewBody> =
-        match extract::json_body(&headers, body, app.body_limit, &mut problems) {
-            Ok(b) => b,
-            Err(e) => return e.into_response(),
-        };
+    let WithBody {
+        resource,
+        attempt,
+        body,
+        mut problems,
+    } = match with_body::<RenewBody>(&app, path, &headers, body) {
+        Ok(parts) => parts,
+        Err(e) => return e.into_response(),
+    };
     let ttl = body.as_ref().and_then(|b| {
         app.service
             .bounds()
@@ -282,6 +278,35 @@ pub async fn renew(
         Ok::<_, ApiError>(respond(&app.service.renew(&resource, &attempt, ttl).await))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The parts of a lease verb that carries a JSON body, parsed together so
+/// one answer names every bad field; the caller adds its body checks to
+/// `problems` before finishing it.
+struct WithBody<B> {
+    resource: Option<ResourceId>,
+    attempt: Option<Attempt>,
+    body: Option<B>,
+    problems: Problems,
+}
+
+fn with_body<B: serde::de::DeserializeOwned>(
+    app: &AppState,
+    path: RawPath,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<WithBody<B>, ApiError> {
+    app.authenticate(headers)?;
+    let mut problems = Problems::default();
+    let resource = path_resource(path, &mut problems);
+    let attempt = extract::attempt(headers, true, &mut problems);
+    let body = extract::json_body(headers, body, app.body_limit, &mut problems)?;
+    Ok(WithBody {
+        resource,
+        attempt,
+        body,
+        problems,
+    })
 }
 
 fn resource_and_attempt(
