@@ -1,6 +1,7 @@
 //! The contract suite: every row of the four outcome tables, run against the
 //! embedded store and against a real `redis-server`.
 
+#[macro_use]
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,30 +13,7 @@ use serde_json::json;
 
 const P: &str = "invoice-export";
 
-macro_rules! contract {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::common::app::Backend::Memory).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let server = crate::common::redis::RedisServer::start();
-                    super::$name(crate::common::app::Backend::Redis(server.url())).await;
-                    drop(server);
-                }
-            )*
-        }
-    };
-}
-
-contract!(
+both_stores!(
     attempts_are_fresh_and_validated,
     acquire_then_replay_does_not_extend,
     owner_operation_conflict,

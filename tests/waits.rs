@@ -2,6 +2,7 @@
 //! instance or by the holder's expiry, bounded, cancelled by disconnect and
 //! by shutdown. Cross-instance cases run two services on one real Redis.
 
+#[macro_use]
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,30 +34,7 @@ async fn pair(backend: &Backend, extra: &[&str]) -> (Arc<TestApp>, Arc<TestApp>)
     }
 }
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::common::app::Backend::Memory).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let server = crate::common::redis::RedisServer::start();
-                    super::$name(crate::common::app::Backend::Redis(server.url())).await;
-                    drop(server);
-                }
-            )*
-        }
-    };
-}
-
-both!(
+both_stores!(
     release_on_one_instance_wakes_a_waiter_on_the_other,
     expiry_wakes_a_waiter,
     deadline_ends_as_contended,
