@@ -225,9 +225,18 @@ async fn front_door(State(ids): State<RequestIds>, mut req: Request, next: Next)
 }
 
 /// HTTP metrics by route template (never the raw path) and the per-request
-/// timeout, answered as problem+json.
+/// timeout, answered as problem+json. A lease verb that may have mutated
+/// (PUT, PATCH, DELETE) and timed out is `indeterminate` with its operation
+/// id, never a clean failure; anything else is 503 `request_timeout`.
 async fn observe(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
+    let mutating = matches!(*req.method(), Method::PUT | Method::PATCH | Method::DELETE);
+    let operation_id = req
+        .headers()
+        .get(extract::OPERATION_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| crate::domain::OperationId::parse(v).ok())
+        .filter(|_| mutating);
     let method = method_label(req.method());
     let route = req
         .extensions()
@@ -236,7 +245,12 @@ async fn observe(State(app): State<AppState>, req: Request, next: Next) -> Respo
         .to_owned();
     let response = match tokio::time::timeout(app.request_timeout, next.run(req)).await {
         Ok(response) => response,
-        Err(_) => ApiError::RequestTimeout.into_response(),
+        Err(_) => match operation_id {
+            Some(operation_id) => {
+                problem::respond_one(&crate::domain::Failure::Indeterminate { operation_id })
+            }
+            None => ApiError::RequestTimeout.into_response(),
+        },
     };
     let status = response.status().as_u16().to_string();
     metrics::counter!(HTTP_REQUESTS, "method" => method, "route" => route.clone(), "status" => status).increment(1);
