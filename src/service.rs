@@ -147,6 +147,35 @@ impl LeaseService {
         }
     }
 
+    /// The store call of a waiting acquire, run so that it cannot take the
+    /// lease for a caller that has gone: it runs to completion in its own
+    /// task, and when the waiter was dropped meanwhile (client disconnect)
+    /// and the call acquired, the lease is released again at once.
+    async fn acquire_for_waiter(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+    ) -> Result<crate::store::Replicated<StoreAcquire>, StoreError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (store, resource, attempt) = (self.store.clone(), resource.clone(), attempt.clone());
+        tokio::spawn(async move {
+            let result = store.acquire_replicated(&resource, &attempt, ttl).await;
+            if let Err(Ok(abandoned)) = tx.send(result) {
+                if matches!(abandoned.value, StoreAcquire::Acquired { .. }) {
+                    tracing::info!(
+                        operation_id = %attempt.operation_id,
+                        "waiter left while its acquire was in flight; releasing the lease it got"
+                    );
+                    let _ = store.release(&resource, &attempt).await;
+                }
+            }
+        });
+        rx.await.unwrap_or(Err(StoreError::Indeterminate(
+            "acquire task ended without a reply",
+        )))
+    }
+
     async fn try_acquire(
         &self,
         resource: &ResourceId,
@@ -154,9 +183,13 @@ impl LeaseService {
         ttl: Ttl,
         waited: Option<u64>,
     ) -> Tried {
-        let result = self
-            .admitted(self.store.acquire_replicated(resource, attempt, ttl))
-            .await?;
+        let result = if waited.is_some() {
+            self.admitted(self.acquire_for_waiter(resource, attempt, ttl))
+                .await?
+        } else {
+            self.admitted(self.store.acquire_replicated(resource, attempt, ttl))
+                .await?
+        };
         let fallback = self.settings.retry_after_ms;
         let replication = result.as_ref().ok().and_then(|r| r.replication);
         match result.map(|r| r.value) {
