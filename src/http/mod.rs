@@ -231,12 +231,12 @@ async fn front_door(State(ids): State<RequestIds>, mut req: Request, next: Next)
 async fn observe(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let mutating = matches!(*req.method(), Method::PUT | Method::PATCH | Method::DELETE);
+    // Kept raw (a cheap refcounted clone) and parsed only if the timeout fires.
     let operation_id = req
         .headers()
         .get(extract::OPERATION_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| crate::domain::OperationId::parse(v).ok())
-        .filter(|_| mutating);
+        .filter(|_| mutating)
+        .cloned();
     let method = method_label(req.method());
     let route = req
         .extensions()
@@ -245,7 +245,11 @@ async fn observe(State(app): State<AppState>, req: Request, next: Next) -> Respo
         .to_owned();
     let response = match tokio::time::timeout(app.request_timeout, next.run(req)).await {
         Ok(response) => response,
-        Err(_) => match operation_id {
+        Err(_) => match operation_id
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| crate::domain::OperationId::parse(v).ok())
+        {
             Some(operation_id) => {
                 problem::respond_one(&crate::domain::Failure::Indeterminate { operation_id })
             }
