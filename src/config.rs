@@ -125,6 +125,10 @@ pub struct ServeArgs {
     /// Concurrent store calls; more are answered `overloaded`.
     #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub max_in_flight: usize,
+    /// Runtime worker threads; 0 = one per CPU the process may use (cgroup
+    /// CPU limits included, so a 1-CPU container gets one).
+    #[arg(long, env = "LEASEHOLD_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
     /// Request body limit in bytes.
     #[arg(long, env = "LEASEHOLD_BODY_LIMIT_BYTES", default_value_t = 16 * 1024)]
     pub body_limit_bytes: usize,
@@ -207,6 +211,12 @@ impl ServeArgs {
             return Err(ConfigError::new(
                 "LEASEHOLD_MAX_WAIT_MS",
                 "must be at most 3600000",
+            ));
+        }
+        if self.worker_threads > 256 {
+            return Err(ConfigError::new(
+                "LEASEHOLD_WORKER_THREADS",
+                "must be at most 256 (0: one per available CPU)",
             ));
         }
         if self.pool_size > 1024 {

@@ -9,6 +9,12 @@ use clap::Parser;
 use leasehold::config::{Cli, Command, ServeArgs};
 use leasehold::domain::ResourceDigest;
 
+/// mimalloc rather than glibc malloc: a request allocates ~100 small,
+/// short-lived blocks across threads, where glibc's arena locks and
+/// consolidation cost a fifth of the CPU (benches/PERFORMANCE.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -35,10 +41,12 @@ fn serve(args: ServeArgs) -> ExitCode {
         eprintln!("leasehold: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if args.worker_threads > 0 {
+        builder.worker_threads(args.worker_threads);
+    }
+    let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("leasehold: cannot start the runtime: {e}");
