@@ -41,6 +41,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::ServiceExt as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -162,6 +163,8 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     args.validate()?;
+    // First: metric handles created from here on (and cached) are live ones.
+    let metrics = telemetry::install_metrics();
     let api_keys = match &args.api_keys_file {
         None => ApiKeys::default(),
         Some(path) => {
@@ -194,11 +197,12 @@ pub async fn run_with(
     let app = Arc::new(http::App {
         service,
         body_limit: args.body_limit_bytes,
-        metrics: telemetry::install_metrics(),
+        metrics,
         api_keys,
         request_timeout: Duration::from_millis(args.max_wait_ms)
             + 3 * args.command_timeout()
             + Duration::from_secs(1),
+        http_meters: telemetry::Handles::new(),
     });
     // Histogram samples are buffered until a scrape or an upkeep drains them:
     // without a scraper they would grow memory by every request. Drain them
@@ -216,7 +220,7 @@ pub async fn run_with(
             }
         });
     }
-    let router = http::router(Arc::clone(&app), metrics_listener.is_none());
+    let router = http::service(Arc::clone(&app), metrics_listener.is_none());
     if let Some(listener) = metrics_listener {
         let metrics = http::metrics_router(Arc::clone(&app));
         let stop = token.clone();
@@ -230,11 +234,12 @@ pub async fn run_with(
     }
     tracing::info!(addr = ?listener.local_addr().ok(), "leasehold listening");
     let stop = token.clone();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        shutdown.await;
-        tracing::info!("shutting down: no new connections; ending waits");
-        stop.cancel();
-    });
+    let server =
+        axum::serve(listener, router.into_make_service()).with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new connections; ending waits");
+            stop.cancel();
+        });
     let mut server = tokio::spawn(async move { server.await });
     let grace = Duration::from_millis(args.shutdown_grace_ms);
     tokio::select! {

@@ -13,7 +13,7 @@ use crate::domain::{
     OutcomeName, ReleaseOutcome, RenewOutcome, Replication, ResourceId, Ttl, WaitMs,
 };
 use crate::store::{Store, StoreAcquire, StoreError, StoreInspect, StoreRelease, StoreRenew};
-use crate::telemetry::{PurposeLabels, OPERATIONS, OPERATION_DURATION};
+use crate::telemetry::OperationMeters;
 use crate::wait::WaitRegistry;
 
 /// Tunables of the service layer.
@@ -38,7 +38,7 @@ pub struct LeaseService {
     admission: Semaphore,
     waiters: Arc<WaitRegistry>,
     shutdown: CancellationToken,
-    purposes: PurposeLabels,
+    meters: OperationMeters,
 }
 
 /// What a store call looks like to the wait loop.
@@ -55,7 +55,7 @@ impl LeaseService {
     ) -> Self {
         Self {
             admission: Semaphore::new(settings.max_in_flight.max(1)),
-            purposes: PurposeLabels::new(settings.max_purpose_labels),
+            meters: OperationMeters::new(settings.max_purpose_labels),
             store,
             settings,
             waiters,
@@ -85,11 +85,12 @@ impl LeaseService {
         started: Instant,
         result: &Result<T, Failure>,
     ) {
-        let purpose = self.purposes.label(resource.purpose.as_str());
-        metrics::counter!(OPERATIONS, "verb" => verb, "outcome" => result.outcome_name(), "purpose" => purpose)
-            .increment(1);
-        metrics::histogram!(OPERATION_DURATION, "verb" => verb)
-            .record(started.elapsed().as_secs_f64());
+        self.meters.record(
+            verb,
+            result.outcome_name(),
+            resource.purpose.as_str(),
+            started.elapsed().as_secs_f64(),
+        );
     }
 
     fn failure(&self, err: StoreError, attempt: Option<&Attempt>) -> Failure {

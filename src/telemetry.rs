@@ -1,10 +1,11 @@
 //! Logs and metrics: names, help texts, the Prometheus recorder, and the
 //! bounded `purpose` label.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{PoisonError, RwLock};
 
-use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics::{describe_counter, describe_gauge, describe_histogram, Counter, Histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Lease operations by verb, outcome and (bounded) purpose.
@@ -98,33 +99,130 @@ fn describe() {
     );
 }
 
+/// Metric handles looked up once per label set and then reused.
+///
+/// `metrics::counter!(name, labels)` builds a key (allocating its label
+/// list) and hashes it into the recorder on every call; a lease request
+/// made six such calls. Keys here come from bounded sets (fixed verbs,
+/// outcomes, methods, routes and statuses; purposes capped by
+/// [`PurposeLabels`]), so the map stays small.
+pub struct Handles<K, V> {
+    map: RwLock<HashMap<K, V>>,
+}
+
+impl<K: Eq + Hash, V: Clone> Handles<K, V> {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self {
+            map: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The handle for `key`, registered with `make` the first time.
+    pub fn get(&self, key: K, make: impl FnOnce() -> V) -> V {
+        if let Some(v) = self
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return v.clone();
+        }
+        self.map
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key)
+            .or_insert_with(make)
+            .clone()
+    }
+}
+
+impl<K: Eq + Hash, V: Clone> Default for Handles<K, V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Maps purposes to label values, admitting at most `cap` distinct ones;
 /// the rest are `other`, so the label's cardinality stays bounded.
 pub struct PurposeLabels {
-    seen: Mutex<HashSet<String>>,
+    ids: RwLock<HashMap<Box<str>, u32>>,
     cap: usize,
 }
+
+/// The id of every purpose beyond the cap, labelled `other`.
+pub const OTHER_PURPOSE: u32 = u32::MAX;
 
 impl PurposeLabels {
     /// A mapper admitting `cap` purposes.
     pub fn new(cap: usize) -> Self {
         Self {
-            seen: Mutex::new(HashSet::new()),
+            ids: RwLock::new(HashMap::new()),
             cap,
         }
     }
 
-    /// The label value for `purpose`.
-    pub fn label(&self, purpose: &str) -> String {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.contains(purpose) {
-            return purpose.to_owned();
+    /// A small id for `purpose`: the same for the same purpose, and
+    /// [`OTHER_PURPOSE`] once `cap` others were admitted.
+    pub fn id(&self, purpose: &str) -> u32 {
+        if let Some(id) = self
+            .ids
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(purpose)
+        {
+            return *id;
         }
-        if seen.len() < self.cap {
-            seen.insert(purpose.to_owned());
-            return purpose.to_owned();
+        let mut ids = self.ids.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(id) = ids.get(purpose) {
+            return *id;
         }
-        "other".to_owned()
+        if ids.len() >= self.cap {
+            return OTHER_PURPOSE;
+        }
+        let id = u32::try_from(ids.len()).unwrap_or(OTHER_PURPOSE);
+        ids.insert(purpose.into(), id);
+        id
+    }
+}
+
+/// `leasehold_lease_operations_total` and `_duration_seconds`, with cached
+/// handles.
+pub struct OperationMeters {
+    purposes: PurposeLabels,
+    counters: Handles<(&'static str, &'static str, u32), Counter>,
+    durations: Handles<&'static str, Histogram>,
+}
+
+impl OperationMeters {
+    /// Meters admitting `max_purposes` purpose label values.
+    pub fn new(max_purposes: usize) -> Self {
+        Self {
+            purposes: PurposeLabels::new(max_purposes),
+            counters: Handles::new(),
+            durations: Handles::new(),
+        }
+    }
+
+    /// Counts one `verb` with `outcome` on `purpose` and records how long it took.
+    pub fn record(&self, verb: &'static str, outcome: &'static str, purpose: &str, secs: f64) {
+        let id = self.purposes.id(purpose);
+        self.counters
+            .get((verb, outcome, id), || {
+                let label = if id == OTHER_PURPOSE {
+                    "other".to_owned()
+                } else {
+                    purpose.to_owned()
+                };
+                metrics::counter!(OPERATIONS, "verb" => verb, "outcome" => outcome, "purpose" => label)
+            })
+            .increment(1);
+        self.durations
+            .get(
+                verb,
+                || metrics::histogram!(OPERATION_DURATION, "verb" => verb),
+            )
+            .record(secs);
     }
 }
 

@@ -428,6 +428,72 @@ async fn purposes_beyond_the_cap_are_counted_as_other() {
     assert!(!after.text.contains(&purposes[2]) && !after.text.contains(&purposes[3]));
 }
 
+/// The front computes the route label before routing; it must name exactly
+/// the template the router matched, and `unmatched` exactly when the router
+/// answered with its 404 fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_labels_are_the_templates_the_router_matched() {
+    let _turn = SERIAL.lock().await;
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let d = digest();
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("GET", format!("/leases/route-label/{d}"), LEASE_ROUTE),
+        ("GET", "/leases/route-label/v1.bad".into(), LEASE_ROUTE),
+        ("GET", format!("/leases/route%2Flabel/{d}"), LEASE_ROUTE),
+        ("POST", format!("/leases/route-label/{d}"), LEASE_ROUTE),
+        ("GET", format!("/leases/route-label/{d}/"), "unmatched"),
+        ("GET", format!("/leases/route-label/{d}/x"), "unmatched"),
+        ("GET", format!("/leases//{d}"), LEASE_ROUTE),
+        ("GET", "/leases/route-label/".into(), "unmatched"),
+        ("GET", "/leases//".into(), "unmatched"),
+        ("GET", "/leases///".into(), "unmatched"),
+        ("GET", "/leases/route-label".into(), "unmatched"),
+        ("GET", "/leases".into(), "unmatched"),
+        ("GET", format!("/LEASES/route-label/{d}"), "unmatched"),
+        ("GET", "/livez".into(), "/livez"),
+        ("GET", "/livez/".into(), "unmatched"),
+        ("GET", "/readyz".into(), "/readyz"),
+        ("GET", "/openapi.json".into(), "/openapi.json"),
+        ("GET", "/docs".into(), "/docs"),
+        ("GET", "/attempts".into(), "/attempts"),
+        ("GET", "/attempts/".into(), "unmatched"),
+        ("GET", "/".into(), "unmatched"),
+        ("GET", "/nope".into(), "unmatched"),
+    ];
+    for (method, path, route) in &cases {
+        let before = scrape(&app).await;
+        let reply = TestApp::reply(
+            app.http
+                .request(
+                    method.parse().expect("method"),
+                    format!("{}{path}", app.base),
+                )
+                .send()
+                .await
+                .expect("send"),
+        )
+        .await;
+        let fallback = reply.status == StatusCode::NOT_FOUND && reply.outcome() == "not_found";
+        assert_eq!(
+            fallback,
+            *route == "unmatched",
+            "{method} {path}: router fallback {fallback}, expected route {route}"
+        );
+        let after = scrape(&app).await;
+        let status = reply.status.as_u16().to_string();
+        assert_eq!(
+            delta(
+                &before,
+                &after,
+                HTTP,
+                &[("method", method), ("route", route), ("status", &status)]
+            ),
+            1.0,
+            "{method} {path} ({status}) counted under route {route}"
+        );
+    }
+}
+
 /// Scrapes until `probe` holds (a server-side effect), within a bound.
 async fn scrape_until(app: &TestApp, what: &str, probe: impl Fn(&Scrape) -> bool) -> Scrape {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -163,7 +163,20 @@ pub fn respond_one<T: Answer>(answer: &T) -> Response {
     let status = answer.status();
     let retry_after = answer.retry_after_ms();
     let mut response = if status.is_success() {
-        (status, axum::Json(answer)).into_response()
+        // Sized for a lease answer, so serializing never reallocates.
+        let mut body = Vec::with_capacity(384);
+        match serde_json::to_writer(&mut body, answer) {
+            Ok(()) => (
+                status,
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                body,
+            )
+                .into_response(),
+            Err(_) => ApiError::Internal.into_response(),
+        }
     } else {
         let body = serde_json::to_value(answer).unwrap_or(Value::Null);
         let (title, detail) = answer.describe();

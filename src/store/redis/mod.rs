@@ -180,6 +180,8 @@ pub struct RedisStore {
     command_timeout: Duration,
     acks: Option<Acks>,
     waiters: Arc<WaitRegistry>,
+    /// `leasehold_store_command_duration_seconds` by script.
+    durations: crate::telemetry::Handles<&'static str, metrics::Histogram>,
 }
 
 /// Replica acknowledgement settings as a call uses them.
@@ -394,6 +396,7 @@ impl RedisStore {
                     budget: a.timeout + timeout,
                 }),
             waiters,
+            durations: crate::telemetry::Handles::new(),
         })
     }
 
@@ -428,7 +431,12 @@ impl RedisStore {
             Backend::Cluster(c) => c.execute(&call, deadline).await,
             Backend::Sentinel(s) => s.execute(&call, deadline).await,
         };
-        metrics::histogram!(crate::telemetry::STORE_DURATION, "script" => call.script.name)
+        let script = call.script.name;
+        self.durations
+            .get(
+                script,
+                || metrics::histogram!(crate::telemetry::STORE_DURATION, "script" => script),
+            )
             .record(started.elapsed().as_secs_f64());
         result
     }

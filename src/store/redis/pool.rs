@@ -125,6 +125,8 @@ pub fn is_master(info: &str) -> bool {
 /// The pool of one node.
 pub struct NodePool {
     pool: bb8::Pool<Manager>,
+    /// `leasehold_store_pool_wait_seconds`, looked up once.
+    wait: std::sync::OnceLock<metrics::Histogram>,
 }
 
 impl NodePool {
@@ -145,7 +147,10 @@ impl NodePool {
             .test_on_check_out(false)
             .retry_connection(false)
             .build_unchecked(Manager::new(client, timeout, require_master));
-        Self { pool }
+        Self {
+            pool,
+            wait: std::sync::OnceLock::new(),
+        }
     }
 
     /// (connections open, idle).
@@ -181,7 +186,8 @@ impl NodePool {
                 // Known closed: skip it (the pool drops it) without sending.
                 continue;
             }
-            metrics::histogram!(crate::telemetry::POOL_WAIT)
+            self.wait
+                .get_or_init(|| metrics::histogram!(crate::telemetry::POOL_WAIT))
                 .record(started.elapsed().as_secs_f64());
             // Connections are multiplexed: take a handle to this one and give
             // it straight back, so concurrent commands share (pipeline on) a
