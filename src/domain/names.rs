@@ -224,7 +224,12 @@ impl ResourceId {
     /// `<purpose>:<digest>`, the part of every store key and wake-up message
     /// that names this resource.
     pub fn tag(&self) -> String {
-        format!("{}:{}", self.purpose, self.digest)
+        let (purpose, digest) = (self.purpose.as_str(), self.digest.as_str());
+        let mut tag = String::with_capacity(purpose.len() + 1 + digest.len());
+        tag.push_str(purpose);
+        tag.push(':');
+        tag.push_str(digest);
+        tag
     }
 }
 

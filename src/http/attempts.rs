@@ -1,14 +1,12 @@
 //! `POST /attempts`: a fresh owner token for an operation. Stateless.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::extract::{self, Problems};
+use super::extract::{self, HeadersAndBody, Problems};
 use super::problem::ApiError;
 use super::AppState;
 use crate::domain::{OperationId, OwnerToken};
@@ -95,8 +93,7 @@ pub enum AttemptCreatedTag {
 )]
 pub async fn create(
     State(app): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    HeadersAndBody { headers, body }: HeadersAndBody,
 ) -> Response {
     if let Err(e) = app.authenticate(&headers) {
         return e.into_response();

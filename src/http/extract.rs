@@ -2,8 +2,11 @@
 //! path parameters, attempt headers and JSON bodies, validated into domain
 //! types, every invalid field named.
 
+use std::convert::Infallible;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 
@@ -14,6 +17,40 @@ use crate::domain::{Attempt, OperationId, OwnerToken, Purpose, ResourceDigest, R
 pub const OWNER_TOKEN_HEADER: &str = "lease-owner-token";
 /// The attempt headers.
 pub const OPERATION_ID_HEADER: &str = "lease-operation-id";
+
+/// The request's headers, taken rather than cloned: axum's `HeaderMap`
+/// extractor copies the map, and every custom header name in it, per
+/// request. Must be the last extractor (it consumes the request).
+pub struct Headers(pub HeaderMap);
+
+impl<S: Send + Sync> FromRequest<S> for Headers {
+    type Rejection = Infallible;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, Infallible> {
+        Ok(Self(req.into_parts().0.headers))
+    }
+}
+
+/// The request's headers (taken, as [`Headers`]) and its body, read within
+/// the body limit; a body that cannot be read is left for [`json_body`] to
+/// answer.
+pub struct HeadersAndBody {
+    /// The headers.
+    pub headers: HeaderMap,
+    /// The body, or why it could not be read.
+    pub body: Result<Bytes, BytesRejection>,
+}
+
+impl<S: Send + Sync> FromRequest<S> for HeadersAndBody {
+    type Rejection = Infallible;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Infallible> {
+        let (mut parts, body) = req.into_parts();
+        let headers = std::mem::take(&mut parts.headers);
+        let body = Bytes::from_request(Request::from_parts(parts, body), state).await;
+        Ok(Self { headers, body })
+    }
+}
 
 /// Collects field errors across path, headers and body, then decides the status.
 #[derive(Default)]
@@ -155,6 +192,11 @@ pub fn json_body<T: DeserializeOwned>(
         problems.value("body", "must be a JSON object");
         return Ok(None);
     }
+    // The common case, a valid body, without tracking the path (which
+    // allocates for every key); only a failure is parsed again to name it.
+    if let Ok(value) = serde_json::from_slice::<T>(&body) {
+        return Ok(Some(value));
+    }
     let de = &mut serde_json::Deserializer::from_slice(&body);
     match serde_path_to_error::deserialize::<_, T>(&mut *de) {
         Ok(value) => match de.end() {
@@ -209,12 +251,16 @@ fn is_json(headers: &HeaderMap) -> bool {
     else {
         return false;
     };
-    let essence = value
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let essence = value.split(';').next().unwrap_or("").trim();
+    let lower_prefix = |s: &str, prefix: &str| {
+        s.get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+    };
+    let lower_suffix = |s: &str, suffix: &str| {
+        s.len() >= suffix.len()
+            && s.get(s.len() - suffix.len()..)
+                .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix))
+    };
+    essence.eq_ignore_ascii_case("application/json")
+        || (lower_prefix(essence, "application/") && lower_suffix(essence, "+json"))
 }

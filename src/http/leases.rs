@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::extract::{self, Problems};
+use super::extract::{self, Headers, HeadersAndBody, Problems};
 use super::problem::{respond, ApiError};
 use super::AppState;
 use crate::domain::{Attempt, ResourceId};
@@ -164,8 +164,7 @@ fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
 pub async fn acquire(
     State(app): State<AppState>,
     path: RawPath,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    HeadersAndBody { headers, body }: HeadersAndBody,
 ) -> Response {
     let WithBody {
         resource,
@@ -252,8 +251,7 @@ pub async fn acquire(
 pub async fn renew(
     State(app): State<AppState>,
     path: RawPath,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    HeadersAndBody { headers, body }: HeadersAndBody,
 ) -> Response {
     let WithBody {
         resource,
@@ -361,7 +359,11 @@ fn resource_and_attempt(
     ),
     security((), ("apiKey" = []))
 )]
-pub async fn release(State(app): State<AppState>, path: RawPath, headers: HeaderMap) -> Response {
+pub async fn release(
+    State(app): State<AppState>,
+    path: RawPath,
+    Headers(headers): Headers,
+) -> Response {
     let result = async {
         let (resource, attempt) = resource_and_attempt(&app, path, &headers, true)?;
         let attempt = parsed(attempt)?;
@@ -403,7 +405,11 @@ pub async fn release(State(app): State<AppState>, path: RawPath, headers: Header
     ),
     security((), ("apiKey" = []))
 )]
-pub async fn inspect(State(app): State<AppState>, path: RawPath, headers: HeaderMap) -> Response {
+pub async fn inspect(
+    State(app): State<AppState>,
+    path: RawPath,
+    Headers(headers): Headers,
+) -> Response {
     let result = async {
         let (resource, attempt) = resource_and_attempt(&app, path, &headers, false)?;
         Ok::<_, ApiError>(respond(

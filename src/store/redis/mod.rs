@@ -195,12 +195,24 @@ struct Acks {
 
 /// The key of a resource's lease: `<ns>:lease:v1:{<purpose>:<digest>}`.
 pub fn lease_key(namespace: &str, resource: &ResourceId) -> String {
-    format!("{namespace}:lease:v1:{{{}}}", resource.tag())
+    key(namespace, "lease", resource)
 }
 
 /// The key of a resource's fencing counter: `<ns>:fence:v1:{<purpose>:<digest>}`.
 pub fn fence_key(namespace: &str, resource: &ResourceId) -> String {
-    format!("{namespace}:fence:v1:{{{}}}", resource.tag())
+    key(namespace, "fence", resource)
+}
+
+/// `<ns>:<kind>:v1:{<purpose>:<digest>}`, built in one allocation (keys are
+/// built on every request; `format!` grew each one several times).
+fn key(namespace: &str, kind: &str, resource: &ResourceId) -> String {
+    let (purpose, digest) = (resource.purpose.as_str(), resource.digest.as_str());
+    let mut key =
+        String::with_capacity(namespace.len() + kind.len() + purpose.len() + digest.len() + 8);
+    for part in [namespace, ":", kind, ":v1:{", purpose, ":", digest, "}"] {
+        key.push_str(part);
+    }
+    key
 }
 
 /// How long a fencing counter outlives its last acquisition. Losing it is
