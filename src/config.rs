@@ -125,6 +125,15 @@ pub struct ServeArgs {
     /// Concurrent store calls; more are answered `overloaded`.
     #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub max_in_flight: usize,
+    /// Open HTTP connections at most (each listener); at the limit new
+    /// connections wait in the kernel's backlog until one closes.
+    #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// A connection that sends no complete request head for this long (idle
+    /// keep-alive, or a head trickled in) is closed. Keep it above the idle
+    /// timeout of any load balancer in front (AWS ALB: 60 s).
+    #[arg(long, env = "LEASEHOLD_IDLE_TIMEOUT_MS", default_value_t = 75_000)]
+    pub idle_timeout_ms: u64,
     /// Runtime worker threads; 0 = one per CPU the process may use (cgroup
     /// CPU limits included, so a 1-CPU container gets one).
     #[arg(long, env = "LEASEHOLD_WORKER_THREADS", default_value_t = 0)]
@@ -181,6 +190,8 @@ impl ServeArgs {
             ("LEASEHOLD_MAX_TTL_MS", self.max_ttl_ms),
             ("LEASEHOLD_POOL_SIZE", u64::from(self.pool_size)),
             ("LEASEHOLD_MAX_IN_FLIGHT", self.max_in_flight as u64),
+            ("LEASEHOLD_MAX_CONNECTIONS", self.max_connections as u64),
+            ("LEASEHOLD_IDLE_TIMEOUT_MS", self.idle_timeout_ms),
             ("LEASEHOLD_BODY_LIMIT_BYTES", self.body_limit_bytes as u64),
             ("LEASEHOLD_MEMORY_MAX_LEASES", self.memory_max_leases as u64),
         ];
@@ -217,6 +228,18 @@ impl ServeArgs {
             return Err(ConfigError::new(
                 "LEASEHOLD_WORKER_THREADS",
                 "must be at most 256 (0: one per available CPU)",
+            ));
+        }
+        if self.max_connections > 1_000_000 {
+            return Err(ConfigError::new(
+                "LEASEHOLD_MAX_CONNECTIONS",
+                "must be at most 1000000",
+            ));
+        }
+        if self.idle_timeout_ms > 3_600_000 {
+            return Err(ConfigError::new(
+                "LEASEHOLD_IDLE_TIMEOUT_MS",
+                "must be at most 3600000",
             ));
         }
         if self.pool_size > 1024 {
@@ -402,5 +425,37 @@ impl ConfigError {
             setting,
             reason: reason.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> ServeArgs {
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            args: ServeArgs,
+        }
+        let argv = std::iter::once("leasehold").chain(extra.iter().copied());
+        Only::try_parse_from(argv).expect("parses").args
+    }
+
+    #[test]
+    fn connection_bounds_are_validated_naming_the_setting() {
+        assert!(parse(&[]).validate().is_ok());
+        for (flag, value, setting) in [
+            ("--max-connections", "0", "LEASEHOLD_MAX_CONNECTIONS"),
+            ("--max-connections", "1000001", "LEASEHOLD_MAX_CONNECTIONS"),
+            ("--idle-timeout-ms", "0", "LEASEHOLD_IDLE_TIMEOUT_MS"),
+            ("--idle-timeout-ms", "3600001", "LEASEHOLD_IDLE_TIMEOUT_MS"),
+        ] {
+            let err = parse(&[flag, value]).validate().expect_err(value);
+            assert_eq!(err.setting, setting, "{flag} {value}");
+        }
+        assert!(parse(&["--max-connections", "1", "--idle-timeout-ms", "1"])
+            .validate()
+            .is_ok());
     }
 }

@@ -41,7 +41,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::ServiceExt as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -221,32 +220,34 @@ pub async fn run_with(
         });
     }
     let router = http::service(Arc::clone(&app), metrics_listener.is_none());
+    let limits = http::server::Limits {
+        max_connections: args.max_connections,
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+    };
     if let Some(listener) = metrics_listener {
         let metrics = http::metrics_router(Arc::clone(&app));
         let stop = token.clone();
         tokio::spawn(async move {
-            let served = axum::serve(listener, metrics)
-                .with_graceful_shutdown(async move { stop.cancelled().await });
-            if let Err(e) = served.await {
-                tracing::error!(error = %e, "metrics listener failed");
-            }
+            http::server::serve(listener, metrics, limits, async move {
+                stop.cancelled().await;
+            })
+            .await;
         });
     }
     tracing::info!(addr = ?listener.local_addr().ok(), "leasehold listening");
     let stop = token.clone();
-    let server =
-        axum::serve(listener, router.into_make_service()).with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!("shutting down: no new connections; ending waits");
-            stop.cancel();
-        });
-    let mut server = tokio::spawn(async move { server.await });
+    let server = http::server::serve(listener, router, limits, async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new connections; ending waits");
+        stop.cancel();
+    });
+    let mut server = tokio::spawn(server);
     let grace = Duration::from_millis(args.shutdown_grace_ms);
     tokio::select! {
         result = &mut server => {
             token.cancel();
             match result {
-                Ok(r) => r?,
+                Ok(()) => {}
                 Err(e) => tracing::error!(error = %e, "server task failed"),
             }
         }

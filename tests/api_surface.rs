@@ -1048,3 +1048,126 @@ async fn api_keys_answer_401_and_403_as_problem_json() {
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Reads one HTTP/1.1 answer to a bodiless GET (head and a Content-Length
+/// body) and returns its status line.
+async fn read_answer(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .expect("a content-length");
+            if buf.len() >= end + 4 + length {
+                return text.lines().next().unwrap_or_default().to_owned();
+            }
+        }
+        let n = stream.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "closed before a whole answer: {text:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Waits (bounded) for the server to close `stream`; what it sent first is
+/// returned, so the caller can assert there was no answer.
+async fn closed_by_server(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the server never closed the connection");
+    got
+}
+
+#[tokio::test]
+async fn idle_connections_and_trickled_heads_are_closed_after_the_idle_timeout() {
+    use tokio::io::AsyncWriteExt;
+    const IDLE: std::time::Duration = std::time::Duration::from_millis(300);
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--idle-timeout-ms", "300"])).await;
+
+    // A keep-alive connection that answered once and then sits idle.
+    let started = std::time::Instant::now();
+    let mut idle = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    idle.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("write");
+    assert_eq!(read_answer(&mut idle).await, "HTTP/1.1 200 OK");
+    // A connection that starts a request head and never finishes it.
+    let mut trickle = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    trickle
+        .write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .expect("write");
+
+    assert!(closed_by_server(&mut idle).await.is_empty());
+    assert!(
+        closed_by_server(&mut trickle).await.is_empty(),
+        "an unfinished head gets no answer"
+    );
+    assert!(
+        started.elapsed() >= IDLE,
+        "closed before the idle timeout: {:?}",
+        started.elapsed()
+    );
+    // The service itself is fine and answers new connections.
+    assert_eq!(app.get("/livez").await.status, StatusCode::OK);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn at_the_connection_limit_new_connections_wait_until_one_closes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut app = TestApp::spawn_with(args(&Backend::Memory, &["--max-connections", "1"])).await;
+    // The harness' client holds the one connection (its keep-alive pool);
+    // dropping the client closes it.
+    app.http = reqwest::Client::new();
+
+    let request = b"GET /livez HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut first = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    first.write_all(request).await.expect("write");
+    assert_eq!(read_answer(&mut first).await, "HTTP/1.1 200 OK");
+
+    // The kernel completes the handshake (backlog), but the service does not
+    // take the connection while `first` is open.
+    let mut second = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    second.write_all(request).await.expect("write");
+    let mut byte = [0u8; 1];
+    let early = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        second.read(&mut byte),
+    )
+    .await;
+    assert!(
+        early.is_err(),
+        "answered beyond the connection limit: {early:?}"
+    );
+
+    drop(first);
+    assert_eq!(read_answer(&mut second).await, "HTTP/1.1 200 OK");
+    drop(second);
+    app.shutdown().await;
+}

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod health;
 pub mod leases;
 pub mod problem;
+pub mod server;
 
 use std::convert::Infallible;
 use std::future::Future;
