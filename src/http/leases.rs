@@ -2,8 +2,8 @@
 //! (DELETE) and inspect (GET).
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::rejection::{BytesRejection, RawPathParamsRejection};
+use axum::extract::{RawPathParams, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -81,11 +81,24 @@ fn whole_ms<'de, D: serde::Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
     de.deserialize_any(Whole)
 }
 
-type RawPath = Result<Path<(String, String)>, PathRejection>;
+/// The path parameters as the router matched them, percent-decoded and
+/// borrowed (axum's `Path<(String, String)>` would deserialize them into two
+/// new `String`s per request).
+type RawPath = Result<RawPathParams, RawPathParamsRejection>;
 
 fn path_resource(path: RawPath, problems: &mut Problems) -> Option<ResourceId> {
     match path {
-        Ok(Path((purpose, digest))) => extract::resource(&purpose, &digest, problems),
+        Ok(params) => {
+            let (mut purpose, mut digest) = ("", "");
+            for (name, value) in &params {
+                match name {
+                    "purpose" => purpose = value,
+                    "digest" => digest = value,
+                    _ => {}
+                }
+            }
+            extract::resource(purpose, digest, problems)
+        }
         Err(_) => {
             problems.shape("path", "path parameters must be valid UTF-8");
             None
