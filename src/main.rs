@@ -41,11 +41,25 @@ fn serve(args: ServeArgs) -> ExitCode {
         eprintln!("leasehold: {e}");
         return ExitCode::from(2);
     }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // One thread: tokio's current-thread scheduler, not a one-worker
+    // multi-thread one. The latter runs a task it just woke next (its LIFO
+    // slot), so redis-rs' connection task wakes after every request and
+    // writes each command on its own; the former runs woken tasks in order,
+    // so the requests of one I/O wake-up are written to Redis together.
+    // Measured at a fixed 10 000 acquires/s: about 10 % less CPU per request
+    // both in leasehold and in Redis (benches/PERFORMANCE.md).
+    let threads = match args.worker_threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
     builder.enable_all();
-    if args.worker_threads > 0 {
-        builder.worker_threads(args.worker_threads);
-    }
     let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {

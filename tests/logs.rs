@@ -235,6 +235,9 @@ async fn json_logs_never_carry_tokens_keys_or_redis_passwords() {
         "json",
         &[
             ("LEASEHOLD_LOG_FORMAT", "json".into()),
+            // One worker: the binary's current-thread runtime (the text-log
+            // test below runs the multi-thread one on a multi-core machine).
+            ("LEASEHOLD_WORKER_THREADS", "1".into()),
             ("LEASEHOLD_REDIS_URL", redis.url()),
             (
                 "LEASEHOLD_REDIS_PASSWORD_FILE",
