@@ -933,6 +933,10 @@ struct Phase {
     rate: Option<f64>,
     /// Per request sent: (EVALSHA calls, extra top-level commands) seen by Redis.
     commands: (f64, f64),
+    /// EVALSHAs Redis executed per socket read (`INFO stats`
+    /// `total_reads_processed`): how well its clients batch. Fewer reads per
+    /// command cost Redis less CPU per command.
+    per_read: f64,
 }
 
 impl Phase {
@@ -965,6 +969,15 @@ static SENT: AtomicU64 = AtomicU64::new(0);
 const EXTRA_COMMANDS: [&str; 8] = [
     "ping", "script", "eval", "exists", "hello", "client", "select", "auth",
 ];
+
+/// A counter of `INFO stats`.
+async fn stat(conn: &mut MultiplexedConnection, name: &str) -> Result<u64, String> {
+    let text: String = redis::from_redis_value(redis_cmd(conn, &["INFO", "stats"]).await?)
+        .map_err(|e| e.to_string())?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+        .ok_or_else(|| format!("INFO stats has no {name}"))
+}
 
 /// `INFO commandstats` as (command, calls).
 async fn command_calls(conn: &mut MultiplexedConnection) -> Result<BTreeMap<String, u64>, String> {
@@ -1039,7 +1052,10 @@ async fn run_phase(
     }
     let cpu = cpu.await.map_err(|e| e.to_string())?;
     stats.lat_ns.sort_unstable();
+    let reads = stat(&mut env.admin.clone(), "total_reads_processed").await?;
     let calls = command_calls(&mut env.admin.clone()).await?;
+    // EVALSHA only: commandstats also counts the commands scripts run.
+    let per_read = calls.get("evalsha").copied().unwrap_or(0) as f64 / reads.max(1) as f64;
     let sent = SENT.load(Ordering::Relaxed).max(1) as f64;
     let commands = (
         calls.get("evalsha").copied().unwrap_or(0) as f64 / sent,
@@ -1051,6 +1067,7 @@ async fn run_phase(
     );
     Ok(Phase {
         commands,
+        per_read,
         kind,
         side,
         secs: opts.duration.as_secs_f64(),
@@ -1685,7 +1702,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
     }
     let mut ratio_acquire = f64::NAN;
     let mut cpu_table = String::from(
-        "\nCPU seconds per 10 000 ops, and Redis top-level commands per request sent (EVALSHA; extra = PING, SCRIPT, EVAL, EXISTS, HELLO, CLIENT, SELECT, AUTH), median over rounds\n\n| scenario | raw: redis | raw: client | leasehold | leasehold: redis | leasehold: client | Redis commands per request, raw: EVALSHA + extra | leasehold: EVALSHA + extra |\n|---|---|---|---|---|---|---|---|\n",
+        "\nCPU seconds per 10 000 ops, and Redis top-level commands per request sent (EVALSHA; extra = PING, SCRIPT, EVAL, EXISTS, HELLO, CLIENT, SELECT, AUTH) and per socket read Redis made (how well its client batches), median over rounds\n\n| scenario | raw: redis | raw: client | leasehold | leasehold: redis | leasehold: client | Redis commands per request, raw: EVALSHA + extra | leasehold: EVALSHA + extra | Redis commands per read, raw / leasehold |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut added_p99 = BTreeMap::new();
     let mut added_p50 = BTreeMap::new();
@@ -1729,7 +1746,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
         };
         let _ = writeln!(
             cpu_table,
-            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} + {:.4} | {:.3} + {:.4} |",
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} + {:.4} | {:.3} + {:.4} | {:.2} / {:.2} |",
             kind.name(),
             cpu(&raw, |c| c.redis),
             cpu(&raw, |c| c.client),
@@ -1740,6 +1757,8 @@ async fn run(opts: Opts) -> Result<bool, String> {
             median(raw.iter().map(|p| p.commands.1).collect()),
             median(svc.iter().map(|p| p.commands.0).collect()),
             median(svc.iter().map(|p| p.commands.1).collect()),
+            median(raw.iter().map(|p| p.per_read).collect()),
+            median(svc.iter().map(|p| p.per_read).collect()),
         );
         let rmin = ratios.iter().copied().fold(f64::INFINITY, f64::min);
         let rmax = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);

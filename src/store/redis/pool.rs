@@ -146,6 +146,12 @@ impl NodePool {
             .connection_timeout(timeout)
             .test_on_check_out(false)
             .retry_connection(false)
+            // Checkouts hand the connection straight back (see `checkout`),
+            // so LIFO gives every request the same live connection and the
+            // commands of one wake-up leave in one write (Redis: ~8 EVALSHA
+            // per read at 10 000/s instead of ~1.9 with FIFO's rotation;
+            // 20 % less Redis CPU per request). The rest stay warm spares.
+            .queue_strategy(bb8::QueueStrategy::Lifo)
             .build_unchecked(Manager::new(client, timeout, require_master));
         Self {
             pool,
