@@ -218,35 +218,36 @@ impl ServeArgs {
                 "must be at most 7 days",
             ));
         }
-        if self.max_wait_ms > 3_600_000 {
-            return Err(ConfigError::new(
-                "LEASEHOLD_MAX_WAIT_MS",
-                "must be at most 3600000",
-            ));
-        }
-        if self.worker_threads > 256 {
-            return Err(ConfigError::new(
+        // Upper bounds: (setting, value, largest allowed, note after the bound).
+        let at_most = [
+            ("LEASEHOLD_MAX_WAIT_MS", self.max_wait_ms, 3_600_000, ""),
+            (
                 "LEASEHOLD_WORKER_THREADS",
-                "must be at most 256 (0: one per available CPU)",
-            ));
-        }
-        if self.max_connections > 1_000_000 {
-            return Err(ConfigError::new(
+                self.worker_threads as u64,
+                256,
+                " (0: one per available CPU)",
+            ),
+            (
                 "LEASEHOLD_MAX_CONNECTIONS",
-                "must be at most 1000000",
-            ));
-        }
-        if self.idle_timeout_ms > 3_600_000 {
-            return Err(ConfigError::new(
+                self.max_connections as u64,
+                1_000_000,
+                "",
+            ),
+            (
                 "LEASEHOLD_IDLE_TIMEOUT_MS",
-                "must be at most 3600000",
-            ));
-        }
-        if self.pool_size > 1024 {
-            return Err(ConfigError::new(
-                "LEASEHOLD_POOL_SIZE",
-                "must be at most 1024",
-            ));
+                self.idle_timeout_ms,
+                3_600_000,
+                "",
+            ),
+            ("LEASEHOLD_POOL_SIZE", u64::from(self.pool_size), 1024, ""),
+        ];
+        for (name, value, max, note) in at_most {
+            if value > max {
+                return Err(ConfigError::new(
+                    name,
+                    format!("must be at most {max}{note}"),
+                ));
+            }
         }
         self.validate_redis()
     }

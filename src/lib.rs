@@ -246,9 +246,8 @@ pub async fn run_with(
     tokio::select! {
         result = &mut server => {
             token.cancel();
-            match result {
-                Ok(()) => {}
-                Err(e) => tracing::error!(error = %e, "server task failed"),
+            if let Err(e) = result {
+                tracing::error!(error = %e, "server task failed");
             }
         }
         _ = async { token.cancelled().await; tokio::time::sleep(grace).await } => {

@@ -59,13 +59,14 @@ pub async fn serve<S>(
     let mut at_limit = false;
     tokio::pin!(stop);
     loop {
-        if permits.available_permits() == 0 && !at_limit {
+        let full = permits.available_permits() == 0;
+        if full && !at_limit {
             tracing::warn!(
                 max_connections = limits.max_connections,
                 "connection limit reached; not accepting until one closes"
             );
         }
-        at_limit = permits.available_permits() == 0;
+        at_limit = full;
         let permit = tokio::select! {
             biased;
             () = &mut stop => break,
