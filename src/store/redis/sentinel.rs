@@ -91,6 +91,8 @@ struct Report {
 struct Epochs {
     /// Highest config epoch followed.
     seen: u64,
+    /// The master named at `seen`.
+    seen_addr: String,
     /// Reports below this epoch are ignored (raised by `+switch-master`).
     floor: u64,
     /// Bumped by every event that changes the belief: a re-check that was
@@ -238,7 +240,7 @@ impl SentinelBackend {
     ) -> Result<Executed, StoreError> {
         loop {
             let target = self.current(deadline).await?;
-            let mut conn = match target.pool.checkout(deadline).await {
+            let mut conn = match target.pool.checkout_as(call.acks.is_some(), deadline).await {
                 Ok(conn) => conn,
                 Err(err) => {
                     self.suspect(&target, &err);
@@ -362,17 +364,36 @@ impl SentinelBackend {
         if epochs.generation != generation {
             return; // an event arrived meanwhile: it is newer than these answers
         }
+        let answered: Vec<Report> = reports.into_iter().flatten().collect();
+        let unanimous = answered.len() == self.sentinels.len()
+            && answered
+                .windows(2)
+                .all(|w| w[0].epoch == w[1].epoch && w[0].addr == w[1].addr);
+        if let Some(first) = answered.first() {
+            if unanimous && first.epoch < epochs.floor {
+                // Every sentinel agrees on a configuration older than the
+                // floor: the floor overshot (it is a guess made from an
+                // event); following the sentinels beats refusing for ever.
+                tracing::warn!(
+                    epoch = first.epoch,
+                    floor = epochs.floor,
+                    "every sentinel reports an older config epoch than expected; following them"
+                );
+                epochs.floor = first.epoch;
+            }
+        }
         let floor = epochs.floor;
-        let reports: Vec<Report> = reports
-            .into_iter()
-            .flatten()
-            .filter(|r| r.epoch >= floor)
-            .collect();
+        let reports: Vec<Report> = answered.into_iter().filter(|r| r.epoch >= floor).collect();
         let Some(top) = reports.iter().map(|r| r.epoch).max() else {
             return; // no sentinel answered: keep what we have
         };
-        epochs.seen = epochs.seen.max(top);
         let newest: Vec<&Report> = reports.iter().filter(|r| r.epoch == top).collect();
+        if top >= epochs.seen {
+            epochs.seen = top;
+            if let Some(r) = newest.first() {
+                epochs.seen_addr.clone_from(&r.addr);
+            }
+        }
         if newest.iter().any(|r| r.failover) {
             self.set(
                 Master::Failover,
@@ -498,9 +519,15 @@ impl SentinelBackend {
                     } else {
                         format!("{host}:{port}")
                     };
-                    // The switch means a newer config epoch than any seen.
+                    // The switch means a newer config epoch than any seen,
+                    // unless a re-check already saw it (every sentinel
+                    // announces the same switch: only the first raises it).
                     let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
-                    epochs.floor = epochs.floor.max(epochs.seen + 1);
+                    if epochs.seen_addr != addr {
+                        epochs.floor = epochs.floor.max(epochs.seen + 1);
+                        epochs.seen += 1;
+                        epochs.seen_addr.clone_from(&addr);
+                    }
                     epochs.generation += 1;
                     self.switch_to(&addr, "sentinel announced +switch-master");
                 }
