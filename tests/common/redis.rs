@@ -1268,7 +1268,8 @@ impl RedisSentinelSet {
         set
     }
 
-    fn wait_settled(&self) {
+    /// Waits until every replica is linked and every sentinel sees them all.
+    pub fn wait_settled(&self) {
         let mut last = String::new();
         let n_replicas = self.replicas.len();
         let n_sentinels = self.sentinels.len();
