@@ -296,7 +296,7 @@ async fn client(rec: Arc<Recorder>, id: usize) {
         // Hold, maybe renew (once or twice), then release.
         let mut renews = rng.below(3);
         loop {
-            pause(rng.below(ttl / 2)).await;
+            pause(rng.below(ttl / 4)).await;
             if renews == 0 {
                 break;
             }
@@ -457,7 +457,9 @@ async fn inject(run: &Running, fault: Fault, target: Target<'_>) -> FaultWindow 
             let before = proxy.resets();
             proxy.reset_next_script();
             assert!(
-                proxy.until_resets(before + 1, Duration::from_secs(10)).await,
+                proxy
+                    .until_resets(before + 1, Duration::from_secs(10))
+                    .await,
                 "no script crossed the proxy within 10 s"
             );
         }
@@ -471,17 +473,25 @@ async fn inject(run: &Running, fault: Fault, target: Target<'_>) -> FaultWindow 
                 server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
                 server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
             });
+            // The window starts once Redis refuses.
+            let start = run.now();
             tokio::time::sleep(WINDOW).await;
+            let end = run.now();
             tokio::task::block_in_place(|| server.cli(&["CONFIG", "SET", "maxmemory", "0"]));
+            return window(fault, start, end, false, true);
         }
         Fault::NoReplicas => {
             tokio::task::block_in_place(|| {
                 server.cli(&["CONFIG", "SET", "min-replicas-to-write", "1"])
             });
+            // The window starts once Redis refuses.
+            let start = run.now();
             tokio::time::sleep(WINDOW).await;
+            let end = run.now();
             tokio::task::block_in_place(|| {
                 server.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"])
             });
+            return window(fault, start, end, false, true);
         }
         Fault::Latency => {
             proxy.set_reply_delay(timeout * 3);
@@ -498,11 +508,22 @@ async fn inject(run: &Running, fault: Fault, target: Target<'_>) -> FaultWindow 
             tokio::task::block_in_place(|| server.restart());
         }
     }
+    window(fault, start, run.now(), data_loss, false)
+}
+
+fn window(
+    fault: Fault,
+    start: Duration,
+    end: Duration,
+    data_loss: bool,
+    definite_refusal: bool,
+) -> FaultWindow {
     FaultWindow {
         name: fault.name().to_owned(),
         start,
-        end: run.now(),
+        end,
         data_loss,
+        definite_refusal,
     }
 }
 
@@ -596,7 +617,11 @@ async fn history_cluster_frozen_master_and_lost_reply() {
     // slot map every client reads points at the proxies.
     let mut proxies = Vec::new();
     let masters: Vec<(u16, std::net::SocketAddr)> = tokio::task::block_in_place(|| {
-        cluster.masters().iter().map(|m| (m.port(), m.addr())).collect()
+        cluster
+            .masters()
+            .iter()
+            .map(|m| (m.port(), m.addr()))
+            .collect()
     });
     for (port, addr) in masters {
         let m = cluster

@@ -165,6 +165,9 @@ pub struct FaultWindow {
     /// The store lost its data in this window (restart empty): safety is
     /// not claimed across it.
     pub data_loss: bool,
+    /// The store definitely refused writes for the whole window (OOM,
+    /// NOREPLICAS) while answering: see [`check_refusals`].
+    pub definite_refusal: bool,
 }
 
 /// An interval in which `attempt` may believe it holds `resource`.
@@ -317,7 +320,10 @@ pub fn check_fencing(events: &[Event]) -> Vec<Violation> {
     }
     // Replays and renews carry their acquisition's token.
     let mut by_attempt: HashMap<(&str, usize), Vec<&Event>> = HashMap::new();
-    for e in events.iter().filter(|e| e.verb() == Verb::Acquire || e.grants()) {
+    for e in events
+        .iter()
+        .filter(|e| e.verb() == Verb::Acquire || e.grants())
+    {
         by_attempt
             .entry((e.attempt.as_str(), e.resource))
             .or_default()
@@ -375,7 +381,8 @@ pub fn check_honesty(events: &[Event]) -> Vec<Violation> {
                 (Verb::Acquire, "replayed_same_operation")
                     | (Verb::Renew, "renewed")
                     | (Verb::Release, "released")
-            ) || (e.verb() == Verb::Inspect && e.held_by.as_deref() == Some("caller"));
+            ) || (e.verb() == Verb::Inspect
+                && e.held_by.as_deref() == Some("caller"));
             if !claims_held {
                 continue;
             }
@@ -394,7 +401,11 @@ pub fn check_honesty(events: &[Event]) -> Vec<Violation> {
                 out.push(Violation {
                     check: "honesty",
                     what: if acquires.is_empty() {
-                        format!("{} for an attempt that never sent an acquire", e.outcome)
+                        format!(
+                            "{} answering the attempt's first request that could \
+                             acquire: the answer belongs to another request",
+                            e.outcome
+                        )
                     } else {
                         format!(
                             "{} for an attempt whose every acquire was answered \
@@ -483,6 +494,34 @@ pub fn check_typed(events: &[Event]) -> Vec<Violation> {
     out
 }
 
+/// Refusals (DESIGN.md §8): while the store definitely refuses writes and
+/// still answers (OOM, NOREPLICAS), a request sent and answered inside the
+/// window is never `indeterminate`: Redis said no, so the answer is
+/// `unavailable` (or an outcome that needed no write).
+pub fn check_refusals(events: &[Event], faults: &[FaultWindow]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for f in faults.iter().filter(|f| f.definite_refusal) {
+        let wrong: Vec<Event> = events
+            .iter()
+            .filter(|e| e.send >= f.start && e.reply <= f.end && e.outcome == "indeterminate")
+            .cloned()
+            .collect();
+        if !wrong.is_empty() {
+            out.push(Violation {
+                check: "refusal",
+                what: format!(
+                    "{} answers inside '{}' were 'indeterminate' although the store \
+                     definitely refused (first 5 shown)",
+                    wrong.len(),
+                    f.name
+                ),
+                events: wrong.into_iter().take(5).collect(),
+            });
+        }
+    }
+    out
+}
+
 /// Time from each window's end to the reply of the first `acquired` sent
 /// after it (`None`: none before the history ends).
 pub fn recovery_times(events: &[Event], faults: &[FaultWindow]) -> Vec<Option<Duration>> {
@@ -527,7 +566,7 @@ pub struct Checks {
     pub honesty: bool,
 }
 
-/// Every selected check; fencing, typed and recovery always run.
+/// Every selected check; fencing, typed, refusals and recovery always run.
 pub fn check_all(
     events: &[Event],
     faults: &[FaultWindow],
@@ -544,6 +583,7 @@ pub fn check_all(
         out.extend(check_honesty(events));
     }
     out.extend(check_typed(events));
+    out.extend(check_refusals(events, faults));
     out.extend(check_recovery(events, faults, recovery_bound));
     out
 }
@@ -565,13 +605,11 @@ pub fn summary(events: &[Event], faults: &[FaultWindow]) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let mut s = format!(
-        "{} requests: {}\n",
-        events.len(),
-        count(&mut events.iter())
-    );
+    let mut s = format!("{} requests: {}\n", events.len(), count(&mut events.iter()));
     for (f, t) in faults.iter().zip(recovery_times(events, faults)) {
-        let inside = &mut events.iter().filter(|e| e.send >= f.start && e.send < f.end);
+        let inside = &mut events
+            .iter()
+            .filter(|e| e.send >= f.start && e.send < f.end);
         s.push_str(&format!(
             "  {:<22} {:>7.0}..{:>7.0} ms ({:>5.0} ms): {} | first acquired after: {}\n",
             f.name,

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use crate::common::history::{
-    beliefs, check_fencing, check_honesty, check_recovery, check_safety, check_typed,
-    documented, FaultWindow, Verb,
-};
 use crate::common::history::Event;
+use crate::common::history::{
+    beliefs, check_fencing, check_honesty, check_recovery, check_refusals, check_safety,
+    check_typed, documented, FaultWindow, Verb,
+};
 
 const DRIFT: Duration = Duration::from_millis(10);
 
@@ -41,7 +41,15 @@ fn ev(attempt: &str, verb: Verb, send: u64, reply: u64, outcome: &str) -> Event 
 }
 
 /// A grant with its token and remainingMs.
-fn grant(attempt: &str, verb: Verb, send: u64, reply: u64, outcome: &str, token: u64, remaining: u64) -> Event {
+fn grant(
+    attempt: &str,
+    verb: Verb,
+    send: u64,
+    reply: u64,
+    outcome: &str,
+    token: u64,
+    remaining: u64,
+) -> Event {
     Event {
         fencing_token: Some(token),
         remaining_ms: Some(remaining),
@@ -109,7 +117,15 @@ fn safety_ignores_uncertain_answers_and_same_attempt_replays() {
         ev("a", Verb::Acquire, 0, 500, "indeterminate"),
         ev("c", Verb::Acquire, 0, 5, "unavailable"),
         grant("b", Verb::Acquire, 10, 20, "acquired", 2, 1000),
-        grant("b", Verb::Acquire, 30, 40, "replayed_same_operation", 2, 980),
+        grant(
+            "b",
+            Verb::Acquire,
+            30,
+            40,
+            "replayed_same_operation",
+            2,
+            980,
+        ),
     ]);
     assert!(check_safety(&h, DRIFT, &[]).is_empty());
 }
@@ -135,6 +151,7 @@ fn safety_is_not_claimed_across_data_loss() {
         start: at(100),
         end: at(200),
         data_loss: true,
+        definite_refusal: false,
     };
     assert!(check_safety(&h, DRIFT, &[loss.clone()]).is_empty());
     let no_loss = FaultWindow {
@@ -175,9 +192,19 @@ fn fencing_fails_for_a_smaller_token_later_in_real_time() {
 fn fencing_fails_for_a_token_handed_to_two_attempts() {
     let h = numbered(vec![
         grant("a", Verb::Acquire, 0, 5, "acquired", 10, 100),
-        grant("b", Verb::Acquire, 50, 55, "replayed_same_operation", 10, 50),
+        grant(
+            "b",
+            Verb::Acquire,
+            50,
+            55,
+            "replayed_same_operation",
+            10,
+            50,
+        ),
     ]);
-    assert!(check_fencing(&h).iter().any(|v| v.what.contains("two attempts")));
+    assert!(check_fencing(&h)
+        .iter()
+        .any(|v| v.what.contains("two attempts")));
 }
 
 #[test]
@@ -192,7 +219,15 @@ fn fencing_fails_for_a_replay_with_another_token_unless_an_acquire_was_uncertain
     let h = numbered(vec![
         grant("a", Verb::Acquire, 0, 5, "acquired", 10, 10),
         ev("a", Verb::Acquire, 100, 600, "indeterminate"),
-        grant("a", Verb::Acquire, 700, 705, "replayed_same_operation", 12, 100),
+        grant(
+            "a",
+            Verb::Acquire,
+            700,
+            705,
+            "replayed_same_operation",
+            12,
+            100,
+        ),
     ]);
     assert!(check_fencing(&h).is_empty());
 }
@@ -204,7 +239,15 @@ fn honesty_passes_when_a_replay_follows_an_uncertain_acquire() {
     let h = numbered(vec![
         ev("a", Verb::Acquire, 0, 5, "unavailable"),
         ev("a", Verb::Acquire, 10, 600, "indeterminate"),
-        grant("a", Verb::Acquire, 700, 705, "replayed_same_operation", 1, 100),
+        grant(
+            "a",
+            Verb::Acquire,
+            700,
+            705,
+            "replayed_same_operation",
+            1,
+            100,
+        ),
         ev("b", Verb::Acquire, 0, 5, "overloaded"),
         ev("b", Verb::Release, 10, 15, "already_absent"),
     ]);
@@ -217,7 +260,15 @@ fn honesty_fails_when_not_applied_was_a_lie() {
     inspect.held_by = Some("caller".into());
     let h = numbered(vec![
         ev("a", Verb::Acquire, 0, 5, "unavailable"),
-        grant("a", Verb::Acquire, 10, 15, "replayed_same_operation", 1, 100),
+        grant(
+            "a",
+            Verb::Acquire,
+            10,
+            15,
+            "replayed_same_operation",
+            1,
+            100,
+        ),
         ev("b", Verb::Acquire, 0, 5, "overloaded"),
         ev("b", Verb::Release, 10, 15, "released"),
         ev("c", Verb::Acquire, 0, 5, "unavailable"),
@@ -249,7 +300,10 @@ fn typed_accepts_the_documented_table() {
         (Verb::Acquire, 504, "indeterminate"),
         (Verb::Attempt, 201, "attempt_created"),
     ] {
-        assert!(documented(verb, status, outcome), "{verb:?} {status} {outcome}");
+        assert!(
+            documented(verb, status, outcome),
+            "{verb:?} {status} {outcome}"
+        );
     }
     for (verb, status, outcome) in [
         (Verb::Acquire, 504, "unavailable"),
@@ -258,7 +312,10 @@ fn typed_accepts_the_documented_table() {
         (Verb::Renew, 200, "acquired"),
         (Verb::Attempt, 503, "unavailable"),
     ] {
-        assert!(!documented(verb, status, outcome), "{verb:?} {status} {outcome}");
+        assert!(
+            !documented(verb, status, outcome),
+            "{verb:?} {status} {outcome}"
+        );
     }
 }
 
@@ -280,7 +337,13 @@ fn typed_fails_on_transport_errors_and_malformed_answers() {
     let no_token = ev("d", Verb::Acquire, 0, 5, "acquired");
     let mut no_op = ev("e", Verb::Acquire, 0, 5, "indeterminate");
     no_op.operation_id = None;
-    let h = numbered(vec![transport, no_retry_after, wrong_status, no_token, no_op]);
+    let h = numbered(vec![
+        transport,
+        no_retry_after,
+        wrong_status,
+        no_token,
+        no_op,
+    ]);
     let v = check_typed(&h);
     assert_eq!(v.len(), 5, "{v:?}");
 }
@@ -294,6 +357,7 @@ fn recovery_needs_an_acquired_sent_after_the_window_within_the_bound() {
         start: at(1000),
         end: at(2000),
         data_loss: false,
+        definite_refusal: false,
     };
     let h = numbered(vec![
         grant("a", Verb::Acquire, 1500, 2100, "acquired", 1, 100),
@@ -302,7 +366,45 @@ fn recovery_needs_an_acquired_sent_after_the_window_within_the_bound() {
     ]);
     let bound = Duration::from_secs(1);
     assert!(check_recovery(&h, &[window.clone()], bound).is_empty());
-    let late = numbered(vec![grant("c", Verb::Acquire, 2500, 3600, "acquired", 2, 100)]);
+    let late = numbered(vec![grant(
+        "c",
+        Verb::Acquire,
+        2500,
+        3600,
+        "acquired",
+        2,
+        100,
+    )]);
     assert_eq!(check_recovery(&late, &[window.clone()], bound).len(), 1);
     assert_eq!(check_recovery(&[], &[window], bound).len(), 1);
+}
+
+// --- refusals --------------------------------------------------------------
+
+#[test]
+fn refusal_windows_admit_unavailable_but_not_indeterminate() {
+    let full = FaultWindow {
+        name: "full (OOM)".into(),
+        start: at(1000),
+        end: at(2000),
+        data_loss: false,
+        definite_refusal: true,
+    };
+    let ok = numbered(vec![
+        ev("a", Verb::Acquire, 1100, 1105, "unavailable"),
+        ev("b", Verb::Acquire, 1100, 1105, "contended"),
+        // In flight when the window began or still unanswered at its end.
+        ev("c", Verb::Acquire, 900, 1500, "indeterminate"),
+        ev("d", Verb::Acquire, 1900, 2500, "indeterminate"),
+    ]);
+    assert!(check_refusals(&ok, &[full.clone()]).is_empty());
+    let bad = numbered(vec![ev("a", Verb::Acquire, 1100, 1600, "indeterminate")]);
+    let v = check_refusals(&bad, &[full.clone()]);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].check, "refusal");
+    let not_refusing = FaultWindow {
+        definite_refusal: false,
+        ..full
+    };
+    assert!(check_refusals(&bad, &[not_refusing]).is_empty());
 }
