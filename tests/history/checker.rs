@@ -153,7 +153,7 @@ fn safety_is_not_claimed_across_data_loss() {
         data_loss: true,
         definite_refusal: false,
     };
-    assert!(check_safety(&h, DRIFT, &[loss.clone()]).is_empty());
+    assert!(check_safety(&h, DRIFT, std::slice::from_ref(&loss)).is_empty());
     let no_loss = FaultWindow {
         data_loss: false,
         ..loss
@@ -365,7 +365,7 @@ fn recovery_needs_an_acquired_sent_after_the_window_within_the_bound() {
         grant("c", Verb::Acquire, 2500, 2600, "acquired", 2, 100),
     ]);
     let bound = Duration::from_secs(1);
-    assert!(check_recovery(&h, &[window.clone()], bound).is_empty());
+    assert!(check_recovery(&h, std::slice::from_ref(&window), bound).is_empty());
     let late = numbered(vec![grant(
         "c",
         Verb::Acquire,
@@ -375,7 +375,10 @@ fn recovery_needs_an_acquired_sent_after_the_window_within_the_bound() {
         2,
         100,
     )]);
-    assert_eq!(check_recovery(&late, &[window.clone()], bound).len(), 1);
+    assert_eq!(
+        check_recovery(&late, std::slice::from_ref(&window), bound).len(),
+        1
+    );
     assert_eq!(check_recovery(&[], &[window], bound).len(), 1);
 }
 
@@ -397,9 +400,9 @@ fn refusal_windows_admit_unavailable_but_not_indeterminate() {
         ev("c", Verb::Acquire, 900, 1500, "indeterminate"),
         ev("d", Verb::Acquire, 1900, 2500, "indeterminate"),
     ]);
-    assert!(check_refusals(&ok, &[full.clone()]).is_empty());
+    assert!(check_refusals(&ok, std::slice::from_ref(&full)).is_empty());
     let bad = numbered(vec![ev("a", Verb::Acquire, 1100, 1600, "indeterminate")]);
-    let v = check_refusals(&bad, &[full.clone()]);
+    let v = check_refusals(&bad, std::slice::from_ref(&full));
     assert_eq!(v.len(), 1, "{v:?}");
     assert_eq!(v[0].check, "refusal");
     let not_refusing = FaultWindow {
