@@ -622,3 +622,42 @@ pub fn summary(events: &[Event], faults: &[FaultWindow]) -> String {
     }
     s
 }
+
+/// Violations counted by check and by the fault window they follow (the
+/// last window that began before the latest answer involved), as printable
+/// lines: which fault breaks which rule.
+pub fn violations_by_fault(violations: &[Violation], faults: &[FaultWindow]) -> String {
+    let mut table: BTreeMap<(usize, &str), usize> = BTreeMap::new();
+    for v in violations {
+        let latest = v.events.iter().map(|e| e.reply).max();
+        let index = match (v.check, latest) {
+            // A recovery violation names its window in its text.
+            ("recovery", _) | (_, None) => faults
+                .iter()
+                .position(|f| {
+                    v.what
+                        .contains(&format!("'{}' (ended at {:.1} ms)", f.name, ms(f.end)))
+                })
+                .map_or(0, |i| i + 1),
+            (_, Some(at)) => faults
+                .iter()
+                .rposition(|f| f.start <= at)
+                .map_or(0, |i| i + 1),
+        };
+        *table.entry((index, v.check)).or_default() += 1;
+    }
+    let mut s = String::new();
+    for ((index, check), n) in table {
+        let name = match index {
+            0 => "before any fault".to_owned(),
+            i => format!(
+                "after '{}' ({:.0}..{:.0} ms)",
+                faults[i - 1].name,
+                ms(faults[i - 1].start),
+                ms(faults[i - 1].end)
+            ),
+        };
+        s.push_str(&format!("  {name:<45} {check:<9} {n}\n"));
+    }
+    s
+}
