@@ -29,7 +29,9 @@
 //! * drift 10 ms (the product's default budget). Load cannot cause false
 //!   overlaps: an interval starts at the *reply* and ends at *send* +
 //!   remainingMs − drift, so a slow machine only shortens it;
-//! * pool size 2 (so a stalled proxy exhausts the pool quickly).
+//! * pool size 2 (so a stalled proxy exhausts the pool quickly); on
+//!   standalone Redis the second instance admits 3 store calls at once
+//!   (`--max-in-flight 3`), so slow windows also answer `overloaded`.
 //!
 //! Run length: each store runs at least `LEASEHOLD_HISTORY_SECS` seconds
 //! (default: one pass over its faults, about 20 s for standalone Redis),
@@ -587,7 +589,13 @@ async fn history_standalone_redis_under_every_fault() {
     let ns = unique("h");
     let backend = Backend::Redis(proxy.url());
     let a = TestApp::spawn_with(history_args(&backend, &["--namespace", &ns])).await;
-    let b = TestApp::spawn_with(history_args(&backend, &["--namespace", &ns])).await;
+    // The second instance admits only 3 store calls at once, so slow
+    // windows (frozen, latency) also shed load as `overloaded`.
+    let b = TestApp::spawn_with(history_args(
+        &backend,
+        &["--namespace", &ns, "--max-in-flight", "3"],
+    ))
+    .await;
     let run = Running::start(&[&a, &b]);
     // A lost reply can desynchronise a connection for longer than its
     // window, so the lost replies come after the other faults (and a restart,
