@@ -408,8 +408,26 @@ fn judge(store: &str, events: &[Event], faults: &[FaultWindow], checks: Checks) 
         }
     }
     let attributed = violations_by_fault(&violations, faults);
+    // Everything, for reading at leisure: every violation, then every event.
+    let path = std::env::temp_dir().join(format!(
+        "leasehold-history-{store}-{}.txt",
+        std::process::id()
+    ));
+    let mut all = format!("{figures}\n");
+    for v in &violations {
+        all.push_str(&v.to_string());
+    }
+    all.push_str("\n--- history ---\n");
+    for e in events {
+        all.push_str(&format!("{e}\n"));
+    }
+    let saved = match std::fs::write(&path, all) {
+        Ok(()) => format!("full history and every violation: {}", path.display()),
+        Err(e) => format!("could not write {}: {e}", path.display()),
+    };
     panic!(
-        "history [{store}]: {} violations {per_check:?}\nby the fault they follow:\n{attributed}\
+        "history [{store}]: {} violations {per_check:?}; {saved}\n\
+         by the fault they follow:\n{attributed}\
          {figures}\nthe first 12 of each check:\n{text}",
         violations.len()
     );
