@@ -19,7 +19,13 @@
 //! * Redis Cluster (3 masters) behind one `FaultProxy` per master (each
 //!   master announces its proxy's port with `cluster-announce-port`, so every
 //!   connection, redirects included, crosses a proxy): a master frozen, a
-//!   lost reply, a reset with a script in flight.
+//!   full master, a reset with a script in flight, a lost reply (two
+//!   rounds, on the masters of two resources);
+//! * Redis Sentinel (master, one replica, 3 sentinels): two successive
+//!   `SENTINEL FAILOVER`s and one aborted failover (the only replica frozen
+//!   while the sentinels try to promote it, until they give up); only
+//!   fencing, typed answers and recovery are claimed (a failover may lose
+//!   acknowledged writes: replication is asynchronous).
 //!
 //! Settings, stated because they shape what the run can show:
 //! * command timeout 500 ms (the product default is 200 ms, the rest of the
@@ -666,7 +672,7 @@ fn slot_key(digest: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn history_cluster_frozen_master_and_lost_reply() {
+async fn history_cluster_frozen_full_reset_and_lost_reply() {
     let mut cluster = RedisCluster::start(3, 0);
     // One proxy per master; each master announces its proxy's port, so the
     // slot map every client reads points at the proxies.
@@ -734,7 +740,12 @@ async fn history_cluster_frozen_master_and_lost_reply() {
             .iter()
             .position(|(p, _)| *p == port)
             .expect("a proxy for every master");
-        for fault in [Fault::Freeze, Fault::ResetInFlight, Fault::LostReply] {
+        for fault in [
+            Fault::Freeze,
+            Fault::FullMemory,
+            Fault::ResetInFlight,
+            Fault::LostReply,
+        ] {
             let server = cluster
                 .nodes
                 .iter_mut()
