@@ -1412,6 +1412,62 @@ impl RedisSentinelSet {
         })
     }
 
+    /// An aborted failover: the replica a failover would promote (the one
+    /// data node that is not the master; use a set with one replica) is
+    /// frozen, `SENTINEL FAILOVER` starts a failover that cannot complete,
+    /// and once the sentinel has given up (failover-timeout, 5 s: the flag
+    /// `failover_in_progress` clears) the replica is thawed. Returns the
+    /// master's port, unchanged.
+    pub fn aborted_failover(&self) -> u16 {
+        let old = self.current_master_port();
+        let replica = self
+            .data_nodes()
+            .find(|n| n.port != old && n.is_live())
+            .unwrap_or_else(|| self.fail("aborted_failover: no replica"));
+        let sentinel = self
+            .sentinels
+            .iter()
+            .find(|s| s.is_live())
+            .unwrap_or_else(|| self.fail("aborted_failover: no live sentinel"));
+        replica.freeze();
+        if let Err(e) = sentinel.cli_result(&["SENTINEL", "FAILOVER", SENTINEL_MASTER_NAME]) {
+            replica.thaw();
+            self.fail(&format!(
+                "aborted_failover: SENTINEL FAILOVER refused with the replica frozen: {e}"
+            ));
+        }
+        let mut last = String::new();
+        let given_up = poll_until(TOPOLOGY_DEADLINE, || {
+            let out = sentinel
+                .cli_result(&["SENTINEL", "MASTER", SENTINEL_MASTER_NAME])
+                .ok()?;
+            let mut lines = out.lines();
+            let mut flags = None;
+            while let Some(key) = lines.next() {
+                let value = lines.next().unwrap_or("");
+                if key == "flags" {
+                    flags = Some(value.to_owned());
+                }
+            }
+            last = flags.clone().unwrap_or_default();
+            flags.filter(|f| !f.contains("failover_in_progress"))
+        });
+        replica.thaw();
+        if given_up.is_none() {
+            self.fail(&format!(
+                "aborted_failover: the failover was still in progress after \
+                 {TOPOLOGY_DEADLINE:?} (flags {last})"
+            ));
+        }
+        let now = self.current_master_port();
+        if now != old {
+            self.fail(&format!(
+                "aborted_failover: the master moved from {old} to {now}; the failover completed"
+            ));
+        }
+        old
+    }
+
     fn fail(&self, what: &str) -> ! {
         let logs: Vec<String> = self
             .data_nodes()
