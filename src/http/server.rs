@@ -2,6 +2,13 @@
 //! `max_connections` at a time, each closed when it sends no complete request
 //! head within `idle_timeout`, and a graceful shutdown.
 //!
+//! With TLS, each accepted connection does its handshake in its own task (so
+//! a slow or silent client never holds up the accept loop), bounded by
+//! [`HANDSHAKE_TIMEOUT`] (or the idle timeout when that is shorter), and
+//! counts against the connection cap from the moment it is accepted. A
+//! failed handshake is logged at DEBUG: it is the client's problem (wrong
+//! CA, no client certificate, plain HTTP sent to the TLS port).
+//!
 //! Why not `axum::serve`: it sets neither bound. A client that opens
 //! connections and never finishes a request head (or simply never closes an
 //! idle keep-alive connection) would hold a task, a socket and its buffers
@@ -24,7 +31,12 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 use tower::{Service, ServiceExt as _};
+
+/// How long a TLS handshake may take at most. A handshake is a few round
+/// trips: a client that needs longer is stuck or hostile.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bounds of one listener.
 #[derive(Debug, Clone, Copy)]
@@ -37,13 +49,14 @@ pub struct Limits {
     pub idle_timeout: Duration,
 }
 
-/// Serves `service` on `listener` until `stop` resolves, then stops
-/// accepting, lets in-flight requests finish, closes idle connections and
-/// returns once every connection is closed.
+/// Serves `service` on `listener` (over TLS when `tls` is given) until
+/// `stop` resolves, then stops accepting, lets in-flight requests finish,
+/// closes idle connections and returns once every connection is closed.
 pub async fn serve<S>(
     listener: TcpListener,
     service: S,
     limits: Limits,
+    tls: Option<TlsAcceptor>,
     stop: impl Future<Output = ()>,
 ) where
     S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
@@ -56,6 +69,7 @@ pub async fn serve<S>(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
         .keep_alive(true);
+    let handshake_timeout = HANDSHAKE_TIMEOUT.min(limits.idle_timeout);
     let mut at_limit = false;
     tokio::pin!(stop);
     loop {
@@ -98,11 +112,41 @@ pub async fn serve<S>(
         let service = service
             .clone()
             .map_request(|req: hyper::Request<Incoming>| req.map(Body::new));
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-        let conn = graceful.watch(conn);
+        let service = TowerToHyperService::new(service);
+        // Taken now: a connection whose handshake ends after shutdown began
+        // is still closed gracefully, and shutdown waits for it.
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let result = match tls {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(conn).await
+                }
+                Some(acceptor) => {
+                    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let conn = builder.serve_connection(TokioIo::new(stream), service);
+                            watcher.watch(conn).await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            drop(watcher);
+                            Ok(())
+                        }
+                        Err(_) => {
+                            tracing::debug!(
+                                timeout_ms = handshake_timeout.as_millis() as u64,
+                                "TLS handshake timed out"
+                            );
+                            drop(watcher);
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = result {
                 // A client that went away or timed out; nothing to answer.
                 tracing::debug!(error = %e, "connection ended with an error");
             }
