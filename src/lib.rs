@@ -21,6 +21,11 @@
 //!    answers it with the outcome's status (`application/problem+json` for
 //!    every non-2xx, `Retry-After` where there is a retry hint).
 //!
+//! Underneath, [`http::server`] runs the listener loop (connection cap,
+//! header/idle timeout, graceful shutdown) and, with
+//! `LEASEHOLD_TLS_CERT_FILE`, the TLS handshake of [`http::tls`], whose
+//! certificate is re-read when its files change.
+//!
 //! [`run`] takes an already-bound listener and a shutdown future, so tests
 //! start many instances on port 0 in one process. `main.rs` only parses
 //! settings, sets up logging and binds.
