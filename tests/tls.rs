@@ -307,6 +307,41 @@ async fn https_serves_a_lease_cycle_with_the_configured_certificate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_https_connection_does_not_hold_up_shutdown() {
+    let tls = TlsMaterial::generate();
+    // A grace period far beyond the test's bound: only a graceful close of
+    // the idle connection lets `run` return in time.
+    let mut extra = flags(&tls.server_cert, &tls.server_key);
+    extra.extend(["--shutdown-grace-ms", "120000"]);
+    let app = TlsApp::start(&extra).await;
+    let client = client_config(&tls.ca_cert, None);
+    let stream = connect(&client, app.addr).await.expect("handshake");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("http handshake");
+    let conn = tokio::spawn(conn);
+    let live = sender
+        .send_request(
+            hyper::Request::get("/livez")
+                .header("host", "localhost")
+                .body(Full::new(Bytes::new()))
+                .expect("request"),
+        )
+        .await
+        .expect("livez");
+    assert_eq!(live.status(), 200);
+    drop(live);
+    // The connection is idle and kept alive; shutdown closes it.
+    app.shutdown().await;
+    tokio::time::timeout(PROMPT, conn)
+        .await
+        .expect("the server closed the idle connection")
+        .expect("join")
+        .ok();
+    drop(sender);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_trusting_another_ca_or_speaking_plain_http_is_refused() {
     let tls = TlsMaterial::generate();
     let app = TlsApp::start(&flags(&tls.server_cert, &tls.server_key)).await;
