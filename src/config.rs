@@ -183,10 +183,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_TLS_KEY_FILE")]
     pub tls_key_file: Option<PathBuf>,
     /// PEM CA certificate(s): require client certificates signed by them
-    /// (both listeners). Unset: no client certificate is asked for.
+    /// (both listeners). Unset: no client certificate is asked for. Re-read
+    /// when it changes.
     #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA_FILE")]
     pub tls_client_ca_file: Option<PathBuf>,
-    /// How often the certificate and key files are checked for a change.
+    /// How often the certificate, key and client CA files are checked for a change.
     #[arg(long, env = "LEASEHOLD_TLS_RELOAD_INTERVAL_MS", default_value_t = 5000)]
     pub tls_reload_interval_ms: u64,
     /// After SIGTERM, how long in-flight requests may take before the process exits anyway.

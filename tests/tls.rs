@@ -410,6 +410,40 @@ async fn client_certificates_are_required_when_a_client_ca_is_set() {
     app.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_client_ca_applies_without_a_restart() {
+    let tls = TlsMaterial::generate();
+    let client_ca = tls.dir.join("client-ca.pem");
+    std::fs::copy(&tls.ca_cert, &client_ca).expect("copy");
+    let ca = client_ca.to_str().expect("utf-8").to_owned();
+    let mut extra = flags(&tls.server_cert, &tls.server_key);
+    extra.extend(["--tls-client-ca-file", &ca]);
+    let app = TlsApp::start(&extra).await;
+    let known = client_config(&tls.ca_cert, Some((&tls.client_cert, &tls.client_key)));
+    let accepted = || async {
+        request(&known, app.addr, "GET", "/livez", &[], None)
+            .await
+            .is_ok_and(|r| r.status == 200)
+    };
+    assert!(accepted().await, "the client CA at start");
+
+    // Another CA replaces the file: the client is refused from some
+    // handshake on; the file back, accepted again.
+    for (ca_file, want) in [(&tls.other_ca_cert, false), (&tls.ca_cert, true)] {
+        std::fs::copy(ca_file, tls.dir.join("client-ca.pem.new")).expect("copy");
+        std::fs::rename(tls.dir.join("client-ca.pem.new"), &client_ca).expect("rename");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while accepted().await != want {
+            assert!(
+                Instant::now() < deadline,
+                "client CA change not applied within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    app.shutdown().await;
+}
+
 /// Polls handshakes until the server presents `want` (bounded); every
 /// handshake on the way must succeed with `old` or `want`: a rotation
 /// never interrupts serving.

@@ -31,8 +31,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio_rustls::TlsAcceptor;
 use tower::{Service, ServiceExt as _};
+
+use crate::http::tls::CurrentAcceptor;
 
 /// How long a TLS handshake may take at most. A handshake is a few round
 /// trips: a client that needs longer is stuck or hostile.
@@ -56,7 +57,7 @@ pub async fn serve<S>(
     listener: TcpListener,
     service: S,
     limits: Limits,
-    tls: Option<TlsAcceptor>,
+    tls: Option<CurrentAcceptor>,
     stop: impl Future<Output = ()>,
 ) where
     S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
@@ -117,7 +118,8 @@ pub async fn serve<S>(
         // is still closed gracefully, and shutdown waits for it.
         let watcher = graceful.watcher();
         let builder = builder.clone();
-        let tls = tls.clone();
+        // The acceptor current now: a new client CA applies from here on.
+        let tls = tls.as_ref().map(|current| current.get());
         tokio::spawn(async move {
             let result = match tls {
                 None => {

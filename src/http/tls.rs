@@ -24,8 +24,10 @@
 //! content; the next change is tried again. So a rotation is served at most
 //! one interval after both files hold the new pair.
 //!
-//! The client CA (`LEASEHOLD_TLS_CLIENT_CA_FILE`) is read once at start: a
-//! new client CA needs a restart.
+//! The client CA file (`LEASEHOLD_TLS_CLIENT_CA_FILE`) is watched the same
+//! way: new usable contents build a new server config, which every later
+//! handshake uses ([`CurrentAcceptor`]); broken contents keep the previous
+//! CA.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -66,50 +68,49 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// HTTPS ready to serve: one acceptor for both listeners and the reloader
-/// that keeps its certificate current.
+/// HTTPS ready to serve: the acceptor both listeners take each new
+/// connection's handshake from, and the reloader that keeps it current.
 pub struct ServerTls {
-    /// Accepts TLS connections with the current certificate.
-    pub acceptor: TlsAcceptor,
-    /// Re-reads the certificate files; see [`spawn_reloader`].
-    pub reloader: Arc<CertReloader>,
+    /// The acceptor in use now (certificate and client CA).
+    pub acceptor: CurrentAcceptor,
+    /// Re-reads the files; see [`spawn_reloader`].
+    pub reloader: Arc<TlsReloader>,
 }
 
 impl ServerTls {
     /// Reads and checks every file; an error names the setting at fault.
     pub fn load(files: &TlsFiles) -> Result<Self, ConfigError> {
-        let provider = provider();
-        let reloader = CertReloader::load(files.cert.clone(), files.key.clone(), &provider)?;
-        let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| ConfigError::new(CERT_SETTING, format!("TLS setup failed: {e}")))?;
-        let builder = match &files.client_ca {
-            None => builder.with_no_client_auth(),
-            Some(path) => {
-                let mut roots = RootCertStore::empty();
-                for cert in read_certs(CLIENT_CA_SETTING, path)? {
-                    roots.add(cert).map_err(|e| {
-                        ConfigError::new(
-                            CLIENT_CA_SETTING,
-                            format!("holds a certificate that is not a usable CA: {e}"),
-                        )
-                    })?;
-                }
-                let verifier = WebPkiClientVerifier::builder_with_provider(
-                    Arc::new(roots),
-                    Arc::clone(&provider),
-                )
-                .build()
-                .map_err(|e| ConfigError::new(CLIENT_CA_SETTING, format!("is not usable: {e}")))?;
-                builder.with_client_cert_verifier(verifier)
-            }
-        };
-        let mut config = builder.with_cert_resolver(reloader.current());
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let reloader = TlsReloader::load(files, provider())?;
         Ok(Self {
-            acceptor: TlsAcceptor::from(Arc::new(config)),
+            acceptor: reloader.acceptor(),
             reloader: Arc::new(reloader),
         })
+    }
+}
+
+/// The acceptor new connections use: swapped when the client CA changes
+/// (a new certificate needs no new acceptor: see [`CurrentCert`]). Clones
+/// share it.
+#[derive(Clone)]
+pub struct CurrentAcceptor(Arc<RwLock<TlsAcceptor>>);
+
+impl CurrentAcceptor {
+    /// The acceptor for the next connection.
+    pub fn get(&self) -> TlsAcceptor {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, acceptor: TlsAcceptor) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = acceptor;
+    }
+}
+
+impl std::fmt::Debug for CurrentAcceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CurrentAcceptor").finish_non_exhaustive()
     }
 }
 
@@ -134,84 +135,174 @@ impl ResolvesServerCert for CurrentCert {
     }
 }
 
-/// What one look at the certificate files found.
+/// What one look at a set of files found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reload {
     /// Same contents as last time (or unreadable just now): nothing to do.
     Unchanged,
-    /// A new, usable pair: served from the next handshake on.
+    /// New, usable contents: in use from the next handshake on.
     Replaced,
-    /// New contents that are not a usable pair: the previous one stays.
-    /// The reason names the setting; it never quotes the key.
+    /// New contents that are not usable: the previous ones stay. The
+    /// reason names the setting; it never quotes the key.
     Rejected(String),
 }
 
-/// Reads the certificate and key files and swaps [`CurrentCert`] when they
-/// hold a new usable pair.
+/// The file contents last looked at (loaded or rejected).
 #[derive(Debug)]
-pub struct CertReloader {
-    cert_path: PathBuf,
-    key_path: PathBuf,
-    provider: Arc<CryptoProvider>,
-    current: Arc<CurrentCert>,
-    /// The contents last looked at (loaded or rejected).
-    seen: Mutex<(Vec<u8>, Vec<u8>)>,
+struct Seen {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Vec<u8>,
 }
 
-impl CertReloader {
-    /// Loads the pair now; at start a broken pair is a configuration error.
-    pub fn load(
-        cert_path: PathBuf,
-        key_path: PathBuf,
-        provider: &Arc<CryptoProvider>,
-    ) -> Result<Self, ConfigError> {
-        let cert_pem = read_file(CERT_SETTING, &cert_path)?;
-        let key_pem = read_file(KEY_SETTING, &key_path)?;
-        let key = certified_key(&cert_pem, &key_pem, provider)?;
+/// Reads the TLS files and swaps what is served when they hold something
+/// new and usable: the certificate pair into [`CurrentCert`], a new client
+/// CA into a new acceptor in [`CurrentAcceptor`].
+#[derive(Debug)]
+pub struct TlsReloader {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+    client_ca_path: Option<PathBuf>,
+    provider: Arc<CryptoProvider>,
+    current: Arc<CurrentCert>,
+    acceptor: CurrentAcceptor,
+    seen: Mutex<Seen>,
+}
+
+impl TlsReloader {
+    /// Loads every file now; at start anything broken is a configuration
+    /// error naming its setting.
+    pub fn load(files: &TlsFiles, provider: Arc<CryptoProvider>) -> Result<Self, ConfigError> {
+        let cert = read_file(CERT_SETTING, &files.cert)?;
+        let key = read_file(KEY_SETTING, &files.key)?;
+        let current = Arc::new(CurrentCert(RwLock::new(Arc::new(certified_key(
+            &cert, &key, &provider,
+        )?))));
+        let client_ca = match &files.client_ca {
+            Some(path) => read_file(CLIENT_CA_SETTING, path)?,
+            None => Vec::new(),
+        };
+        let config = server_config(
+            &provider,
+            Arc::clone(&current),
+            files.client_ca.is_some().then_some(&client_ca[..]),
+        )?;
         Ok(Self {
-            cert_path,
-            key_path,
-            provider: Arc::clone(provider),
-            current: Arc::new(CurrentCert(RwLock::new(Arc::new(key)))),
-            seen: Mutex::new((cert_pem, key_pem)),
+            cert_path: files.cert.clone(),
+            key_path: files.key.clone(),
+            client_ca_path: files.client_ca.clone(),
+            provider,
+            current,
+            acceptor: CurrentAcceptor(Arc::new(RwLock::new(TlsAcceptor::from(Arc::new(config))))),
+            seen: Mutex::new(Seen {
+                cert,
+                key,
+                client_ca,
+            }),
         })
     }
 
-    /// The resolver the server config serves from.
+    /// The resolver the server config serves the certificate from.
     pub fn current(&self) -> Arc<CurrentCert> {
         Arc::clone(&self.current)
     }
 
-    /// Looks at the files once (blocking file reads: call it off the
-    /// runtime's worker threads).
+    /// The acceptor the listeners take each handshake from.
+    pub fn acceptor(&self) -> CurrentAcceptor {
+        self.acceptor.clone()
+    }
+
+    /// Looks at the certificate and key files once (blocking file reads:
+    /// call it off the runtime's worker threads).
     pub fn check(&self) -> Reload {
         // A file missing or unreadable for a moment (mid-swap) is not a
         // change: the next look sees the finished swap.
-        let (Ok(cert_pem), Ok(key_pem)) = (
+        let (Ok(cert), Ok(key)) = (
             std::fs::read(&self.cert_path),
             std::fs::read(&self.key_path),
         ) else {
             return Reload::Unchanged;
         };
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.0 == cert_pem && seen.1 == key_pem {
+        if seen.cert == cert && seen.key == key {
             return Reload::Unchanged;
         }
-        let outcome = match certified_key(&cert_pem, &key_pem, &self.provider) {
-            Ok(key) => {
-                self.current.set(Arc::new(key));
+        let outcome = match certified_key(&cert, &key, &self.provider) {
+            Ok(pair) => {
+                self.current.set(Arc::new(pair));
                 Reload::Replaced
             }
-            Err(e) => Reload::Rejected(e.to_string()),
+            Err(e) => Reload::Rejected(format!("{} {}", e.setting, e.reason)),
         };
-        *seen = (cert_pem, key_pem);
+        (seen.cert, seen.key) = (cert, key);
+        outcome
+    }
+
+    /// Looks at the client CA file once (if one is set); a new usable one
+    /// applies to every later handshake.
+    pub fn check_client_ca(&self) -> Reload {
+        let Some(path) = &self.client_ca_path else {
+            return Reload::Unchanged;
+        };
+        let Ok(client_ca) = std::fs::read(path) else {
+            return Reload::Unchanged;
+        };
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.client_ca == client_ca {
+            return Reload::Unchanged;
+        }
+        let outcome =
+            match server_config(&self.provider, Arc::clone(&self.current), Some(&client_ca)) {
+                Ok(config) => {
+                    self.acceptor.set(TlsAcceptor::from(Arc::new(config)));
+                    Reload::Replaced
+                }
+                Err(e) => Reload::Rejected(format!("{} {}", e.setting, e.reason)),
+            };
+        seen.client_ca = client_ca;
         outcome
     }
 }
 
-/// Checks the certificate files every `interval` until `stop`, logging each
-/// replacement (info) and each rejected new pair (warning).
-pub fn spawn_reloader(reloader: Arc<CertReloader>, interval: Duration, stop: CancellationToken) {
+/// The server config: HTTP/1.1 only, the certificate from `resolver`, and
+/// client certificates required when a client CA is given.
+fn server_config(
+    provider: &Arc<CryptoProvider>,
+    resolver: Arc<CurrentCert>,
+    client_ca_pem: Option<&[u8]>,
+) -> Result<ServerConfig, ConfigError> {
+    let builder = ServerConfig::builder_with_provider(Arc::clone(provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConfigError::new(CERT_SETTING, format!("TLS setup failed: {e}")))?;
+    let builder = match client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(pem) => {
+            let mut roots = RootCertStore::empty();
+            for cert in parse_certs(CLIENT_CA_SETTING, pem)? {
+                roots.add(cert).map_err(|e| {
+                    ConfigError::new(
+                        CLIENT_CA_SETTING,
+                        format!("holds a certificate that is not a usable CA: {e}"),
+                    )
+                })?;
+            }
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
+                    .build()
+                    .map_err(|e| {
+                        ConfigError::new(CLIENT_CA_SETTING, format!("is not usable: {e}"))
+                    })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Checks the TLS files every `interval` until `stop`, logging each
+/// replacement (info) and each rejected new content (warning).
+pub fn spawn_reloader(reloader: Arc<TlsReloader>, interval: Duration, stop: CancellationToken) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -222,23 +313,32 @@ pub fn spawn_reloader(reloader: Arc<CertReloader>, interval: Duration, stop: Can
                 _ = tick.tick() => {}
             }
             let look = Arc::clone(&reloader);
-            let Ok(outcome) = tokio::task::spawn_blocking(move || look.check()).await else {
+            let Ok((pair, client_ca)) =
+                tokio::task::spawn_blocking(move || (look.check(), look.check_client_ca())).await
+            else {
                 break;
             };
-            match outcome {
-                Reload::Unchanged => {}
-                Reload::Replaced => tracing::info!(
-                    cert_file = %reloader.cert_path.display(),
-                    "TLS certificate files changed; serving the new certificate"
-                ),
-                Reload::Rejected(reason) => tracing::warn!(
-                    cert_file = %reloader.cert_path.display(),
-                    %reason,
-                    "TLS certificate files changed but are not usable; still serving the previous certificate"
-                ),
+            log_reload("certificate", &reloader.cert_path, pair);
+            if let Some(path) = &reloader.client_ca_path {
+                log_reload("client CA", path, client_ca);
             }
         }
     });
+}
+
+fn log_reload(what: &'static str, file: &Path, outcome: Reload) {
+    match outcome {
+        Reload::Unchanged => {}
+        Reload::Replaced => tracing::info!(
+            file = %file.display(),
+            "TLS {what} file changed; in use from the next handshake"
+        ),
+        Reload::Rejected(reason) => tracing::warn!(
+            file = %file.display(),
+            %reason,
+            "TLS {what} file changed but is not usable; still using the previous one"
+        ),
+    }
 }
 
 /// The whole file; an error names the setting and the kind of failure.
@@ -247,14 +347,7 @@ fn read_file(setting: &'static str, path: &Path) -> Result<Vec<u8>, ConfigError>
         .map_err(|e| ConfigError::new(setting, format!("cannot be read: {}", e.kind())))
 }
 
-/// Every PEM certificate in a file (at least one).
-fn read_certs(
-    setting: &'static str,
-    path: &Path,
-) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
-    parse_certs(setting, &read_file(setting, path)?)
-}
-
+/// Every PEM certificate in `pem` (at least one).
 fn parse_certs(
     setting: &'static str,
     pem: &[u8],
@@ -327,6 +420,14 @@ mod tests {
         )
     }
 
+    fn files(cert: &Path, key: &Path, client_ca: Option<&Path>) -> TlsFiles {
+        TlsFiles {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            client_ca: client_ca.map(Path::to_owned),
+        }
+    }
+
     fn temp_dir() -> PathBuf {
         let mut r = [0u8; 8];
         getrandom::fill(&mut r).expect("random");
@@ -344,8 +445,8 @@ mod tests {
         let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
         std::fs::write(&cert, &cert_a).expect("write");
         std::fs::write(&key, &key_a).expect("write");
-        let reloader = CertReloader::load(cert.clone(), key.clone(), &provider()).expect("load");
-        let served = |r: &CertReloader| r.current().get().cert[0].as_ref().to_vec();
+        let reloader = TlsReloader::load(&files(&cert, &key, None), provider()).expect("load");
+        let served = |r: &TlsReloader| r.current().get().cert[0].as_ref().to_vec();
         let der_a = served(&reloader);
         assert_eq!(reloader.check(), Reload::Unchanged);
 
@@ -375,6 +476,31 @@ mod tests {
     }
 
     #[test]
+    fn a_new_client_ca_gets_a_new_acceptor_and_a_broken_one_keeps_the_old() {
+        let dir = temp_dir();
+        let (cert_a, key_a) = self_signed(&dir, "a");
+        let (cert_b, _) = self_signed(&dir, "b");
+        let (cert, key, ca) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.pem"));
+        std::fs::write(&cert, &cert_a).expect("write");
+        std::fs::write(&key, &key_a).expect("write");
+        std::fs::write(&ca, &cert_a).expect("write");
+        let reloader = TlsReloader::load(&files(&cert, &key, Some(&ca)), provider()).expect("load");
+        let acceptor = reloader.acceptor();
+        let config = |a: &CurrentAcceptor| Arc::as_ptr(a.get().config());
+        let first = config(&acceptor);
+        assert_eq!(reloader.check_client_ca(), Reload::Unchanged);
+        std::fs::write(&ca, b"junk").expect("write");
+        assert!(
+            matches!(reloader.check_client_ca(), Reload::Rejected(r) if r.contains(CLIENT_CA_SETTING))
+        );
+        assert_eq!(config(&acceptor), first, "the old acceptor stays");
+        std::fs::write(&ca, &cert_b).expect("write");
+        assert_eq!(reloader.check_client_ca(), Reload::Replaced);
+        assert_ne!(config(&acceptor), first, "a new acceptor");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn start_up_errors_name_the_setting() {
         let dir = temp_dir();
         let (cert_a, key_a) = self_signed(&dir, "a");
@@ -383,7 +509,7 @@ mod tests {
         let load = |c: &[u8], k: &[u8]| {
             std::fs::write(&cert, c).expect("write");
             std::fs::write(&key, k).expect("write");
-            CertReloader::load(cert.clone(), key.clone(), &provider()).map(|_| ())
+            TlsReloader::load(&files(&cert, &key, None), provider()).map(|_| ())
         };
         assert!(load(&cert_a, &key_a).is_ok());
         assert_eq!(
@@ -396,8 +522,13 @@ mod tests {
         );
         let mismatch = load(&cert_a, &key_b).expect_err("mismatch");
         assert_eq!(mismatch.setting, KEY_SETTING);
-        let missing = CertReloader::load(dir.join("none.crt"), key.clone(), &provider());
+        let missing = TlsReloader::load(&files(&dir.join("none.crt"), &key, None), provider());
         assert_eq!(missing.expect_err("missing").setting, CERT_SETTING);
+        assert!(load(&cert_a, &key_a).is_ok());
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, b"junk").expect("write");
+        let bad_ca = TlsReloader::load(&files(&cert, &key, Some(&ca)), provider());
+        assert_eq!(bad_ca.expect_err("junk CA").setting, CLIENT_CA_SETTING);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
