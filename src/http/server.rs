@@ -5,7 +5,8 @@
 //! With TLS, each accepted connection does its handshake in its own task (so
 //! a slow or silent client never holds up the accept loop), bounded by
 //! [`HANDSHAKE_TIMEOUT`] (or the idle timeout when that is shorter), and
-//! counts against the connection cap from the moment it is accepted. A
+//! counts against the connection cap from the moment it is accepted; at
+//! shutdown a connection still in its handshake is dropped at once. A
 //! failed handshake is logged at DEBUG: it is the client's problem (wrong
 //! CA, no client certificate, plain HTTP sent to the TLS port).
 //!
@@ -31,6 +32,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt as _};
 
 use crate::http::tls::CurrentAcceptor;
@@ -71,6 +73,7 @@ pub async fn serve<S>(
         .header_read_timeout(limits.idle_timeout)
         .keep_alive(true);
     let handshake_timeout = HANDSHAKE_TIMEOUT.min(limits.idle_timeout);
+    let shutting_down = CancellationToken::new();
     let mut at_limit = false;
     tokio::pin!(stop);
     loop {
@@ -120,6 +123,7 @@ pub async fn serve<S>(
         let builder = builder.clone();
         // The acceptor current now: a new client CA applies from here on.
         let tls = tls.as_ref().map(|current| current.get());
+        let shutting_down = shutting_down.clone();
         tokio::spawn(async move {
             let result = match tls {
                 None => {
@@ -127,24 +131,30 @@ pub async fn serve<S>(
                     watcher.watch(conn).await
                 }
                 Some(acceptor) => {
-                    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => {
-                            let conn = builder.serve_connection(TokioIo::new(stream), service);
-                            watcher.watch(conn).await
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "TLS handshake failed");
-                            drop(watcher);
-                            Ok(())
-                        }
-                        Err(_) => {
-                            tracing::debug!(
-                                timeout_ms = handshake_timeout.as_millis() as u64,
-                                "TLS handshake timed out"
-                            );
-                            drop(watcher);
-                            Ok(())
-                        }
+                    let handshake =
+                        tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
+                    tokio::select! {
+                        done = handshake => match done {
+                            Ok(Ok(stream)) => {
+                                let conn = builder.serve_connection(TokioIo::new(stream), service);
+                                watcher.watch(conn).await
+                            }
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                Ok(())
+                            }
+                            Err(_) => {
+                                tracing::debug!(
+                                    timeout_ms = handshake_timeout.as_millis() as u64,
+                                    "TLS handshake timed out"
+                                );
+                                Ok(())
+                            }
+                        },
+                        // Shutting down: a connection that has not finished
+                        // its handshake has sent no request; drop it now
+                        // rather than hold up the shutdown.
+                        () = shutting_down.cancelled() => Ok(()),
                     }
                 }
             };
@@ -156,6 +166,7 @@ pub async fn serve<S>(
         });
     }
     drop(listener);
+    shutting_down.cancel();
     graceful.shutdown().await;
 }
 

@@ -51,6 +51,9 @@ async fn an_idle_https_connection_does_not_hold_up_shutdown() {
     extra.extend(["--shutdown-grace-ms", "120000"]);
     let app = TlsApp::start(&extra).await;
     let client = client_config(&tls.ca_cert, None);
+    // One that never starts its handshake (the bound is 10 s); connected
+    // first, so it is accepted before the one below is served.
+    let _silent = TcpStream::connect(app.addr).await.expect("connect");
     let stream = connect(&client, app.addr).await.expect("handshake");
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -67,8 +70,15 @@ async fn an_idle_https_connection_does_not_hold_up_shutdown() {
         .expect("livez");
     assert_eq!(live.status(), 200);
     drop(live);
-    // The connection is idle and kept alive; shutdown closes it.
+    // The connection is idle and kept alive; shutdown closes it, and drops
+    // the silent one without waiting for its handshake bound.
+    let started = Instant::now();
     app.shutdown().await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "shutdown took {took:?}: it waited for a handshake"
+    );
     tokio::time::timeout(PROMPT, conn)
         .await
         .expect("the server closed the idle connection")
