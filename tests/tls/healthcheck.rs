@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use crate::common::app::{Backend, TestApp};
 use crate::common::redis::TlsMaterial;
 use crate::support::{flags, TlsApp, PROMPT};
 
@@ -76,5 +77,17 @@ async fn healthcheck_probes_https_pinned_to_the_served_certificate() {
     env.push(("LEASEHOLD_TLS_CLIENT_CA_FILE", path(&tls.ca_cert)));
     let (ok, stderr) = healthcheck(&env, &[]).await;
     assert!(ok, "with a client certificate: {stderr}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_still_probes_plain_http() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let (ok, stderr) = healthcheck(&[("LEASEHOLD_LISTEN", app.addr.to_string())], &[]).await;
+    assert!(ok, "the default http:// probe passes: {stderr}");
+    let url = format!("http://{}/no-such-page", app.addr);
+    let (ok, stderr) = healthcheck(&[], &["--url", &url]).await;
+    assert!(!ok, "a 404 is not healthy");
+    assert!(stderr.contains("2xx"), "{stderr}");
     app.shutdown().await;
 }
