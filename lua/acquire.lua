@@ -2,7 +2,8 @@
 -- KEYS[1] lease key   <ns>:lease:v1:{<purpose>:<digest>}
 -- KEYS[2] fence key   <ns>:fence:v1:{<purpose>:<digest>}  (same hash slot)
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms  ARGV[4] fence key ttl ms
--- ARGV[5] nonce: echoed first in every reply, so the caller can prove the
+-- ARGV[5] nonce (an integer below 2^53, exact as a Lua number): echoed first
+--         in every reply, so the caller can prove the
 --         reply answers its own request (a pipelined connection one reply
 --         short would otherwise hand it another request's reply).
 -- The lease value is "<owner token>:<operation id>:<fencing token>"; neither
@@ -13,7 +14,7 @@
 --   -9 Redis refused a write: {nonce, -9, error message}. Every write is the
 --   last thing that can fail before the lease exists, and the first write
 --   (the fence counter) is harmless alone, so -9 means "no lease written".
-local nonce = ARGV[5]
+local nonce = tonumber(ARGV[5])
 local owner = ARGV[1] .. ':' .. ARGV[2]
 local current = redis.call('GET', KEYS[1])
 if current then

@@ -4,7 +4,7 @@
 -- Returns {nonce, 0} free, or {nonce, 1, pttl, fencing token, held_by} where
 -- held_by is 0 not asked (no attempt sent), 1 caller, 2 caller other
 -- operation, 3 other.
-local nonce = ARGV[3]
+local nonce = tonumber(ARGV[3])
 local current = redis.call('GET', KEYS[1])
 if not current then
   return {nonce, 0}

@@ -7,7 +7,7 @@
 -- The PUBLISH comes before the DEL: an ACL that denies the channel refuses
 -- the release before anything is deleted (a wake-up without a delete only
 -- costs the waiters one look).
-local nonce = ARGV[5]
+local nonce = tonumber(ARGV[5])
 local owner = ARGV[1] .. ':' .. ARGV[2]
 local current = redis.call('GET', KEYS[1])
 if not current then

@@ -3,7 +3,7 @@
 -- ARGV[4] nonce, echoed first in every reply (see acquire.lua).
 -- Returns {nonce, 1, ttl, fencing token} renewed, {nonce, 0} absent,
 -- {nonce, -1} someone else's, {nonce, -9, error} Redis refused the PEXPIRE.
-local nonce = ARGV[4]
+local nonce = tonumber(ARGV[4])
 local owner = ARGV[1] .. ':' .. ARGV[2]
 local current = redis.call('GET', KEYS[1])
 if not current then

@@ -41,14 +41,27 @@ pub struct HeadersAndBody {
     pub body: Result<Bytes, BytesRejection>,
 }
 
-impl<S: Send + Sync> FromRequest<S> for HeadersAndBody {
-    type Rejection = Infallible;
+impl FromRequest<super::AppState> for HeadersAndBody {
+    type Rejection = axum::response::Response;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Infallible> {
+    /// A body still arriving half a second before the request timeout is
+    /// answered `408` here, before the timeout could call a request that
+    /// never reached the store `indeterminate`. (A timer that is never
+    /// polled costs nothing when the body came with the head.)
+    async fn from_request(
+        req: Request,
+        state: &super::AppState,
+    ) -> Result<Self, axum::response::Response> {
         let (mut parts, body) = req.into_parts();
         let headers = std::mem::take(&mut parts.headers);
-        let body = Bytes::from_request(Request::from_parts(parts, body), state).await;
-        Ok(Self { headers, body })
+        let within = state
+            .request_timeout
+            .saturating_sub(std::time::Duration::from_millis(500));
+        let read = Bytes::from_request(Request::from_parts(parts, body), state);
+        match tokio::time::timeout(within, read).await {
+            Ok(body) => Ok(Self { headers, body }),
+            Err(_) => Err(super::problem::body_timeout()),
+        }
     }
 }
 

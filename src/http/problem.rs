@@ -375,3 +375,15 @@ impl IntoResponse for ApiError {
         }
     }
 }
+
+/// 408 problem+json `request_timeout`: the body did not arrive in time, so
+/// nothing reached the store (never `indeterminate`).
+pub fn body_timeout() -> Response {
+    problem_response(
+        StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        "Request body timed out",
+        "The request body did not arrive within the service's request timeout; nothing was done.",
+        Map::new(),
+    )
+}

@@ -15,7 +15,7 @@ use tokio::time::{timeout_at, Instant};
 
 use super::pool::Conn;
 use super::reply::{
-    self, Opened, CLUSTER_DOWN, CONNECTION_LOST, CONNECT_FAILED, DESYNC, MASTER_DOWN, NOT_MASTER,
+    self, Nonce, Opened, CLUSTER_DOWN, CONNECTION_LOST, CONNECT_FAILED, DESYNC, MASTER_DOWN, NOT_MASTER,
     READONLY, TRY_AGAIN,
 };
 use super::scripts::Script;
@@ -88,11 +88,11 @@ pub async fn run_script(
     script: &Script,
     keys: &[&str],
     args: &[&str],
-    nonce: &str,
+    nonce: &Nonce,
     asking: bool,
     deadline: Instant,
 ) -> Result<Vec<Value>, RunError> {
-    let evalsha = script.evalsha(keys, args, nonce);
+    let evalsha = script.evalsha(keys, args, nonce.as_str());
     match send_script(conn, &evalsha, asking, deadline).await {
         Err(err) if is_noscript(&err) => {}
         other => return finish(conn, other, nonce, deadline).await,
@@ -130,9 +130,20 @@ async fn send_script(
     asking: bool,
     deadline: Instant,
 ) -> Result<Value, SendError> {
-    if !asking {
-        return send(conn, evalsha, deadline).await;
+    if asking {
+        // Rare (a slot migration): boxed, so the common path's future
+        // stays small (every await moves it).
+        Box::pin(send_asking(conn, evalsha, deadline)).await
+    } else {
+        send(conn, evalsha, deadline).await
     }
+}
+
+async fn send_asking(
+    conn: &mut Conn,
+    evalsha: &redis::Cmd,
+    deadline: Instant,
+) -> Result<Value, SendError> {
     let mut pipe = redis::pipe();
     pipe.add_command(redis::cmd("ASKING"))
         .add_command(evalsha.clone());
@@ -155,7 +166,7 @@ async fn send_script(
 async fn finish(
     conn: &mut Conn,
     result: Result<Value, SendError>,
-    nonce: &str,
+    nonce: &Nonce,
     deadline: Instant,
 ) -> Result<Vec<Value>, RunError> {
     match result {
@@ -172,8 +183,9 @@ async fn finish(
         },
         Err(SendError::Redis(err)) if err.code().is_some() => {
             // An error reply: Redis refused before the script wrote anything.
-            // It carries no nonce, so prove it is ours before believing it.
-            if !in_step(conn, nonce, deadline).await {
+            // It carries no nonce, so prove it is ours before believing it
+            // (boxed: rare, and it would otherwise enlarge every call's future).
+            if !Box::pin(in_step(conn, nonce, deadline)).await {
                 return Err(RunError::Failed(StoreError::Indeterminate(DESYNC)));
             }
             match redirect_of(&err) {
@@ -191,12 +203,12 @@ async fn finish(
 /// before it was ours. When it does not, or none comes, the connection is
 /// dropped. A server too busy to answer PING (BUSY: only a script kill gets
 /// through) is refusing everything alike; that refusal is taken as ours.
-async fn in_step(conn: &mut Conn, nonce: &str, deadline: Instant) -> bool {
+async fn in_step(conn: &mut Conn, nonce: &Nonce, deadline: Instant) -> bool {
     let mut ping = redis::cmd("PING");
-    ping.arg(nonce);
+    ping.arg(nonce.as_str());
     let confirmed = match send(conn, &ping, deadline).await {
-        Ok(Value::BulkString(b)) => b.as_slice() == nonce.as_bytes(),
-        Ok(Value::SimpleString(s)) => s == nonce,
+        Ok(Value::BulkString(b)) => b.as_slice() == nonce.as_str().as_bytes(),
+        Ok(Value::SimpleString(s)) => s == nonce.as_str(),
         Err(SendError::Redis(err)) => err.code() == Some("BUSY"),
         _ => false,
     };

@@ -61,10 +61,56 @@ pub fn code_of(message: &str) -> &str {
     message.split_whitespace().next().unwrap_or("")
 }
 
+/// A per-call nonce: an integer below 2^53 (so Lua's numbers carry it
+/// exactly), sent as decimal text and echoed back as an integer reply, which
+/// redis-rs parses without allocating.
+#[derive(Clone, Copy)]
+pub struct Nonce {
+    value: u64,
+    text: [u8; 20],
+    len: usize,
+}
+
+impl Nonce {
+    fn new(value: u64) -> Self {
+        let mut text = [0u8; 20];
+        let mut digits = [0u8; 20];
+        let (mut n, mut count) = (value, 0);
+        loop {
+            digits[count] = b'0' + (n % 10) as u8;
+            count += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for (slot, digit) in text.iter_mut().zip(digits[..count].iter().rev()) {
+            *slot = *digit;
+        }
+        Self {
+            value,
+            text,
+            len: count,
+        }
+    }
+
+    /// The decimal text sent to the script.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.text[..self.len]).unwrap_or("0")
+    }
+
+    fn matches(&self, item: &Value) -> bool {
+        match item {
+            Value::Int(v) => u64::try_from(*v).ok() == Some(self.value),
+            _ => false,
+        }
+    }
+}
+
 /// A fresh nonce for one script call: a per-process random start plus a
 /// counter, so two calls of one process never share one (replies only ever
 /// move between requests of one connection, hence of one process).
-pub fn next_nonce() -> String {
+pub fn next_nonce() -> Nonce {
     static NEXT: LazyLock<AtomicU64> = LazyLock::new(|| {
         let mut seed = [0u8; 4];
         // A fixed start is still unique within the process; randomness only
@@ -72,7 +118,8 @@ pub fn next_nonce() -> String {
         let _ = getrandom::fill(&mut seed);
         AtomicU64::new(u64::from(u32::from_le_bytes(seed)) << 20)
     });
-    NEXT.fetch_add(1, Ordering::Relaxed).to_string()
+    // Below 2^53 for 2^52 calls from any start.
+    Nonce::new(NEXT.fetch_add(1, Ordering::Relaxed) & ((1 << 53) - 1))
 }
 
 /// What a script reply says, once it is known to answer this request.
@@ -87,16 +134,11 @@ pub enum Opened {
 
 /// Checks that `reply` echoes `nonce` and splits off the script's answer.
 /// `Err` means the reply belongs to another request.
-pub fn open(reply: Value, nonce: &str) -> Result<Opened, ()> {
+pub fn open(reply: Value, nonce: &Nonce) -> Result<Opened, ()> {
     let Value::Array(mut items) = reply else {
         return Err(());
     };
-    let echoed = match items.first() {
-        Some(Value::BulkString(b)) => b.as_slice() == nonce.as_bytes(),
-        Some(Value::SimpleString(s)) => s == nonce,
-        _ => false,
-    };
-    if !echoed {
+    if !items.first().is_some_and(|first| nonce.matches(first)) {
         return Err(());
     }
     items.remove(0);
@@ -141,9 +183,9 @@ mod tests {
 
     #[test]
     fn a_reply_with_this_nonce_opens() {
-        let reply = Value::Array(vec![bulk("42"), Value::Int(1), Value::Int(5)]);
+        let reply = Value::Array(vec![Value::Int(42), Value::Int(1), Value::Int(5)]);
         assert_eq!(
-            open(reply, "42"),
+            open(reply, &Nonce::new(42)),
             Ok(Opened::Answer(vec![Value::Int(1), Value::Int(5)]))
         );
     }
@@ -151,26 +193,37 @@ mod tests {
     #[test]
     fn another_requests_reply_is_refused() {
         for reply in [
-            Value::Array(vec![bulk("41"), Value::Int(1)]),
+            Value::Array(vec![Value::Int(41), Value::Int(1)]),
+            Value::Array(vec![bulk("42"), Value::Int(1)]),
             Value::Array(vec![Value::Int(1), Value::Int(5)]),
             Value::Array(vec![]),
-            Value::Int(1),
+            Value::Int(42),
             bulk("42"),
             Value::Okay,
             Value::Nil,
         ] {
-            assert_eq!(open(reply.clone(), "42"), Err(()), "{reply:?}");
+            assert_eq!(open(reply.clone(), &Nonce::new(42)), Err(()), "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn nonces_print_as_decimal() {
+        for n in [0u64, 7, 10, 1_234_567, (1 << 53) - 1] {
+            assert_eq!(Nonce::new(n).as_str(), n.to_string());
         }
     }
 
     #[test]
     fn a_refusal_inside_the_script_is_read_with_its_code() {
         let reply = Value::Array(vec![
-            bulk("7"),
+            Value::Int(7),
             Value::Int(REFUSED),
             bulk("OOM command not allowed when used memory > 'maxmemory'."),
         ]);
-        assert_eq!(open(reply, "7"), Ok(Opened::Refused("OOM".into())));
+        assert_eq!(
+            open(reply, &Nonce::new(7)),
+            Ok(Opened::Refused("OOM".into()))
+        );
         assert_eq!(
             refusal_reason("NOREPLICAS"),
             "Redis has too few replicas to accept writes (min-replicas-to-write)"
@@ -182,7 +235,8 @@ mod tests {
     fn nonces_differ() {
         let a = next_nonce();
         let b = next_nonce();
-        assert_ne!(a, b);
+        assert_ne!(a.as_str(), b.as_str());
+        assert!(a.value < 1 << 53);
     }
 
     #[test]
