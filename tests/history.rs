@@ -802,6 +802,7 @@ async fn history_sentinel_failovers_and_an_aborted_failover() {
             ("SENTINEL FAILOVER", false),
             ("aborted failover", true),
         ] {
+            tokio::task::block_in_place(|| set.until_replica_usable());
             let start = run.now();
             tokio::task::block_in_place(|| {
                 if aborted {
