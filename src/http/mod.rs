@@ -10,6 +10,7 @@ pub mod health;
 pub mod leases;
 pub mod problem;
 pub mod server;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -1694,6 +1694,90 @@ impl TlsMaterial {
     }
 }
 
+impl TlsMaterial {
+    /// Issues one more certificate from the CA for `IP:127.0.0.1,
+    /// DNS:localhost` (e.g. the next one of a rotation) and returns its
+    /// `(cert, key)` paths in [`TlsMaterial::dir`]. `client_auth_too`: with
+    /// the clientAuth usage as well as serverAuth (a serving certificate
+    /// that can also present itself as a client).
+    pub fn issue_server_cert(&self, name: &str, client_auth_too: bool) -> (PathBuf, PathBuf) {
+        let openssl = require_binary("openssl", "openssl");
+        let run = |args: &[&str]| {
+            let out = Command::new(&openssl)
+                .args(args)
+                .current_dir(&self.dir)
+                .output()
+                .unwrap_or_else(|e| panic!("spawn openssl: {e}"));
+            if !out.status.success() {
+                panic!(
+                    "openssl {args:?} failed in {}: {}",
+                    self.dir.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        };
+        let usage = if client_auth_too {
+            "serverAuth,clientAuth"
+        } else {
+            "serverAuth"
+        };
+        let (key, csr, ext, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.ext"),
+            format!("{name}.crt"),
+        );
+        fs::write(
+            self.dir.join(&ext),
+            format!(
+                "basicConstraints = critical,CA:FALSE\n\
+                 keyUsage = critical,digitalSignature,keyEncipherment\n\
+                 subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n\
+                 extendedKeyUsage = {usage}\nsubjectAltName = IP:127.0.0.1,DNS:localhost\n"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("write {ext}: {e}"));
+        run(&[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            &key,
+        ]);
+        run(&[
+            "req",
+            "-new",
+            "-key",
+            &key,
+            "-subj",
+            "/CN=127.0.0.1",
+            "-out",
+            &csr,
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-sha256",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &crt,
+        ]);
+        (self.dir.join(crt), self.dir.join(key))
+    }
+}
+
 impl Drop for TlsMaterial {
     fn drop(&mut self) {
         remove_temp_dir(&self.dir);
