@@ -45,7 +45,12 @@
 //! `LEASEHOLD_HISTORY_SECS=60 cargo test --all-features --test history`.
 //! Each run prints the counts per outcome, and per fault window the answers
 //! sent inside it and the time to the first `acquired` after it
-//! (`--nocapture` to see them when the run passes).
+//! (`--nocapture` to see them when the run passes). A failing run also
+//! counts its violations by check and by the fault window they follow (the
+//! last one begun before them: a lost reply's desynchronisation can outlast
+//! its window and later windows on other nodes), shows the first 12 of each
+//! check, and writes every violation and the whole history to
+//! `$TMPDIR/leasehold-history-<store>-<pid>.txt`.
 
 mod common;
 
@@ -802,6 +807,7 @@ async fn history_sentinel_failovers_and_an_aborted_failover() {
             ("SENTINEL FAILOVER", false),
             ("aborted failover", true),
         ] {
+            tokio::task::block_in_place(|| set.until_replica_usable());
             let start = run.now();
             tokio::task::block_in_place(|| {
                 if aborted {

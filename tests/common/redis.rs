@@ -1412,6 +1412,44 @@ impl RedisSentinelSet {
         })
     }
 
+    /// Waits until the first live sentinel lists every data node other than
+    /// the master as a usable replica (flags exactly `slave`: not down, not
+    /// disconnected). Right after a failover the old master may not be one
+    /// yet, and a failover started before would be refused.
+    pub fn until_replica_usable(&self) {
+        let old = self.current_master_port();
+        let sentinel = self
+            .sentinels
+            .iter()
+            .find(|s| s.is_live())
+            .unwrap_or_else(|| self.fail("until_replica_usable: no live sentinel"));
+        let ports: Vec<String> = self
+            .data_nodes()
+            .filter(|n| n.port != old && n.is_live())
+            .map(|n| n.port.to_string())
+            .collect();
+        let usable = poll_until(TOPOLOGY_DEADLINE, || {
+            let listed = sentinel
+                .cli_result(&["SENTINEL", "REPLICAS", SENTINEL_MASTER_NAME])
+                .ok()?;
+            let maps = parse_flat_maps(&listed);
+            ports
+                .iter()
+                .all(|port| {
+                    maps.iter().any(|m| {
+                        field(m, "port") == Some(port.as_str())
+                            && field(m, "flags") == Some("slave")
+                    })
+                })
+                .then_some(())
+        });
+        if usable.is_none() {
+            self.fail(&format!(
+                "the sentinel never listed replicas {ports:?} as usable within {TOPOLOGY_DEADLINE:?}"
+            ));
+        }
+    }
+
     /// An aborted failover: the replica a failover would promote (the one
     /// data node that is not the master; use a set with one replica) is
     /// frozen, `SENTINEL FAILOVER` starts a failover that cannot complete,
@@ -1429,6 +1467,7 @@ impl RedisSentinelSet {
             .iter()
             .find(|s| s.is_live())
             .unwrap_or_else(|| self.fail("aborted_failover: no live sentinel"));
+        self.until_replica_usable();
         replica.freeze();
         if let Err(e) = sentinel.cli_result(&["SENTINEL", "FAILOVER", SENTINEL_MASTER_NAME]) {
             replica.thaw();

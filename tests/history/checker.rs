@@ -411,3 +411,36 @@ fn refusal_windows_admit_unavailable_but_not_indeterminate() {
     };
     assert!(check_refusals(&bad, &[not_refusing]).is_empty());
 }
+
+// --- the fault proxy's RESP framing ------------------------------------------
+
+#[test]
+fn resp_frames_are_delimited_whole() {
+    use crate::common::fault_proxy::frame_end;
+    let whole = |b: &[u8]| frame_end(b, 0).expect("valid RESP");
+    assert_eq!(whole(b"+OK\r\n"), Some(5));
+    assert_eq!(
+        whole(b"-NOREPLICAS Not enough good replicas\r\n:1\r\n"),
+        Some(38)
+    );
+    assert_eq!(whole(b"$5\r\nhello\r\n"), Some(11));
+    assert_eq!(whole(b"$-1\r\n"), Some(5));
+    assert_eq!(whole(b"_\r\n"), Some(3));
+    // A script reply: an array of an integer, a bulk string and a nested array.
+    let script = b"*3\r\n:1\r\n$3\r\nabc\r\n*2\r\n,1.5\r\n#t\r\n";
+    assert_eq!(whole(script), Some(script.len()));
+    // RESP3 map, set, push, verbatim, and an attribute before its value.
+    let map = b"%1\r\n+k\r\n:2\r\n";
+    assert_eq!(whole(map), Some(map.len()));
+    let push = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n";
+    assert_eq!(whole(push), Some(push.len()));
+    let verbatim = b"=8\r\ntxt:abcd\r\n";
+    assert_eq!(whole(verbatim), Some(verbatim.len()));
+    let attributed = b"|1\r\n+ttl\r\n:3\r\n:42\r\n";
+    assert_eq!(whole(attributed), Some(attributed.len()));
+    // Incomplete frames wait for more bytes, at every cut.
+    for cut in 1..script.len() {
+        assert_eq!(whole(&script[..cut]), None, "cut at {cut}");
+    }
+    assert!(frame_end(b"?what\r\n", 0).is_err());
+}
