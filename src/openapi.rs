@@ -961,6 +961,28 @@ mod tests {
         assert_eq!(wait["required"], json!(["ttlMs"]), "waitMs is optional");
     }
 
+    /// A header or path parameter is text: it is sent or left out, never
+    /// JSON `null` (which a generator would send as the string "null").
+    #[test]
+    fn no_parameter_is_nullable() {
+        let doc: Value = serde_json::from_str(&super::document_json()).expect("document");
+        let mut parameters = 0;
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("path item") {
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    parameters += 1;
+                    let types = &p["schema"]["type"];
+                    assert!(
+                        types.is_null() || types.is_string(),
+                        "{method} {path} {}: type {types} allows null",
+                        p["name"]
+                    );
+                }
+            }
+        }
+        assert!(parameters >= 16, "{parameters} parameters");
+    }
+
     /// Every problem the document declares has a page at its `type`.
     #[test]
     fn every_documented_problem_type_has_a_page() {

@@ -408,9 +408,9 @@ pub async fn release(
             pattern = r"^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63, example = "invoice-export"),
         ("digest" = String, Path, description = "The resource digest.",
             pattern = r"^v1\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
-        ("Lease-Owner-Token" = Option<String>, Header, description = "Optional: fills `heldBy`. Alone, compares the owner token only (`caller_other_operation` or `other`); with `Lease-Operation-Id`, the attempt (`caller` too).",
+        ("Lease-Owner-Token" = Option<String>, Header, nullable = false, description = "Optional: fills `heldBy`. Alone, compares the owner token only (`caller_other_operation` or `other`); with `Lease-Operation-Id`, the attempt (`caller` too).",
             pattern = r"^[A-Za-z0-9_-]{32}$", min_length = 32, max_length = 32, example = "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz"),
-        ("Lease-Operation-Id" = Option<String>, Header, description = "Optional: with `Lease-Owner-Token`, `heldBy` can be `caller`. Alone it names no owner and is ignored (no `heldBy`), though a malformed one is still refused.",
+        ("Lease-Operation-Id" = Option<String>, Header, nullable = false, description = "Optional: with `Lease-Owner-Token`, `heldBy` can be `caller`. Alone it names no owner and is ignored (no `heldBy`), though a malformed one is still refused.",
             pattern = r"^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02"),
     ),
     responses(
