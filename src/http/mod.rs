@@ -9,6 +9,7 @@ pub mod extract;
 pub mod health;
 pub mod leases;
 pub mod problem;
+pub mod problems;
 pub mod server;
 pub mod tls;
 
@@ -192,7 +193,8 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .route(ROUTES[2], get(health::livez))
         .route(ROUTES[3], get(health::readyz))
         .route(ROUTES[4], get(docs::openapi_json))
-        .route(ROUTES[5], get(docs::page));
+        .route(ROUTES[5], get(docs::page))
+        .route("/problems/{type}", get(problems::page));
     if metrics_on_api {
         routes = routes.route(ROUTES[6], get(health::metrics));
     }

@@ -221,10 +221,7 @@ pub fn problem_response(
 ) -> Response {
     members.insert(
         "type".into(),
-        Value::String(format!(
-            "https://leasehold.dev/problems/{}",
-            outcome.replace('_', "-")
-        )),
+        Value::String(super::problems::type_uri(outcome)),
     );
     members.insert("title".into(), Value::String(title.to_owned()));
     members.insert("status".into(), Value::from(status.as_u16()));
