@@ -83,7 +83,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         Acquired, ReplayedSameOperation, Renewed, Released, AlreadyAbsent, ReleaseSuccess, Inspected,
         OwnerOperationConflictProblem, ContendedProblem, AcquireConflict,
         LostAbsentProblem, LostNotOwnerProblem, NotOwnerProblem,
-        UnavailableProblem, OverloadedProblem, RequestTimeoutProblem, ServiceUnavailable,
+        UnavailableProblem, OverloadedProblem, RequestTimeoutProblem, BodyTimeoutProblem, ServiceUnavailable,
         IndeterminateProblem, InvalidRequestProblem, FieldError,
         PayloadTooLargeProblem, HeadersTooLargeProblem, UnsupportedMediaTypeProblem, UnauthorizedProblem, ForbiddenProblem,
         NotFoundProblem, LeaseNotFound, NotReadyProblem, Live, Ready, ProblemType,
@@ -471,6 +471,15 @@ problem! {
     #[schema(example = json!({"type": "/problems/request-timeout", "title": "Request timed out", "status": 503,
         "detail": "The request exceeded the service's request timeout.", "outcome": "request_timeout"}))]
     RequestTimeoutProblem, RequestTimeoutTag, 503 ..= 503 {}
+}
+
+problem! {
+    /// `request_timeout` (408): the request body did not arrive within the
+    /// service's request timeout (less half a second), so nothing reached
+    /// the store and nothing was done: send it again.
+    #[schema(example = json!({"type": "/problems/request-timeout", "title": "Request body timed out", "status": 408,
+        "detail": "The request body did not arrive within the service's request timeout; nothing was done.", "outcome": "request_timeout"}))]
+    BodyTimeoutProblem, RequestTimeoutTag, 408 ..= 408 {}
 }
 
 /// The 503 answers: `unavailable`, `overloaded` or `request_timeout`.
@@ -890,6 +899,8 @@ mod tests {
         }
         acquire.extend(refusals(true));
         renew.extend(refusals(true));
+        acquire.push(crate::http::problem::body_timeout());
+        renew.push(crate::http::problem::body_timeout());
         release.extend(refusals(false));
         inspect.extend(refusals(false));
         let mut seen = std::collections::BTreeSet::new();

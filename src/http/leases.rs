@@ -15,10 +15,10 @@ use super::AppState;
 use crate::domain::{Attempt, Failure, HeldBy, Inspection, OperationId, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
-    AcquireConflict, Acquired, ForbiddenProblem, HeadersTooLargeProblem, IndeterminateProblem,
-    Inspected, InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem, NotFoundProblem,
-    NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed, ReplayedSameOperation,
-    ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
+    AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
+    IndeterminateProblem, Inspected, InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem,
+    NotFoundProblem, NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed,
+    ReplayedSameOperation, ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
 };
 
 /// Body of an acquire.
@@ -167,6 +167,7 @@ fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
         (status = 409, description = "`owner_operation_conflict` (the same owner token holds it for another operation) or `contended` (someone else holds it).",
             body = AcquireConflict, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "`retryAfterMs` in whole seconds, rounded up (at least 1)."))),
+        (status = 408, description = "`request_timeout`: the body did not arrive in time; nothing was done.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: well-formed JSON with invalid values (TTL or wait out of bounds, wrong types, unknown or missing members).", body = InvalidRequestProblem, content_type = "application/problem+json"),
@@ -255,6 +256,7 @@ pub async fn acquire(
         (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`lost` with `reason: absent`: no lease exists any more; or `not_found`: the path matched no route.", body = LeaseNotFound, content_type = "application/problem+json"),
         (status = 409, description = "`lost` with `reason: not_owner`: someone else holds the lease now.", body = LostNotOwnerProblem, content_type = "application/problem+json"),
+        (status = 408, description = "`request_timeout`: the body did not arrive in time; nothing was done.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: well-formed JSON with invalid values.", body = InvalidRequestProblem, content_type = "application/problem+json"),

@@ -15,8 +15,8 @@ use tokio::time::{timeout_at, Instant};
 
 use super::pool::Conn;
 use super::reply::{
-    self, Nonce, Opened, CLUSTER_DOWN, CONNECTION_LOST, CONNECT_FAILED, DESYNC, MASTER_DOWN, NOT_MASTER,
-    READONLY, TRY_AGAIN,
+    self, Nonce, Opened, CLUSTER_DOWN, CONNECTION_LOST, CONNECT_FAILED, DESYNC, MASTER_DOWN,
+    NOT_MASTER, READONLY, TRY_AGAIN,
 };
 use super::scripts::Script;
 use crate::store::StoreError;
