@@ -34,6 +34,8 @@ pub mod store;
 pub mod telemetry;
 pub mod wait;
 
+#[cfg(feature = "cli")]
+pub mod cli;
 #[cfg(feature = "client")]
 pub mod client;
 

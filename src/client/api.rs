@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
 
+use super::tls::{self, TlsSettings};
 use super::{Cause, Error, LeaseHandle, Rejection};
 use crate::domain::{
     Attempt, Guarantee, HeldBy, Inspection, Lease, LostReason, OperationId, OwnerToken, Purpose,
@@ -24,9 +25,13 @@ const OPERATION_ID_HEADER: &str = "Lease-Operation-Id";
 /// How a [`Client`] talks to the service.
 #[derive(Clone)]
 pub struct ClientSettings {
-    /// Where the service listens, e.g. `http://127.0.0.1:8080` (`http` only:
-    /// this build of the client has no TLS).
+    /// Where the service listens, e.g. `http://127.0.0.1:8080` or
+    /// `https://leasehold.internal:8443`.
     pub base_url: String,
+    /// For `https://`: which CAs to trust and an optional client
+    /// certificate. Default: the system's trust store, no client
+    /// certificate. Files are read when the [`Client`] is built.
+    pub tls: TlsSettings,
     /// The service's drift budget (its `--drift-budget-ms`): a handle
     /// counts its lease as valid for `min(ttl, remainingMs) - drift_budget`
     /// from when the request was sent. Default 10 ms, the service default.
@@ -49,6 +54,7 @@ impl ClientSettings {
     pub fn new(base_url: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
+            tls: TlsSettings::default(),
             drift_budget: Duration::from_millis(10),
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(1),
@@ -62,6 +68,7 @@ impl fmt::Debug for ClientSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientSettings")
             .field("base_url", &self.base_url)
+            .field("tls", &self.tls)
             .field("drift_budget", &self.drift_budget)
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -74,12 +81,19 @@ impl fmt::Debug for ClientSettings {
 /// Why a [`Client`] could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
-    /// The base URL is not an absolute `http://` URL.
-    #[error("base URL {0:?} must be an absolute http:// URL without query or fragment")]
+    /// The base URL is not an absolute `http://` or `https://` URL.
+    #[error(
+        "base URL {0:?} must be an absolute http:// or https:// URL without query or fragment"
+    )]
     BaseUrl(String),
     /// The API key cannot be sent in a header.
     #[error("the API key must be visible ASCII")]
     ApiKey,
+    /// The TLS settings could not be used (a CA or client certificate file
+    /// that cannot be read or parsed, no system trust roots). Names the
+    /// file, never a key's content.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The HTTP stack could not be set up.
     #[error("the HTTP client could not be built")]
     Http,
@@ -315,11 +329,12 @@ impl Client {
     pub fn new(settings: ClientSettings) -> Result<Self, BuildError> {
         let url = Url::parse(&settings.base_url)
             .map_err(|_| BuildError::BaseUrl(settings.base_url.clone()))?;
-        if url.scheme() != "http"
-            || url.cannot_be_a_base()
-            || url.query().is_some()
-            || url.fragment().is_some()
-        {
+        let https = match url.scheme() {
+            "http" => false,
+            "https" => true,
+            _ => return Err(BuildError::BaseUrl(settings.base_url.clone())),
+        };
+        if url.cannot_be_a_base() || url.query().is_some() || url.fragment().is_some() {
             return Err(BuildError::BaseUrl(settings.base_url.clone()));
         }
         let auth = match &settings.api_key {
@@ -331,7 +346,9 @@ impl Client {
                 Some(value)
             }
         };
+        let tls_config = tls::client_config(&settings.tls, https)?;
         let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls_config)
             .connect_timeout(settings.connect_timeout)
             .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(Duration::from_secs(60))
@@ -395,13 +412,18 @@ impl Client {
         };
         let mut response = match request.send().await {
             Ok(r) => r,
-            // The request could not be built, or no connection was made: it
-            // never left.
+            // The request could not be built, or no connection was made
+            // (TLS handshake included): it never left.
             Err(e) if e.is_builder() || e.is_connect() => {
+                let cause = if tls::is_tls_failure(&e) {
+                    Cause::Tls
+                } else {
+                    Cause::Connect
+                };
                 return Err(Error::Unavailable {
                     retry_after: None,
-                    cause: Cause::Connect,
-                })
+                    cause,
+                });
             }
             Err(e) if e.is_timeout() => return Err(indeterminate(Cause::Timeout)),
             Err(_) => return Err(indeterminate(Cause::ConnectionLost)),

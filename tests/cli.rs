@@ -1,0 +1,1 @@
+//! `leasehold lock` and `leasehold inspect` as real processes.
