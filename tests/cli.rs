@@ -1,1 +1,615 @@
-//! `leasehold lock` and `leasehold inspect` as real processes.
+//! `leasehold lock` and `leasehold inspect` as real processes against a
+//! real service (a `TestApp` on a real `redis-server`), and the Rust client
+//! and the CLI over HTTPS through a TLS-terminating proxy started here
+//! (server-side HTTPS is tested with the service itself).
+//!
+//! Children are `sh -c` scripts that leave marker files; the tests wait for
+//! those files and for process exits, never for a fixed time.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::app::{args, unique, Backend, TestApp};
+use common::redis::{RedisServer, TlsMaterial};
+use leasehold::client::{Cause, Client, ClientIdentity, ClientSettings, Error, TlsSettings};
+use leasehold::domain::{OperationId, ResourceDigest};
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+
+/// Generous on a loaded 2-core machine running debug builds.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A fresh directory for marker files.
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(unique("leasehold-cli-"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// `leasehold ARGS...` with piped output, killed if the test fails first.
+fn leasehold(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env_remove("LEASEHOLD_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the leasehold binary")
+}
+
+/// A finished run.
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+}
+
+/// Waits (at most PATIENCE) for the process to exit.
+async fn finish(child: Child) -> Run {
+    let out = tokio::time::timeout(PATIENCE, child.wait_with_output())
+        .await
+        .expect("leasehold exits in time")
+        .expect("wait for leasehold");
+    Run {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn run(args: &[&str]) -> Run {
+    finish(leasehold(args)).await
+}
+
+/// Waits for `path` to appear; fails early if `child` exits first.
+async fn until_file(path: &Path, child: &mut Child) {
+    let deadline = Instant::now() + PATIENCE;
+    while !path.exists() {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!(
+                "leasehold exited ({status}) before {} appeared",
+                path.display()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A service on a fresh Redis (kept alive by the returned server).
+async fn service() -> (RedisServer, TestApp) {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(redis.url())).await;
+    (redis, app)
+}
+
+/// A script that marks its start, and on SIGTERM marks it and (if `exits`)
+/// exits 0; otherwise it runs until killed.
+fn looping_child(dir: &Path, exits: bool) -> String {
+    let d = dir.display();
+    let on_term = if exits { "; exit 0" } else { "" };
+    format!(
+        "trap 'echo term > {d}/term{on_term}' TERM; echo $$ > {d}/started; \
+         while :; do sleep 0.05; done"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_runs_with_the_lease_and_its_status_comes_back() {
+    let (_redis, app) = service().await;
+    let dir = temp_dir();
+    let raw = unique("order-");
+    let env_file = dir.join("env");
+    let script = format!(
+        "echo \"$LEASEHOLD_FENCING_TOKEN $LEASEHOLD_PURPOSE $LEASEHOLD_DIGEST\" > {}; exit 7",
+        env_file.display()
+    );
+    let out = run(&[
+        "lock", "--url", &app.base, "--ttl", "5s", "export", &raw, "--", "sh", "-c", &script,
+    ])
+    .await;
+    assert_eq!(
+        out.code(),
+        7,
+        "the command's status; stderr: {}",
+        out.stderr
+    );
+    let seen = std::fs::read_to_string(&env_file).expect("the command ran");
+    let fields: Vec<&str> = seen.split_whitespace().collect();
+    let digest = ResourceDigest::of_raw_id(&raw);
+    assert_eq!(fields.len(), 3, "{seen:?}");
+    assert!(fields[0].parse::<u64>().is_ok_and(|t| t > 0), "{seen:?}");
+    assert_eq!(fields[1], "export");
+    assert_eq!(fields[2], digest.as_str());
+    // Released when the command exited: free at once for anyone.
+    let r = app.inspect("export", digest.as_str(), None).await;
+    assert_eq!(r.body["held"], false, "{:?}", r.body);
+    assert!(
+        !out.stderr.contains("lock-"),
+        "no operation id or token printed"
+    );
+
+    // A command killed by a signal: 128 + the signal, as shells say.
+    let out = run(&[
+        "lock",
+        "--url",
+        &app.base,
+        "export",
+        &raw,
+        "--",
+        "sh",
+        "-c",
+        "kill -9 $$",
+    ])
+    .await;
+    assert_eq!(out.code(), 128 + 9, "stderr: {}", out.stderr);
+    // A command that does not exist: 127, and the lease is released.
+    let out = run(&[
+        "lock",
+        "--url",
+        &app.base,
+        "export",
+        &raw,
+        "--",
+        "/nonexistent/leasehold-test",
+    ])
+    .await;
+    assert_eq!(out.code(), 127, "stderr: {}", out.stderr);
+    let r = app.inspect("export", digest.as_str(), None).await;
+    assert_eq!(r.body["held"], false, "{:?}", r.body);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_deleted_under_the_command_stops_it_with_sigterm_and_exits_75() {
+    let (redis, app) = service().await;
+    let dir = temp_dir();
+    let raw = unique("order-");
+    // Renewed about every second; the local validity would last 3 s.
+    let mut cli = leasehold(&[
+        "lock",
+        "--url",
+        &app.base,
+        "--ttl",
+        "3s",
+        "export",
+        &raw,
+        "--",
+        "sh",
+        "-c",
+        &looping_child(&dir, true),
+    ]);
+    until_file(&dir.join("started"), &mut cli).await;
+    let deleted = Instant::now();
+    assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+    let out = finish(cli).await;
+    let took = deleted.elapsed();
+    assert_eq!(out.code(), 75, "stderr: {}", out.stderr);
+    assert!(dir.join("term").exists(), "the command got SIGTERM");
+    // Seen by the next renew (`lost`), not by running out of validity.
+    assert!(out.stderr.contains("(lost)"), "stderr: {}", out.stderr);
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    assert!(!out.stderr.contains("SIGKILL"), "stderr: {}", out.stderr);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
+    let (redis, app) = service().await;
+    let dir = temp_dir();
+    let raw = unique("order-");
+    let mut cli = leasehold(&[
+        "lock",
+        "--url",
+        &app.base,
+        "--ttl",
+        "3s",
+        "--kill-grace",
+        "1s",
+        "export",
+        &raw,
+        "--",
+        "sh",
+        "-c",
+        &looping_child(&dir, false),
+    ]);
+    until_file(&dir.join("started"), &mut cli).await;
+    let pid: i32 = std::fs::read_to_string(dir.join("started"))
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("pid number");
+    assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+    let out = finish(cli).await;
+    assert_eq!(out.code(), 75, "stderr: {}", out.stderr);
+    assert!(dir.join("term").exists(), "SIGTERM came first");
+    assert!(out.stderr.contains("SIGKILL"), "stderr: {}", out.stderr);
+    // Reaped by leasehold before it exited: the pid is gone.
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the command (pid {pid}) still runs"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lease_exits_75_without_running_the_command() {
+    let (_redis, app) = service().await;
+    let dir = temp_dir();
+    let raw = unique("order-");
+    let digest = ResourceDigest::of_raw_id(&raw);
+    let holder = app.attempt().await;
+    let r = app
+        .acquire("export", digest.as_str(), &holder, 30_000)
+        .await;
+    assert_eq!(r.outcome(), "acquired");
+    let ran = dir.join("ran");
+    let script = format!("touch {}", ran.display());
+    for wait in ["0s", "300ms"] {
+        let out = run(&[
+            "lock", "--url", &app.base, "--wait", wait, "export", &raw, "--", "sh", "-c", &script,
+        ])
+        .await;
+        assert_eq!(out.code(), 75, "--wait {wait}; stderr: {}", out.stderr);
+        assert!(
+            out.stderr.contains("held by someone else"),
+            "{}",
+            out.stderr
+        );
+        assert!(!ran.exists(), "the command ran without the lease");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_is_down_exits_69_and_bad_usage_64() {
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let dir = temp_dir();
+    let ran = dir.join("ran");
+    let script = format!("touch {}", ran.display());
+    let url = format!("http://{closed}");
+    let out = run(&[
+        "lock", "--url", &url, "export", "x", "--", "sh", "-c", &script,
+    ])
+    .await;
+    assert_eq!(out.code(), 69, "stderr: {}", out.stderr);
+    assert!(!ran.exists());
+    let out = run(&["inspect", "--url", &url, "export", "x"]).await;
+    assert_eq!(out.code(), 69, "stderr: {}", out.stderr);
+
+    for bad in [
+        vec!["lock", "export", "x"],
+        vec!["lock", "--ttl", "30", "export", "x", "--", "true"],
+        vec!["lock", "Not-A-Purpose", "x", "--", "true"],
+        vec!["lock", "--url", "ftp://x", "export", "x", "--", "true"],
+        vec![
+            "lock",
+            "--client-cert",
+            "c.pem",
+            "export",
+            "x",
+            "--",
+            "true",
+        ],
+        vec!["inspect", "export"],
+    ] {
+        let out = run(&bad).await;
+        assert_eq!(out.code(), 64, "{bad:?}; stderr: {}", out.stderr);
+        assert!(!out.stderr.is_empty(), "{bad:?} says why");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_lease_as_json_and_as_a_table() {
+    let (_redis, app) = service().await;
+    let raw = unique("order-");
+    let digest = ResourceDigest::of_raw_id(&raw);
+    let out = run(&["inspect", "--url", &app.base, "--json", "export", &raw]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(v["held"], false, "{v}");
+
+    let holder = app.attempt().await;
+    let r = app
+        .acquire("export", digest.as_str(), &holder, 30_000)
+        .await;
+    assert_eq!(r.outcome(), "acquired");
+    let out = run(&["inspect", "--url", &app.base, "--json", "export", &raw]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(v["outcome"], "inspected");
+    assert_eq!(v["held"], true);
+    assert_eq!(v["fencingToken"].as_u64(), Some(r.fencing_token()));
+    assert!(v["remainingMs"].as_u64().is_some_and(|ms| ms <= 30_000));
+    assert_eq!(v["purpose"], "export");
+    assert_eq!(v["digest"], digest.as_str());
+    assert!(!out.stdout.contains(&holder.token), "never the owner token");
+
+    let out = run(&["inspect", "--url", &app.base, "export", &raw]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(out.stdout.contains("held          yes"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains(&format!("fencing token {}", r.fencing_token())),
+        "{}",
+        out.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_come_from_a_file_and_a_refused_key_exits_77() {
+    let dir = temp_dir();
+    let keys = dir.join("keys");
+    std::fs::write(&keys, "cli-test-key-0123456789 export\n").expect("keys");
+    let app = TestApp::spawn_with(args(
+        &Backend::Memory,
+        &["--api-keys-file", keys.to_str().expect("utf-8 path")],
+    ))
+    .await;
+    let good = dir.join("good");
+    std::fs::write(&good, "cli-test-key-0123456789\n").expect("key");
+    let wrong = dir.join("wrong");
+    std::fs::write(&wrong, "not-the-key-0123456789\n").expect("key");
+    let good_arg = good.to_str().expect("utf-8 path");
+    let out = run(&[
+        "lock",
+        "--url",
+        &app.base,
+        "--api-key-file",
+        good_arg,
+        "export",
+        "x",
+        "--",
+        "true",
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = run(&[
+        "inspect",
+        "--url",
+        &app.base,
+        "--api-key-file",
+        wrong.to_str().expect("utf-8 path"),
+        "export",
+        "x",
+    ])
+    .await;
+    assert_eq!(out.code(), 77, "stderr: {}", out.stderr);
+    assert!(
+        !out.stderr.contains("not-the-key"),
+        "the key is never printed"
+    );
+    let out = run(&[
+        "inspect",
+        "--url",
+        &app.base,
+        "--api-key-file",
+        "/nonexistent/key",
+        "export",
+        "x",
+    ])
+    .await;
+    assert_eq!(out.code(), 64, "stderr: {}", out.stderr);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A TLS-terminating proxy in front of `upstream`, with the test CA's
+/// server certificate; requires a client certificate signed by the CA when
+/// `require_client_cert`.
+async fn tls_proxy(
+    tls: &TlsMaterial,
+    upstream: std::net::SocketAddr,
+    require_client_cert: bool,
+) -> std::net::SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&tls.server_cert)
+        .expect("server cert")
+        .collect::<Result<_, _>>()
+        .expect("server cert pem");
+    let key = PrivateKeyDer::from_pem_file(&tls.server_key).expect("server key");
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("versions");
+    let builder = if require_client_cert {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(&tls.ca_cert).expect("ca") {
+            roots.add(cert.expect("ca pem")).expect("ca cert");
+        }
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("client verifier");
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let config = builder.with_single_cert(certs, key).expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A failed handshake is the client's business: drop it.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut plain) = TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    addr
+}
+
+fn https_client(base: &str, ca: &Path, identity: Option<ClientIdentity>) -> Client {
+    let mut settings = ClientSettings::new(base);
+    settings.tls = TlsSettings {
+        ca_file: Some(ca.to_path_buf()),
+        client_identity: identity,
+    };
+    Client::new(settings).expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_and_the_cli_speak_https_and_refuse_an_untrusted_server() {
+    let tls = TlsMaterial::generate();
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let proxy = tls_proxy(&tls, app.addr, false).await;
+    let base = format!("https://127.0.0.1:{}", proxy.port());
+    let op = OperationId::parse("https-1").expect("op");
+
+    // The Rust client: the right CA works, an unrelated one is a typed
+    // `unavailable` (nothing was sent), not a hang or a panic.
+    let attempt = https_client(&base, &tls.ca_cert, None)
+        .create_attempt(&op)
+        .await
+        .expect("attempt over https");
+    assert_eq!(attempt.operation_id, op);
+    let refused = https_client(&base, &tls.other_ca_cert, None)
+        .create_attempt(&op)
+        .await;
+    assert_eq!(
+        refused,
+        Err(Error::Unavailable {
+            retry_after: None,
+            cause: Cause::Tls
+        })
+    );
+
+    // The CLI: a whole lock cycle over https, and 69 with the wrong CA.
+    let ca = tls.ca_cert.to_str().expect("utf-8 path");
+    let raw = unique("order-");
+    let out = run(&[
+        "lock",
+        "--url",
+        &base,
+        "--ca-file",
+        ca,
+        "export",
+        &raw,
+        "--",
+        "sh",
+        "-c",
+        "test -n \"$LEASEHOLD_FENCING_TOKEN\"",
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = run(&[
+        "inspect",
+        "--url",
+        &base,
+        "--ca-file",
+        ca,
+        "--json",
+        "export",
+        &raw,
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let other = tls.other_ca_cert.to_str().expect("utf-8 path");
+    let out = run(&[
+        "inspect",
+        "--url",
+        &base,
+        "--ca-file",
+        other,
+        "export",
+        &raw,
+    ])
+    .await;
+    assert_eq!(out.code(), 69, "stderr: {}", out.stderr);
+    assert!(out.stderr.contains("TLS"), "says why: {}", out.stderr);
+    // A CA file that is not PEM is a usage error, named.
+    let out = run(&[
+        "inspect",
+        "--url",
+        &base,
+        "--ca-file",
+        "/dev/null",
+        "export",
+        &raw,
+    ])
+    .await;
+    assert_eq!(out.code(), 64, "stderr: {}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_when_the_server_requires_one() {
+    let tls = TlsMaterial::generate();
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let proxy = tls_proxy(&tls, app.addr, true).await;
+    let base = format!("https://127.0.0.1:{}", proxy.port());
+    let op = OperationId::parse("mtls-1").expect("op");
+    let identity = ClientIdentity {
+        cert_file: tls.client_cert.clone(),
+        key_file: tls.client_key.clone(),
+    };
+    https_client(&base, &tls.ca_cert, Some(identity))
+        .create_attempt(&op)
+        .await
+        .expect("attempt with a client certificate");
+    let without = https_client(&base, &tls.ca_cert, None)
+        .create_attempt(&op)
+        .await;
+    assert!(
+        matches!(
+            without,
+            Err(Error::Unavailable { .. } | Error::Indeterminate { .. })
+        ),
+        "{without:?}"
+    );
+
+    let ca = tls.ca_cert.to_str().expect("utf-8 path");
+    let cert = tls.client_cert.to_str().expect("utf-8 path");
+    let key = tls.client_key.to_str().expect("utf-8 path");
+    let out = run(&[
+        "inspect",
+        "--url",
+        &base,
+        "--ca-file",
+        ca,
+        "--client-cert",
+        cert,
+        "--client-key",
+        key,
+        "export",
+        "x",
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = run(&["inspect", "--url", &base, "--ca-file", ca, "export", "x"]).await;
+    assert_eq!(
+        out.code(),
+        69,
+        "refused without a client certificate: {}",
+        out.stderr
+    );
+}

@@ -113,16 +113,14 @@ pub(super) fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool 
         if e.is::<rustls::Error>() {
             return true;
         }
-        // io::Error's source() skips the error it wraps: look at it too.
-        if let Some(inner) = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
-            if inner.is::<rustls::Error>() {
-                return true;
-            }
-        }
-        next = e.source();
+        // An io::Error's source() skips the error it wraps (which may be
+        // another io::Error around the rustls one): descend into it instead.
+        next = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
     }
     false
 }
