@@ -210,8 +210,39 @@ fn service_error(what: &str, url: &str, error: &client::Error) -> Exit {
                 "{what}: TLS handshake with {url} failed (certificate not trusted? see --ca-file)"
             ),
         ),
-        other => Exit::new(EXIT_UNAVAILABLE, format!("{what}: {url}: {other}")),
+        client::Error::Unavailable {
+            cause: client::Cause::Service,
+            retry_after,
+        } => Exit::new(
+            EXIT_UNAVAILABLE,
+            format!(
+                "{what}: the service is unavailable (its store cannot be reached); nothing was applied{}",
+                retry_hint(*retry_after)
+            ),
+        ),
+        client::Error::Unavailable { cause, .. } => Exit::new(
+            EXIT_UNAVAILABLE,
+            format!("{what}: cannot reach {url} ({cause}); nothing was applied"),
+        ),
+        client::Error::Overloaded { retry_after } => Exit::new(
+            EXIT_UNAVAILABLE,
+            format!(
+                "{what}: the service is overloaded; nothing was applied{}",
+                retry_hint(*retry_after)
+            ),
+        ),
+        client::Error::Indeterminate { cause, .. } => Exit::new(
+            EXIT_UNAVAILABLE,
+            format!("{what}: no certain answer from {url} ({cause})"),
+        ),
+        refused @ client::Error::Refused(_) => {
+            Exit::new(EXIT_TEMPFAIL, format!("{what}: {refused}"))
+        }
     }
+}
+
+fn retry_hint(retry_after: Option<Duration>) -> String {
+    retry_after.map_or_else(String::new, |d| format!("; retry in {} ms", d.as_millis()))
 }
 
 /// Parses a duration such as `500ms`, `30s`, `5m` or `1h` (a whole number
