@@ -43,7 +43,7 @@ pub struct LockArgs {
     /// SIGTERM before it gets SIGKILL.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub kill_grace: Duration,
-    /// What the lease is for, e.g. invoice-export (^[a-z][a-z0-9-]{0,62}$).
+    /// What the lease is for, e.g. invoice-export (`^[a-z][a-z0-9-]{0,62}$`).
     pub purpose: String,
     /// The resource's raw id; only its SHA-256 digest is sent.
     pub raw_id: String,
