@@ -646,3 +646,29 @@ async fn sigterm_is_forwarded_and_the_lease_released_when_the_command_exits() {
     assert_eq!(r.body["held"], false, "released: {:?}", r.body);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_waits_for_a_holder_that_goes_away() {
+    let (_redis, app) = service().await;
+    let dir = temp_dir();
+    let raw = unique("order-");
+    let digest = ResourceDigest::of_raw_id(&raw);
+    let holder = app.attempt().await;
+    let r = app.acquire("export", digest.as_str(), &holder, 3_000).await;
+    assert_eq!(r.outcome(), "acquired");
+    let ran = dir.join("ran");
+    let script = format!("echo $LEASEHOLD_FENCING_TOKEN > {}", ran.display());
+    // The holder's lease expires within 3 s; the waiting lock then runs.
+    let out = run(&[
+        "lock", "--url", &app.base, "--wait", "25s", "export", &raw, "--", "sh", "-c", &script,
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let token: u64 = std::fs::read_to_string(&ran)
+        .expect("the command ran")
+        .trim()
+        .parse()
+        .expect("a fencing token");
+    assert!(token > r.fencing_token(), "a newer fencing token");
+    let _ = std::fs::remove_dir_all(dir);
+}

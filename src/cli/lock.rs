@@ -9,7 +9,7 @@
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use nix::sys::signal::{kill, Signal};
@@ -21,6 +21,10 @@ use super::{parse_duration, resource, service_error, Connection, Exit, EXIT_TEMP
 use crate::client::{Acquire, Client, LeaseHandle, Watchdog};
 use crate::domain::{Attempt, OperationId, ResourceId};
 
+/// The longest wait asked of the service in one request: its default
+/// `LEASEHOLD_MAX_WAIT_MS`.
+const WAIT_ROUND: Duration = Duration::from_secs(30);
+
 /// `leasehold lock [OPTIONS] PURPOSE RAW_ID -- COMMAND [ARGS]...`
 #[derive(Debug, Args)]
 pub struct LockArgs {
@@ -31,8 +35,9 @@ pub struct LockArgs {
     /// COMMAND runs (e.g. 500ms, 30s, 5m).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub ttl: Duration,
-    /// How long to wait while someone else holds the lease (at most the
-    /// service's maximum wait, 30 s by default). Default: do not wait.
+    /// How long to wait while someone else holds the lease (the service
+    /// waits up to 30 s per request; longer waits take several). Default: do
+    /// not wait.
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     pub wait: Duration,
     /// A public label for this holder (host name, pod). Accepted and checked
@@ -142,13 +147,32 @@ async fn lock(args: LockArgs) -> Result<ExitCode, Exit> {
             attempt.map_err(|e| service_error("creating an attempt", url, &e))?
         }
     };
-    let acquired = tokio::select! {
-        sig = signals.next() => {
-            // The acquire may have gone through: give it back.
-            let _ = client.release(&resource, &attempt).await;
-            return Ok(signal_exit(sig));
+    // The service waits at most LEASEHOLD_MAX_WAIT_MS (30 s by default) per
+    // request: a longer --wait is waited out in rounds, with the same attempt.
+    let deadline = Instant::now() + args.wait;
+    let acquired = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let round = left.min(WAIT_ROUND);
+        let started = Instant::now();
+        let acquired = tokio::select! {
+            sig = signals.next() => {
+                // The acquire may have gone through: give it back.
+                let _ = client.release(&resource, &attempt).await;
+                return Ok(signal_exit(sig));
+            }
+            acquired = client.acquire(&resource, &attempt, args.ttl, round) => acquired,
+        };
+        match acquired {
+            Ok(Acquire::Contended { retry_after_ms, .. }) if round < left => {
+                // A round that ended early (the service shutting down, say)
+                // must not turn into a busy loop.
+                if started.elapsed() < round {
+                    let pause = Duration::from_millis(retry_after_ms).min(Duration::from_secs(1));
+                    tokio::time::sleep(pause.min(left)).await;
+                }
+            }
+            other => break other,
         }
-        acquired = client.acquire(&resource, &attempt, args.ttl, args.wait) => acquired,
     };
     let handle = match acquired {
         Ok(Acquire::Acquired { handle, .. } | Acquire::ReplayedSameOperation { handle }) => handle,
