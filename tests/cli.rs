@@ -505,6 +505,19 @@ async fn the_client_and_the_cli_speak_https_and_refuse_an_untrusted_server() {
         })
     );
 
+    // Without a CA file the system's trust store is used: it does not know
+    // the test CA.
+    let system = Client::new(ClientSettings::new(base.clone())).unwrap_or_else(|e| {
+        panic!("{e}: install the system CA certificates (apt-get install ca-certificates)")
+    });
+    assert_eq!(
+        system.create_attempt(&op).await,
+        Err(Error::Unavailable {
+            retry_after: None,
+            cause: Cause::Tls
+        })
+    );
+
     // The CLI: a whole lock cycle over https, and 69 with the wrong CA.
     let ca = tls.ca_cert.to_str().expect("utf-8 path");
     let raw = unique("order-");
