@@ -30,6 +30,7 @@ macro_rules! both_stores {
 }
 
 pub mod app;
+pub mod cli;
 pub mod redis;
 
 /// With the `client` feature, reqwest is built with `rustls-no-provider`
