@@ -42,6 +42,7 @@
 mod api;
 mod handle;
 mod machine;
+mod reply;
 mod tls;
 mod watchdog;
 
