@@ -17,9 +17,12 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::{parse_duration, resource, service_error, Connection, Exit, EXIT_TEMPFAIL, EXIT_USAGE};
+use super::{
+    parse_duration, resource, service_error, Connection, Exit, EXIT_OSERR, EXIT_TEMPFAIL,
+    EXIT_USAGE,
+};
 use crate::client::{Acquire, Client, LeaseHandle, Watchdog};
-use crate::domain::{Attempt, OperationId, ResourceId};
+use crate::domain::{Attempt, OperationId, ReleaseOutcome, ResourceId};
 
 /// The longest wait asked of the service in one request: its default
 /// `LEASEHOLD_MAX_WAIT_MS`.
@@ -67,7 +70,7 @@ impl Signals {
     fn install() -> Result<Self, Exit> {
         let install = |kind| {
             signal(kind)
-                .map_err(|e| Exit::new(EXIT_USAGE, format!("cannot install a signal handler: {e}")))
+                .map_err(|e| Exit::new(EXIT_OSERR, format!("cannot install a signal handler: {e}")))
         };
         Ok(Self {
             interrupt: install(SignalKind::interrupt())?,
@@ -107,10 +110,10 @@ fn check_holder(holder: &str) -> Result<(), Exit> {
 fn operation_id() -> Result<OperationId, Exit> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes)
-        .map_err(|e| Exit::new(EXIT_USAGE, format!("no randomness: {e}")))?;
+        .map_err(|e| Exit::new(EXIT_OSERR, format!("no randomness: {e}")))?;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     OperationId::parse(&format!("lock-{hex}"))
-        .map_err(|e| Exit::new(EXIT_USAGE, format!("operation id: {e}")))
+        .map_err(|e| Exit::new(EXIT_OSERR, format!("operation id: {e}")))
 }
 
 /// 128 + N for a signal, as shells report it.
@@ -272,17 +275,28 @@ async fn hold(
     };
     match exited {
         Some(status) => {
-            let status = status.map_err(|e| {
-                Exit::new(EXIT_TEMPFAIL, format!("cannot wait for the command: {e}"))
-            })?;
             match handle.release().await {
-                Ok(_) => {}
+                Ok(ReleaseOutcome::Released) => {}
+                // Gone between the last renew and the exit: say so, and
+                // still report the command's own status.
+                Ok(outcome @ (ReleaseOutcome::AlreadyAbsent | ReleaseOutcome::NotOwner)) => {
+                    eprintln!(
+                        "leasehold lock: the lease was no longer held when the command exited ({})",
+                        if outcome == ReleaseOutcome::NotOwner {
+                            "someone else holds it"
+                        } else {
+                            "it had expired"
+                        }
+                    );
+                }
                 Err(e) => eprintln!(
                     "leasehold lock: releasing failed ({e}); the lease expires within {} ms",
                     handle.ttl().as_millis()
                 ),
             }
             drop(watchdog);
+            let status = status
+                .map_err(|e| Exit::new(EXIT_OSERR, format!("cannot wait for the command: {e}")))?;
             Ok(status_exit(status))
         }
         None => {

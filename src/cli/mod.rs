@@ -10,6 +10,7 @@
 //! | the command's | `lock`: the command ran and exited (killed by signal N: 128+N) |
 //! | 64 | bad usage or settings (flags, files, a request the service rejected) |
 //! | 69 | the service is unreachable or unavailable (refused, timed out, TLS not trusted, 503) |
+//! | 71 | an operating system error (signal handlers, randomness, waiting for the command) |
 //! | 75 | `lock`: not acquired within the wait, or the lease was lost while the command ran |
 //! | 77 | the service refused the API key (401/403) |
 
@@ -36,6 +37,9 @@ pub const EXIT_UNAVAILABLE: u8 = 69;
 pub const EXIT_TEMPFAIL: u8 = 75;
 /// The API key was refused (EX_NOPERM).
 pub const EXIT_NOPERM: u8 = 77;
+/// The operating system failed us: no signal handler, no randomness, the
+/// command could not be waited for (EX_OSERR).
+pub const EXIT_OSERR: u8 = 71;
 
 /// The client subcommands of the `leasehold` binary.
 #[derive(Debug, Subcommand)]
