@@ -102,6 +102,17 @@ async fn the_command_runs_with_the_lease_and_its_status_comes_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_deleted_under_the_command_stops_it_with_sigterm_and_exits_75() {
+    lease_deleted_under_the_command(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_redis_stops_the_command_with_sigterm_and_exits_75() {
+    lease_deleted_under_the_command(true).await;
+}
+
+/// Deletes the lease key alone, or flushes everything, under a running
+/// command.
+async fn lease_deleted_under_the_command(flush: bool) {
     let (redis, app) = service().await;
     let dir = temp_dir();
     let raw = unique("order-");
@@ -122,7 +133,15 @@ async fn a_lease_deleted_under_the_command_stops_it_with_sigterm_and_exits_75() 
     ]);
     until_file(&dir.join("started"), &mut cli).await;
     let deleted = Instant::now();
-    assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+    if flush {
+        assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+    } else {
+        let pattern = format!("{}:lease:*", app.namespace);
+        let keys = redis.cli(&["KEYS", &pattern]);
+        let key = keys.trim();
+        assert_eq!(key.lines().count(), 1, "one lease key: {keys:?}");
+        assert_eq!(redis.cli(&["DEL", key]).trim(), "1");
+    }
     let out = finish(cli).await;
     let took = deleted.elapsed();
     assert_eq!(out.code(), 75, "stderr: {}", out.stderr);
