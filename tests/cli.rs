@@ -268,9 +268,20 @@ async fn inspect_shows_the_lease_as_json_and_as_a_table() {
     let (_redis, app) = service().await;
     let raw = unique("order-");
     let digest = ResourceDigest::of_raw_id(&raw);
-    let out = run(&["inspect", "--url", &app.base, "--json", "export", &raw]).await;
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    // The URL from LEASEHOLD_URL when --url is absent.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["inspect", "--json", "export", &raw])
+        .env("LEASEHOLD_URL", &app.base)
+        .output()
+        .await
+        .expect("run leasehold");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["held"], false, "{v}");
 
     let holder = app.attempt().await;
