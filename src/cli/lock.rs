@@ -183,7 +183,7 @@ async fn lock(args: LockArgs) -> Result<ExitCode, Exit> {
             return Err(Exit::new(
                 EXIT_TEMPFAIL,
                 format!(
-                    "{}/{} is held by someone else (free in at most {retry_after_ms} ms); the command was not run",
+                    "{}/{} is held by someone else (the service suggests retrying in {retry_after_ms} ms); the command was not run",
                     resource.purpose, resource.digest
                 ),
             ))
