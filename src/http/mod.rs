@@ -10,12 +10,13 @@ pub mod health;
 pub mod leases;
 pub mod problem;
 pub mod server;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -284,6 +285,19 @@ where
             .map(|(k, v)| k.as_str().len() + v.len())
             .sum();
         let mutating = matches!(*req.method(), Method::PUT | Method::PATCH | Method::DELETE);
+        // A body that has not fully arrived when the timeout fires means the
+        // request never reached the store: 408, never `indeterminate`.
+        let body_read = matches!(*req.method(), Method::PUT | Method::PATCH).then(|| {
+            let flag = Arc::new(AtomicBool::new(false));
+            let watched = Arc::clone(&flag);
+            req = std::mem::take(&mut req).map(|body| {
+                axum::body::Body::new(WatchedBody {
+                    inner: body,
+                    done: watched,
+                })
+            });
+            flag
+        });
         // Kept raw (a cheap refcounted clone) and parsed only if the timeout fires.
         let operation_id = req
             .headers()
@@ -310,6 +324,9 @@ where
                     Ok(Err(_panic)) => {
                         tracing::error!("a handler panicked; answered 500");
                         ApiError::Internal.into_response()
+                    }
+                    Err(_) if body_read.is_some_and(|done| !done.load(Ordering::Acquire)) => {
+                        body_timeout()
                     }
                     Err(_) => match operation_id
                         .as_ref()
@@ -345,4 +362,46 @@ where
         };
         Box::pin(answer.instrument(span))
     }
+}
+
+/// A request body that records when it has been read to its end.
+struct WatchedBody {
+    inner: axum::body::Body,
+    done: Arc<AtomicBool>,
+}
+
+impl http_body::Body for WatchedBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.done.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// 408 problem+json: the body did not arrive within the request timeout,
+/// so nothing reached the store.
+fn body_timeout() -> Response {
+    problem::problem_response(
+        axum::http::StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        "Request body timed out",
+        "The request body did not arrive within the service's request timeout; nothing was done.",
+        serde_json::Map::new(),
+    )
 }

@@ -31,6 +31,8 @@ macro_rules! both_stores {
 
 pub mod app;
 pub mod cli;
+pub mod fault_proxy;
+pub mod history;
 pub mod redis;
 
 /// With the `client` feature, reqwest is built with `rustls-no-provider`

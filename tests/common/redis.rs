@@ -1268,7 +1268,8 @@ impl RedisSentinelSet {
         set
     }
 
-    fn wait_settled(&self) {
+    /// Waits until every replica is linked and every sentinel sees them all.
+    pub fn wait_settled(&self) {
         let mut last = String::new();
         let n_replicas = self.replicas.len();
         let n_sentinels = self.sentinels.len();
@@ -1409,6 +1410,62 @@ impl RedisSentinelSet {
                  within {TOPOLOGY_DEADLINE:?}; last: {last}"
             ))
         })
+    }
+
+    /// An aborted failover: the replica a failover would promote (the one
+    /// data node that is not the master; use a set with one replica) is
+    /// frozen, `SENTINEL FAILOVER` starts a failover that cannot complete,
+    /// and once the sentinel has given up (failover-timeout, 5 s: the flag
+    /// `failover_in_progress` clears) the replica is thawed. Returns the
+    /// master's port, unchanged.
+    pub fn aborted_failover(&self) -> u16 {
+        let old = self.current_master_port();
+        let replica = self
+            .data_nodes()
+            .find(|n| n.port != old && n.is_live())
+            .unwrap_or_else(|| self.fail("aborted_failover: no replica"));
+        let sentinel = self
+            .sentinels
+            .iter()
+            .find(|s| s.is_live())
+            .unwrap_or_else(|| self.fail("aborted_failover: no live sentinel"));
+        replica.freeze();
+        if let Err(e) = sentinel.cli_result(&["SENTINEL", "FAILOVER", SENTINEL_MASTER_NAME]) {
+            replica.thaw();
+            self.fail(&format!(
+                "aborted_failover: SENTINEL FAILOVER refused with the replica frozen: {e}"
+            ));
+        }
+        let mut last = String::new();
+        let given_up = poll_until(TOPOLOGY_DEADLINE, || {
+            let out = sentinel
+                .cli_result(&["SENTINEL", "MASTER", SENTINEL_MASTER_NAME])
+                .ok()?;
+            let mut lines = out.lines();
+            let mut flags = None;
+            while let Some(key) = lines.next() {
+                let value = lines.next().unwrap_or("");
+                if key == "flags" {
+                    flags = Some(value.to_owned());
+                }
+            }
+            last = flags.clone().unwrap_or_default();
+            flags.filter(|f| !f.contains("failover_in_progress"))
+        });
+        replica.thaw();
+        if given_up.is_none() {
+            self.fail(&format!(
+                "aborted_failover: the failover was still in progress after \
+                 {TOPOLOGY_DEADLINE:?} (flags {last})"
+            ));
+        }
+        let now = self.current_master_port();
+        if now != old {
+            self.fail(&format!(
+                "aborted_failover: the master moved from {old} to {now}; the failover completed"
+            ));
+        }
+        old
     }
 
     fn fail(&self, what: &str) -> ! {
@@ -1598,8 +1655,259 @@ impl TlsMaterial {
     }
 }
 
+impl TlsMaterial {
+    /// Issues one more certificate from the CA for `IP:127.0.0.1,
+    /// DNS:localhost` (e.g. the next one of a rotation) and returns its
+    /// `(cert, key)` paths in [`TlsMaterial::dir`]. `client_auth_too`: with
+    /// the clientAuth usage as well as serverAuth (a serving certificate
+    /// that can also present itself as a client).
+    pub fn issue_server_cert(&self, name: &str, client_auth_too: bool) -> (PathBuf, PathBuf) {
+        let openssl = require_binary("openssl", "openssl");
+        let run = |args: &[&str]| {
+            let out = Command::new(&openssl)
+                .args(args)
+                .current_dir(&self.dir)
+                .output()
+                .unwrap_or_else(|e| panic!("spawn openssl: {e}"));
+            if !out.status.success() {
+                panic!(
+                    "openssl {args:?} failed in {}: {}",
+                    self.dir.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        };
+        let usage = if client_auth_too {
+            "serverAuth,clientAuth"
+        } else {
+            "serverAuth"
+        };
+        let (key, csr, ext, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.ext"),
+            format!("{name}.crt"),
+        );
+        fs::write(
+            self.dir.join(&ext),
+            format!(
+                "basicConstraints = critical,CA:FALSE\n\
+                 keyUsage = critical,digitalSignature,keyEncipherment\n\
+                 subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n\
+                 extendedKeyUsage = {usage}\nsubjectAltName = IP:127.0.0.1,DNS:localhost\n"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("write {ext}: {e}"));
+        run(&[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            &key,
+        ]);
+        run(&[
+            "req",
+            "-new",
+            "-key",
+            &key,
+            "-subj",
+            "/CN=127.0.0.1",
+            "-out",
+            &csr,
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-sha256",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &crt,
+        ]);
+        (self.dir.join(crt), self.dir.join(key))
+    }
+}
+
 impl Drop for TlsMaterial {
     fn drop(&mut self) {
         remove_temp_dir(&self.dir);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Refusals: a server made to refuse commands on purpose
+// ---------------------------------------------------------------------------
+
+/// How long a server may take to reach a refusing (or normal) state.
+const REFUSAL_DEADLINE: Duration = Duration::from_secs(15);
+
+impl RedisServer {
+    /// An integer field of `INFO section`, e.g. `("stats",
+    /// "total_connections_received")`. Panics when it is missing.
+    pub fn info_u64(&self, section: &str, key: &str) -> u64 {
+        let info = self.cli(&["INFO", section]);
+        info_field(&info, key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| self.fail(&format!("INFO {section} has no integer {key}")))
+    }
+
+    /// `total_connections_received`: connections accepted since start. The
+    /// `redis-cli` that asks is itself one of them.
+    pub fn connections_received(&self) -> u64 {
+        self.info_u64("stats", "total_connections_received")
+    }
+
+    /// Makes writes fail with MISCONF: a save point is configured and the
+    /// RDB target (`dump.rdb` in the server's dir) is made a directory, so
+    /// a BGSAVE fails at its final rename (whoever runs the tests, root
+    /// included) and `stop-writes-on-bgsave-error` (on by default) refuses
+    /// every write. Returns once INFO says the last BGSAVE failed.
+    pub fn break_persistence(&self) {
+        self.wait_no_bgsave();
+        let target = self.dir.join("dump.rdb");
+        let _ = fs::remove_file(&target);
+        fs::create_dir_all(&target)
+            .unwrap_or_else(|e| self.fail(&format!("mkdir {}: {e}", target.display())));
+        self.cli(&["CONFIG", "SET", "stop-writes-on-bgsave-error", "yes"]);
+        self.cli(&["CONFIG", "SET", "save", "3600 1"]);
+        self.cli(&["BGSAVE"]);
+        self.wait_bgsave_status("err");
+    }
+
+    /// Undoes [`RedisServer::break_persistence`]: the directory goes, a
+    /// BGSAVE succeeds (which is what lifts MISCONF), then the save point is
+    /// removed again. Returns once INFO says the last BGSAVE succeeded.
+    pub fn repair_persistence(&self) {
+        self.wait_no_bgsave();
+        let target = self.dir.join("dump.rdb");
+        fs::remove_dir_all(&target)
+            .unwrap_or_else(|e| self.fail(&format!("rmdir {}: {e}", target.display())));
+        self.cli(&["BGSAVE"]);
+        self.wait_bgsave_status("ok");
+        self.cli(&["CONFIG", "SET", "save", ""]);
+    }
+
+    fn wait_no_bgsave(&self) {
+        poll_until(REFUSAL_DEADLINE, || {
+            (self.info_u64("persistence", "rdb_bgsave_in_progress") == 0).then_some(())
+        })
+        .unwrap_or_else(|| self.fail("a BGSAVE is still in progress"));
+    }
+
+    fn wait_bgsave_status(&self, want: &str) {
+        poll_until(REFUSAL_DEADLINE, || {
+            let info = self.cli(&["INFO", "persistence"]);
+            let done = info_field(&info, "rdb_bgsave_in_progress") == Some("0");
+            (done && info_field(&info, "rdb_last_bgsave_status") == Some(want)).then_some(())
+        })
+        .unwrap_or_else(|| self.fail(&format!("rdb_last_bgsave_status never became {want}")));
+    }
+
+    /// Starts a Lua script that loops forever on a connection of its own
+    /// (`redis-cli EVAL "while true do end" 0`) and returns once another
+    /// client is answered BUSY. Set `busy-reply-threshold` low first (e.g.
+    /// `--busy-reply-threshold 100` at start): until it passes, other
+    /// clients are not answered at all. [`BusyScript::end`] (or drop) ends
+    /// it with SCRIPT KILL.
+    pub fn start_busy_script(&self) -> BusyScript<'_> {
+        let mut cmd = Command::new(redis_cli_bin());
+        cmd.args(["-h", "127.0.0.1", "-p"])
+            .arg(self.port.to_string());
+        if let Some((user, password)) = &self.auth {
+            if let Some(user) = user {
+                cmd.args(["--user", user]);
+            }
+            cmd.args(["-a", password, "--no-auth-warning"]);
+        }
+        let child = cmd
+            .args(["EVAL", "while true do end", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| self.fail(&format!("spawn redis-cli EVAL: {e}")));
+        let mut busy = BusyScript {
+            server: self,
+            child: Some(child),
+            connections: 1,
+        };
+        let seen = poll_until(REFUSAL_DEADLINE, || {
+            busy.connections += 1;
+            match self.cli_result(&["GET", "leasehold-test-busy-probe"]) {
+                Err(e) if e.contains("BUSY") => Some(()),
+                _ => None,
+            }
+        });
+        if seen.is_none() {
+            self.fail("no client was answered BUSY while a script looped");
+        }
+        busy
+    }
+}
+
+/// A Lua script looping forever on its own connection (see
+/// [`RedisServer::start_busy_script`]). Ended with SCRIPT KILL on
+/// [`BusyScript::end`] or drop.
+pub struct BusyScript<'a> {
+    server: &'a RedisServer,
+    child: Option<Child>,
+    connections: u64,
+}
+
+impl BusyScript<'_> {
+    /// Connections the harness opened to start, watch and (once ended) kill
+    /// the script, for tests that count `total_connections_received`.
+    pub fn connections(&self) -> u64 {
+        self.connections
+    }
+
+    /// SCRIPT KILL, then waits until the looping client got its error and
+    /// exited and the server answers other clients again. Returns every
+    /// connection the harness opened for the script (see
+    /// [`BusyScript::connections`]).
+    pub fn end(mut self) -> u64 {
+        self.stop();
+        let server = self.server;
+        let mut pings = 0;
+        poll_until(REFUSAL_DEADLINE, || {
+            pings += 1;
+            server.cli_result(&["PING"]).ok().filter(|r| r == "PONG")
+        })
+        .unwrap_or_else(|| server.fail("still BUSY after SCRIPT KILL"));
+        self.connections + pings
+    }
+
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        self.connections += 1;
+        if let Err(e) = self.server.cli_result(&["SCRIPT", "KILL"]) {
+            let _ = child.kill();
+            let _ = child.wait();
+            self.server.fail(&format!("SCRIPT KILL failed: {e}"));
+        }
+        let _ = child.wait();
+    }
+}
+
+impl Drop for BusyScript<'_> {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = self.server.cli_result(&["SCRIPT", "KILL"]);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
