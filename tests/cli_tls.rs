@@ -1,20 +1,23 @@
-//! The Rust client and the CLI over HTTPS, through a TLS-terminating proxy
-//! started here in front of a `TestApp` (the CA and certificates come from
-//! `TlsMaterial`, made with openssl): the right CA works, a wrong CA or the
-//! system trust store is refused as a TLS failure (exit 69), and a client
-//! certificate is presented when the server requires one.
+//! The Rust client and the CLI over HTTPS: against leasehold itself serving
+//! HTTPS (`--tls-cert-file`, `--tls-client-ca-file`), and through a
+//! TLS-terminating proxy started here in front of a `TestApp` (the CA and
+//! certificates come from `TlsMaterial`, made with openssl). The right CA
+//! works; a wrong CA or the system trust store is refused as a TLS failure
+//! (exit 69); a client certificate is presented when the server requires
+//! one.
 
 mod common;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use common::app::{unique, Backend, TestApp};
+use common::app::{args, unique, Backend, TestApp};
 use common::cli::run;
 use common::redis::TlsMaterial;
 use leasehold::client::{Cause, Client, ClientIdentity, ClientSettings, Error, TlsSettings};
 use leasehold::domain::OperationId;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 
 /// A TLS-terminating proxy in front of `upstream`, with the test CA's
 /// server certificate; requires a client certificate signed by the CA when
@@ -221,6 +224,135 @@ async fn a_client_certificate_is_presented_when_the_server_requires_one() {
     .await;
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
     let out = run(&["inspect", "--url", &base, "--ca-file", ca, "export", "x"]).await;
+    assert_eq!(
+        out.code(),
+        69,
+        "refused without a client certificate: {}",
+        out.stderr
+    );
+}
+
+/// leasehold serving HTTPS on the embedded store; requires client
+/// certificates from the test CA when `client_ca`. Stops when the sender is
+/// dropped.
+async fn https_service(tls: &TlsMaterial, client_ca: bool) -> (String, oneshot::Sender<()>) {
+    let mut flags = vec![
+        "--tls-cert-file",
+        tls.server_cert.to_str().expect("utf-8 path"),
+        "--tls-key-file",
+        tls.server_key.to_str().expect("utf-8 path"),
+    ];
+    if client_ca {
+        flags.extend([
+            "--tls-client-ca-file",
+            tls.ca_cert.to_str().expect("utf-8 path"),
+        ]);
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let settings = args(&Backend::Memory, &flags);
+    tokio::spawn(async move {
+        leasehold::run(listener, settings, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("leasehold::run over https");
+    });
+    (format!("https://127.0.0.1:{}", addr.port()), stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_locks_against_leasehold_serving_https() {
+    let tls = TlsMaterial::generate();
+    let (base, _stop) = https_service(&tls, false).await;
+    let ca = tls.ca_cert.to_str().expect("utf-8 path");
+    let raw = unique("order-");
+    let out = run(&[
+        "lock",
+        "--url",
+        &base,
+        "--ca-file",
+        ca,
+        "export",
+        &raw,
+        "--",
+        "sh",
+        "-c",
+        "test -n \"$LEASEHOLD_FENCING_TOKEN\" && exit 5",
+    ])
+    .await;
+    assert_eq!(out.code(), 5, "stderr: {}", out.stderr);
+    let out = run(&[
+        "inspect",
+        "--url",
+        &base,
+        "--ca-file",
+        ca,
+        "--json",
+        "export",
+        &raw,
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(
+        out.stdout.contains("\"held\":false"),
+        "released: {}",
+        out.stdout
+    );
+    let other = tls.other_ca_cert.to_str().expect("utf-8 path");
+    let out = run(&[
+        "lock",
+        "--url",
+        &base,
+        "--ca-file",
+        other,
+        "export",
+        &raw,
+        "--",
+        "true",
+    ])
+    .await;
+    assert_eq!(out.code(), 69, "stderr: {}", out.stderr);
+    assert!(out.stderr.contains("TLS"), "says why: {}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_presents_a_client_certificate_to_leasehold_requiring_one() {
+    let tls = TlsMaterial::generate();
+    let (base, _stop) = https_service(&tls, true).await;
+    let ca = tls.ca_cert.to_str().expect("utf-8 path");
+    let cert = tls.client_cert.to_str().expect("utf-8 path");
+    let key = tls.client_key.to_str().expect("utf-8 path");
+    let out = run(&[
+        "lock",
+        "--url",
+        &base,
+        "--ca-file",
+        ca,
+        "--client-cert",
+        cert,
+        "--client-key",
+        key,
+        "export",
+        "x",
+        "--",
+        "true",
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = run(&[
+        "lock",
+        "--url",
+        &base,
+        "--ca-file",
+        ca,
+        "export",
+        "x",
+        "--",
+        "true",
+    ])
+    .await;
     assert_eq!(
         out.code(),
         69,
