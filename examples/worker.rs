@@ -12,7 +12,8 @@
 //! Arguments (all optional): the service's base URL (default
 //! `http://127.0.0.1:8080`), the raw resource id (default `order-42`; only
 //! its digest is sent), and how many work steps to do (default 20, one every
-//! 250 ms). Ctrl-C stops the work and releases the lease. Set `RUST_LOG=debug`
+//! 250 ms). An `https://` URL works too; `LEASEHOLD_CA_FILE` names a PEM CA
+//! file to trust instead of the system's roots. Ctrl-C stops the work and releases the lease. Set `RUST_LOG=debug`
 //! to see the watchdog's renewals.
 //!
 //! The "effect target" here is an in-process store that remembers the
@@ -80,7 +81,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let raw_id = args.next().unwrap_or_else(|| "order-42".to_owned());
     let steps: u32 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(20);
 
-    let client = Client::new(ClientSettings::new(base))?;
+    let mut settings = ClientSettings::new(base);
+    // For an https:// base URL behind a private CA (default: system roots).
+    settings.tls.ca_file = std::env::var_os("LEASEHOLD_CA_FILE").map(Into::into);
+    let client = Client::new(settings)?;
     let resource = ResourceId {
         purpose: Purpose::parse("worker-demo")?,
         digest: ResourceDigest::of_raw_id(&raw_id),

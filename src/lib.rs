@@ -29,6 +29,13 @@
 //! [`run`] takes an already-bound listener and a shutdown future, so tests
 //! start many instances on port 0 in one process. `main.rs` only parses
 //! settings, sets up logging and binds.
+//!
+//! ## The other side
+//!
+//! `client` (feature `client`) speaks this API over http or https, with a
+//! lease handle's closed state machine and a renewing watchdog; `cli`
+//! (feature `cli`, on by default) builds the binary's `lock` and `inspect`
+//! subcommands on it. Neither is on the server's request path.
 
 pub mod config;
 pub mod domain;
@@ -40,6 +47,8 @@ pub mod store;
 pub mod telemetry;
 pub mod wait;
 
+#[cfg(feature = "cli")]
+pub mod cli;
 #[cfg(feature = "client")]
 pub mod client;
 

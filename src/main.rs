@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use leasehold::config::{Cli, Command, HealthcheckArgs, ServeArgs};
 use leasehold::domain::ResourceDigest;
 
@@ -13,7 +12,10 @@ use leasehold::domain::ResourceDigest;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     match cli.command {
         Some(Command::Digest { raw_id }) => {
             println!("{}", ResourceDigest::of_raw_id(&raw_id));
@@ -30,6 +32,57 @@ fn main() -> ExitCode {
             Err(e) => e.exit(),
         },
     }
+}
+
+/// The service's own command line (`serve`, the default, `digest`, ...).
+#[cfg(not(feature = "cli"))]
+fn parse() -> Result<Cli, ExitCode> {
+    Ok(<Cli as clap::Parser>::parse())
+}
+
+/// The service's command line plus the client subcommands (`lock`,
+/// `inspect`; see `leasehold::cli`). `Err(code)`: the process is done and
+/// exits with `code` (a client subcommand ran, or its usage was wrong: 64,
+/// EX_USAGE; the service's own usage errors keep clap's 2).
+#[cfg(feature = "cli")]
+fn parse() -> Result<Cli, ExitCode> {
+    use clap::{CommandFactory, FromArgMatches, Subcommand};
+    use leasehold::cli::{is_client_command, ClientCommand, EXIT_USAGE};
+
+    let service = Cli::command();
+    // Augmenting would also take the enum's doc comment as the about text.
+    let about = service.get_about().cloned();
+    let long_about = service.get_long_about().cloned();
+    let mut command = ClientCommand::augment_subcommands(service);
+    if let Some(text) = about {
+        command = command.about(text);
+    }
+    if let Some(text) = long_about {
+        command = command.long_about(text);
+    }
+    let matches = match command.try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            let client_usage = std::env::args()
+                .nth(1)
+                .is_some_and(|first| is_client_command(&first));
+            if client_usage && e.use_stderr() {
+                let _ = e.print();
+                return Err(ExitCode::from(EXIT_USAGE));
+            }
+            e.exit()
+        }
+    };
+    if matches.subcommand_name().is_some_and(is_client_command) {
+        return Err(match ClientCommand::from_arg_matches(&matches) {
+            Ok(client) => client.run(),
+            Err(e) => {
+                let _ = e.print();
+                ExitCode::from(EXIT_USAGE)
+            }
+        });
+    }
+    Cli::from_arg_matches(&matches).map_err(|e| e.exit())
 }
 
 fn serve(args: ServeArgs) -> ExitCode {

@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderValue, AUTHORIZATION};
 use reqwest::{Method, Url};
-use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::{Cause, Error, LeaseHandle, Rejection};
+use super::reply::Reply;
+use super::tls::{self, TlsSettings};
+use super::{Cause, Error, LeaseHandle};
 use crate::domain::{
-    Attempt, Guarantee, HeldBy, Inspection, Lease, LostReason, OperationId, OwnerToken, Purpose,
-    ReleaseOutcome, RenewOutcome, Replication, ResourceDigest, ResourceId,
+    Attempt, HeldBy, Inspection, LostReason, OperationId, OwnerToken, ReleaseOutcome, RenewOutcome,
+    ResourceId,
 };
-use crate::http::problem::FieldError;
 
 const OWNER_TOKEN_HEADER: &str = "Lease-Owner-Token";
 const OPERATION_ID_HEADER: &str = "Lease-Operation-Id";
@@ -24,9 +24,13 @@ const OPERATION_ID_HEADER: &str = "Lease-Operation-Id";
 /// How a [`Client`] talks to the service.
 #[derive(Clone)]
 pub struct ClientSettings {
-    /// Where the service listens, e.g. `http://127.0.0.1:8080` (`http` only:
-    /// this build of the client has no TLS).
+    /// Where the service listens, e.g. `http://127.0.0.1:8080` or
+    /// `https://leasehold.internal:8443`.
     pub base_url: String,
+    /// For `https://`: which CAs to trust and an optional client
+    /// certificate. Default: the system's trust store, no client
+    /// certificate. Files are read when the [`Client`] is built.
+    pub tls: TlsSettings,
     /// The service's drift budget (its `--drift-budget-ms`): a handle
     /// counts its lease as valid for `min(ttl, remainingMs) - drift_budget`
     /// from when the request was sent. Default 10 ms, the service default.
@@ -49,6 +53,7 @@ impl ClientSettings {
     pub fn new(base_url: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
+            tls: TlsSettings::default(),
             drift_budget: Duration::from_millis(10),
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(1),
@@ -62,6 +67,7 @@ impl fmt::Debug for ClientSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientSettings")
             .field("base_url", &self.base_url)
+            .field("tls", &self.tls)
             .field("drift_budget", &self.drift_budget)
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -74,12 +80,19 @@ impl fmt::Debug for ClientSettings {
 /// Why a [`Client`] could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
-    /// The base URL is not an absolute `http://` URL.
-    #[error("base URL {0:?} must be an absolute http:// URL without query or fragment")]
+    /// The base URL is not an absolute `http://` or `https://` URL.
+    #[error(
+        "base URL {0:?} must be an absolute http:// or https:// URL without query or fragment"
+    )]
     BaseUrl(String),
     /// The API key cannot be sent in a header.
     #[error("the API key must be visible ASCII")]
     ApiKey,
+    /// The TLS settings could not be used (a CA or client certificate file
+    /// that cannot be read or parsed, no system trust roots). Names the
+    /// file, never a key's content.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The HTTP stack could not be set up.
     #[error("the HTTP client could not be built")]
     Http,
@@ -156,155 +169,6 @@ impl Acquire {
     }
 }
 
-/// Every member any answer may carry; each verb reads the ones it expects.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Wire {
-    outcome: Option<String>,
-    lease: Option<WireLease>,
-    waited_ms: Option<u64>,
-    retry_after_ms: Option<u64>,
-    reason: Option<String>,
-    held: Option<bool>,
-    remaining_ms: Option<u64>,
-    fencing_token: Option<u64>,
-    held_by: Option<String>,
-    owner_token: Option<String>,
-    operation_id: Option<String>,
-    detail: Option<String>,
-    errors: Option<Vec<WireFieldError>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WireLease {
-    purpose: String,
-    digest: String,
-    fencing_token: u64,
-    ttl_ms: u64,
-    remaining_ms: u64,
-    guarantee: String,
-    #[serde(default)]
-    replication: Option<Replication>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WireFieldError {
-    field: String,
-    message: String,
-}
-
-/// A reply that arrived: its status and, if it was JSON, its members.
-struct Reply {
-    status: u16,
-    wire: Option<Wire>,
-}
-
-impl Reply {
-    fn outcome(&self) -> &str {
-        self.wire
-            .as_ref()
-            .and_then(|w| w.outcome.as_deref())
-            .unwrap_or("")
-    }
-
-    fn wire(&self) -> &Wire {
-        static EMPTY: Wire = Wire {
-            outcome: None,
-            lease: None,
-            waited_ms: None,
-            retry_after_ms: None,
-            reason: None,
-            held: None,
-            remaining_ms: None,
-            fencing_token: None,
-            held_by: None,
-            owner_token: None,
-            operation_id: None,
-            detail: None,
-            errors: None,
-        };
-        self.wire.as_ref().unwrap_or(&EMPTY)
-    }
-
-    fn unexpected(&self, op: &OperationId) -> Error {
-        Error::Indeterminate {
-            operation_id: op.clone(),
-            cause: Cause::UnexpectedReply {
-                status: self.status,
-            },
-        }
-    }
-
-    /// The shared failures, a rejection, or (anything else) an unexpected
-    /// reply, which may have been applied.
-    fn failure(&self, op: &OperationId) -> Error {
-        let wire = self.wire();
-        let retry_after = wire.retry_after_ms.map(Duration::from_millis);
-        match self.outcome() {
-            "unavailable" => Error::Unavailable {
-                retry_after,
-                cause: Cause::Service,
-            },
-            "overloaded" => Error::Overloaded { retry_after },
-            // A request that overran the service's own request timeout may
-            // have reached the store: as ambiguous as `indeterminate`.
-            "indeterminate" | "request_timeout" => Error::Indeterminate {
-                operation_id: op.clone(),
-                cause: Cause::Service,
-            },
-            outcome if (400..500).contains(&self.status) => Error::Rejected(Box::new(Rejection {
-                status: self.status,
-                outcome: if outcome.is_empty() {
-                    "<none>".to_owned()
-                } else {
-                    outcome.to_owned()
-                },
-                detail: wire.detail.clone().unwrap_or_default(),
-                errors: wire
-                    .errors
-                    .iter()
-                    .flatten()
-                    .map(|e| FieldError {
-                        field: e.field.clone(),
-                        message: e.message.clone(),
-                    })
-                    .collect(),
-            })),
-            _ => self.unexpected(op),
-        }
-    }
-
-    /// The `lease` member, checked against the resource asked for.
-    fn lease(&self, resource: &ResourceId, op: &OperationId) -> Result<Lease, Error> {
-        let w = self
-            .wire()
-            .lease
-            .as_ref()
-            .ok_or_else(|| self.unexpected(op))?;
-        let purpose = Purpose::parse(&w.purpose).map_err(|_| self.unexpected(op))?;
-        let digest = ResourceDigest::parse(&w.digest).map_err(|_| self.unexpected(op))?;
-        if purpose != resource.purpose || digest != resource.digest || w.guarantee != "fenced" {
-            return Err(self.unexpected(op));
-        }
-        Ok(Lease {
-            purpose,
-            digest,
-            fencing_token: w.fencing_token,
-            ttl_ms: w.ttl_ms,
-            remaining_ms: w.remaining_ms,
-            guarantee: Guarantee::Fenced,
-            replication: w.replication,
-        })
-    }
-
-    fn retry_after_ms(&self, op: &OperationId) -> Result<u64, Error> {
-        self.wire()
-            .retry_after_ms
-            .ok_or_else(|| self.unexpected(op))
-    }
-}
-
 /// Milliseconds of a duration, saturating.
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -315,11 +179,12 @@ impl Client {
     pub fn new(settings: ClientSettings) -> Result<Self, BuildError> {
         let url = Url::parse(&settings.base_url)
             .map_err(|_| BuildError::BaseUrl(settings.base_url.clone()))?;
-        if url.scheme() != "http"
-            || url.cannot_be_a_base()
-            || url.query().is_some()
-            || url.fragment().is_some()
-        {
+        let https = match url.scheme() {
+            "http" => false,
+            "https" => true,
+            _ => return Err(BuildError::BaseUrl(settings.base_url.clone())),
+        };
+        if url.cannot_be_a_base() || url.query().is_some() || url.fragment().is_some() {
             return Err(BuildError::BaseUrl(settings.base_url.clone()));
         }
         let auth = match &settings.api_key {
@@ -331,7 +196,9 @@ impl Client {
                 Some(value)
             }
         };
+        let tls_config = tls::client_config(&settings.tls, https)?;
         let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls_config)
             .connect_timeout(settings.connect_timeout)
             .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(Duration::from_secs(60))
@@ -395,13 +262,18 @@ impl Client {
         };
         let mut response = match request.send().await {
             Ok(r) => r,
-            // The request could not be built, or no connection was made: it
-            // never left.
+            // The request could not be built, or no connection was made
+            // (TLS handshake included): it never left.
             Err(e) if e.is_builder() || e.is_connect() => {
+                let cause = if tls::is_tls_failure(&e) {
+                    Cause::Tls
+                } else {
+                    Cause::Connect
+                };
                 return Err(Error::Unavailable {
                     retry_after: None,
-                    cause: Cause::Connect,
-                })
+                    cause,
+                });
             }
             Err(e) if e.is_timeout() => return Err(indeterminate(Cause::Timeout)),
             Err(_) => return Err(indeterminate(Cause::ConnectionLost)),

@@ -3,7 +3,9 @@
 //! * [`Client`] speaks the API over one keep-alive connection pool:
 //!   [`Client::create_attempt`], [`Client::acquire`] (optionally waiting
 //!   server-side), [`Client::renew`], [`Client::release`],
-//!   [`Client::inspect`]. Each answers the server's typed outcome (the
+//!   [`Client::inspect`], over `http://` or `https://` ([`TlsSettings`]:
+//!   the system's trust store or a CA file, an optional client
+//!   certificate; rustls on `ring`). Each answers the server's typed outcome (the
 //!   [`crate::domain`] types) or an [`Error`] that says what the caller may
 //!   assume: [`Error::Unavailable`] and [`Error::Overloaded`] were definitely
 //!   not applied, [`Error::Indeterminate`] may have been.
@@ -40,6 +42,8 @@
 mod api;
 mod handle;
 mod machine;
+mod reply;
+mod tls;
 mod watchdog;
 
 use std::fmt;
@@ -48,6 +52,7 @@ use std::time::Duration;
 pub use self::api::{Acquire, BuildError, Client, ClientSettings};
 pub use self::handle::LeaseHandle;
 pub use self::machine::{HandleCore, LeaseState, Refused, ReleaseReply, RenewReply};
+pub use self::tls::{ClientIdentity, TlsSettings};
 pub use self::watchdog::{
     EndReason, EventKind, Registration, Watchdog, WatchdogError, WatchdogEvent,
 };
@@ -62,6 +67,10 @@ pub enum Cause {
     Service,
     /// No connection could be made; nothing was written.
     Connect,
+    /// The TLS handshake failed (the service's certificate is not trusted
+    /// or does not name the host, or it refused the client certificate);
+    /// nothing was written.
+    Tls,
     /// The request was (or may have been) written and no reply came in time.
     Timeout,
     /// The connection failed after the request was (or may have been)
@@ -80,6 +89,7 @@ impl fmt::Display for Cause {
         match self {
             Self::Service => f.write_str("answered by the service"),
             Self::Connect => f.write_str("could not connect"),
+            Self::Tls => f.write_str("TLS handshake failed"),
             Self::Timeout => f.write_str("no reply in time"),
             Self::ConnectionLost => f.write_str("connection lost awaiting the reply"),
             Self::UnexpectedReply { status } => write!(f, "unexpected reply with status {status}"),

@@ -71,6 +71,7 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A name unique in this test run (namespaces, operation ids, raw ids).
 pub fn unique(prefix: &str) -> String {
+    super::install_tls_provider();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut r = [0u8; 4];
     getrandom::fill(&mut r).expect("random");
@@ -86,6 +87,7 @@ pub fn digest() -> String {
 
 /// Default settings for tests (flags only; the environment is ignored).
 pub fn args(backend: &Backend, extra: &[&str]) -> ServeArgs {
+    super::install_tls_provider();
     #[derive(clap::Parser)]
     struct Only {
         #[command(flatten)]
@@ -128,6 +130,7 @@ impl TestApp {
 
     /// Starts an instance with these settings.
     pub async fn spawn_with(args: ServeArgs) -> TestApp {
+        super::install_tls_provider();
         init_logs();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

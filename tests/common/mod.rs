@@ -30,6 +30,17 @@ macro_rules! both_stores {
 }
 
 pub mod app;
+pub mod cli;
 pub mod fault_proxy;
 pub mod history;
 pub mod redis;
+
+/// With the `client` feature, reqwest is built with `rustls-no-provider`
+/// (no aws-lc), so a plain `reqwest::Client::new()` in a test panics unless
+/// a process-wide rustls provider is installed. leasehold's own `Client`
+/// does not need this; the tests' raw reqwest clients do. Called by
+/// `app::unique` and `app::args`, which every test reaches first.
+pub fn install_tls_provider() {
+    // An error means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

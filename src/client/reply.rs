@@ -1,0 +1,161 @@
+//! A reply as [`Client`](super::Client) reads it: the status and the JSON
+//! members every verb may carry, checked against the API contract.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Cause, Error, Rejection};
+use crate::domain::{
+    Guarantee, Lease, OperationId, Purpose, Replication, ResourceDigest, ResourceId,
+};
+use crate::http::problem::FieldError;
+
+/// Every member any answer may carry; each verb reads the ones it expects.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Wire {
+    pub(super) outcome: Option<String>,
+    lease: Option<WireLease>,
+    pub(super) waited_ms: Option<u64>,
+    pub(super) retry_after_ms: Option<u64>,
+    pub(super) reason: Option<String>,
+    pub(super) held: Option<bool>,
+    pub(super) remaining_ms: Option<u64>,
+    pub(super) fencing_token: Option<u64>,
+    pub(super) held_by: Option<String>,
+    pub(super) owner_token: Option<String>,
+    pub(super) operation_id: Option<String>,
+    pub(super) detail: Option<String>,
+    errors: Option<Vec<WireFieldError>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireLease {
+    purpose: String,
+    digest: String,
+    fencing_token: u64,
+    ttl_ms: u64,
+    remaining_ms: u64,
+    guarantee: String,
+    #[serde(default)]
+    replication: Option<Replication>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireFieldError {
+    field: String,
+    message: String,
+}
+
+/// A reply that arrived: its status and, if it was JSON, its members.
+pub(super) struct Reply {
+    pub(super) status: u16,
+    pub(super) wire: Option<Wire>,
+}
+
+impl Reply {
+    pub(super) fn outcome(&self) -> &str {
+        self.wire
+            .as_ref()
+            .and_then(|w| w.outcome.as_deref())
+            .unwrap_or("")
+    }
+
+    pub(super) fn wire(&self) -> &Wire {
+        static EMPTY: Wire = Wire {
+            outcome: None,
+            lease: None,
+            waited_ms: None,
+            retry_after_ms: None,
+            reason: None,
+            held: None,
+            remaining_ms: None,
+            fencing_token: None,
+            held_by: None,
+            owner_token: None,
+            operation_id: None,
+            detail: None,
+            errors: None,
+        };
+        self.wire.as_ref().unwrap_or(&EMPTY)
+    }
+
+    pub(super) fn unexpected(&self, op: &OperationId) -> Error {
+        Error::Indeterminate {
+            operation_id: op.clone(),
+            cause: Cause::UnexpectedReply {
+                status: self.status,
+            },
+        }
+    }
+
+    /// The shared failures, a rejection, or (anything else) an unexpected
+    /// reply, which may have been applied.
+    pub(super) fn failure(&self, op: &OperationId) -> Error {
+        let wire = self.wire();
+        let retry_after = wire.retry_after_ms.map(Duration::from_millis);
+        match self.outcome() {
+            "unavailable" => Error::Unavailable {
+                retry_after,
+                cause: Cause::Service,
+            },
+            "overloaded" => Error::Overloaded { retry_after },
+            // A request that overran the service's own request timeout may
+            // have reached the store: as ambiguous as `indeterminate`.
+            "indeterminate" | "request_timeout" => Error::Indeterminate {
+                operation_id: op.clone(),
+                cause: Cause::Service,
+            },
+            outcome if (400..500).contains(&self.status) => Error::Rejected(Box::new(Rejection {
+                status: self.status,
+                outcome: if outcome.is_empty() {
+                    "<none>".to_owned()
+                } else {
+                    outcome.to_owned()
+                },
+                detail: wire.detail.clone().unwrap_or_default(),
+                errors: wire
+                    .errors
+                    .iter()
+                    .flatten()
+                    .map(|e| FieldError {
+                        field: e.field.clone(),
+                        message: e.message.clone(),
+                    })
+                    .collect(),
+            })),
+            _ => self.unexpected(op),
+        }
+    }
+
+    /// The `lease` member, checked against the resource asked for.
+    pub(super) fn lease(&self, resource: &ResourceId, op: &OperationId) -> Result<Lease, Error> {
+        let w = self
+            .wire()
+            .lease
+            .as_ref()
+            .ok_or_else(|| self.unexpected(op))?;
+        let purpose = Purpose::parse(&w.purpose).map_err(|_| self.unexpected(op))?;
+        let digest = ResourceDigest::parse(&w.digest).map_err(|_| self.unexpected(op))?;
+        if purpose != resource.purpose || digest != resource.digest || w.guarantee != "fenced" {
+            return Err(self.unexpected(op));
+        }
+        Ok(Lease {
+            purpose,
+            digest,
+            fencing_token: w.fencing_token,
+            ttl_ms: w.ttl_ms,
+            remaining_ms: w.remaining_ms,
+            guarantee: Guarantee::Fenced,
+            replication: w.replication,
+        })
+    }
+
+    pub(super) fn retry_after_ms(&self, op: &OperationId) -> Result<u64, Error> {
+        self.wire()
+            .retry_after_ms
+            .ok_or_else(|| self.unexpected(op))
+    }
+}
