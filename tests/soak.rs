@@ -15,8 +15,8 @@
 //! process); answers are counted by outcome and every one must be typed.
 //! Samples are taken every `duration / 20`; the first quarter is warm-up.
 //! "No growth": the last quarter's highest sample is within a bound of the
-//! second quarter's highest (RSS + 25 % + 16 MiB; descriptors + 16; tasks
-//! + 64; Redis clients + 8). A leak of one descriptor, task or connection
+//! second quarter's highest: RSS by 25 % + 16 MiB, descriptors by 16, tasks
+//! by 64, Redis clients by 8. A leak of one descriptor, task or connection
 //! per fault or per thousand requests crosses those bounds in the long run.
 
 mod common;
