@@ -34,6 +34,20 @@ else
   mapfile -t targets < <(cargo +nightly fuzz list)
 fi
 
+# Seeds: one valid input per target, so the fuzzer starts at the edge of
+# each rule instead of having to find "v1." + 64 hex digits by chance.
+seed() {
+  local dir="corpus/$1"
+  mkdir -p "$dir"
+  [[ -e "$dir/seed" ]] || printf '%b' "$2" >"$dir/seed"
+}
+seed purpose 'invoice-export-2'
+seed digest 'v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad'
+seed operation_id 'job-1.retry_2~x'
+seed owner_token 'Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz'
+seed attempt_headers '\x07Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz\xffjob-1'
+seed json_bodies '\x00{"ttlMs": 30000, "waitMs": 5000}'
+
 cargo +nightly fuzz build -O
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
