@@ -47,7 +47,10 @@ fuzz_target!(|data: &[u8]| {
         Some(a) => {
             assert!(valid);
             assert!(problems.finish().is_ok());
-            assert_eq!(Some(a.owner_token.expose()), values[0].clone().flatten().as_deref());
+            assert_eq!(
+                Some(a.owner_token.expose()),
+                values[0].clone().flatten().as_deref()
+            );
         }
         None if values.iter().all(Option::is_none) && !required => {
             assert!(problems.finish().is_ok());
