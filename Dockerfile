@@ -69,7 +69,8 @@ ENV LEASEHOLD_LISTEN=0.0.0.0:8080 \
 USER 65532:65532
 EXPOSE 8080 9090
 # Exec form: there is no shell in this image. `leasehold healthcheck` GETs
-# http://127.0.0.1:8080/readyz and exits 0 on 2xx.
+# http://127.0.0.1:8080/readyz and exits 0 on 2xx (https:// when
+# LEASEHOLD_TLS_CERT_FILE is set, accepting exactly that certificate).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
   CMD ["/usr/local/bin/leasehold", "healthcheck"]
 STOPSIGNAL SIGTERM

@@ -724,7 +724,8 @@ impl Raw {
             .arg(token)
             .arg(op)
             .arg(LEASE_TTL_MS)
-            .arg(FENCE_TTL_MS);
+            .arg(FENCE_TTL_MS)
+            .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }
 
@@ -745,10 +746,15 @@ impl Raw {
             .arg(token)
             .arg(op)
             .arg(RAW_WAKE_CHANNEL)
-            .arg(&tag);
+            .arg(&tag)
+            .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }
 }
+
+/// The raw side passes a nonce as the scripts expect (the service does the
+/// same per call); it does not check the echo, which costs it nothing.
+static RAW_NONCE: AtomicU64 = AtomicU64::new(1);
 
 fn first_int(
     reply: Result<redis::RedisResult<Value>, tokio::time::error::Elapsed>,
@@ -756,7 +762,8 @@ fn first_int(
     match reply {
         Err(_) => Err("redis: no reply within 5 s".into()),
         Ok(Err(e)) => Err(format!("redis: {:?}", e.kind())),
-        Ok(Ok(Value::Array(items))) => match items.first() {
+        // {nonce, status, ...}: every script echoes the caller's nonce first.
+        Ok(Ok(Value::Array(items))) => match items.get(1) {
             Some(Value::Int(v)) => Ok(*v),
             _ => Err("redis: unexpected reply".into()),
         },

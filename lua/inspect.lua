@@ -1,10 +1,13 @@
 -- inspect: read a lease without changing it; never returns the holder's token.
 -- KEYS[1] lease key   ARGV[1] caller's owner token or ''  ARGV[2] operation id or ''
--- Returns {0} free, or {1, pttl, fencing token, held_by} where held_by is
--- 0 not asked (no attempt sent), 1 caller, 2 caller other operation, 3 other.
+-- ARGV[3] nonce, echoed first in every reply (see acquire.lua).
+-- Returns {nonce, 0} free, or {nonce, 1, pttl, fencing token, held_by} where
+-- held_by is 0 not asked (no attempt sent), 1 caller, 2 caller other
+-- operation, 3 other.
+local nonce = tonumber(ARGV[3])
 local current = redis.call('GET', KEYS[1])
 if not current then
-  return {0}
+  return {nonce, 0}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 local cut = string.find(current, ':[^:]*$')
@@ -20,4 +23,4 @@ if ARGV[1] ~= '' then
     held_by = 3
   end
 end
-return {1, pttl, fence, held_by}
+return {nonce, 1, pttl, fence, held_by}

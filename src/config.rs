@@ -35,11 +35,33 @@ pub enum Command {
     /// Print the OpenAPI document.
     Openapi,
     /// GET a URL and exit 0 on a 2xx answer (a container health check without a shell).
-    Healthcheck {
-        /// The URL to probe (plain http).
-        #[arg(long, default_value = "http://127.0.0.1:8080/readyz")]
-        url: String,
-    },
+    Healthcheck(HealthcheckArgs),
+}
+
+/// Settings of `leasehold healthcheck`: the same `LEASEHOLD_*` variables the
+/// service reads, so inside the service's container it probes what the
+/// service serves (HTTPS when `LEASEHOLD_TLS_CERT_FILE` is set).
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// The URL to probe; default: `/readyz` on this container's
+    /// `LEASEHOLD_LISTEN` port at the loopback address, `https://` when
+    /// `LEASEHOLD_TLS_CERT_FILE` is set.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// The service's API listener (for the default URL).
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// The certificate the service serves: an `https://` probe accepts
+    /// exactly this certificate and nothing else.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of `LEASEHOLD_TLS_CERT_FILE`: presented as the client
+    /// certificate when the service requires one.
+    #[arg(long, env = "LEASEHOLD_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Set when the service requires client certificates.
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA_FILE")]
+    pub tls_client_ca_file: Option<PathBuf>,
 }
 
 /// Settings of `leasehold serve`; every flag has a `LEASEHOLD_*` variable.
@@ -153,6 +175,21 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// PEM certificate chain (leaf first): serve HTTPS on the API and metrics
+    /// listeners (with `LEASEHOLD_TLS_KEY_FILE`). Re-read when it changes.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `LEASEHOLD_TLS_CERT_FILE` (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "LEASEHOLD_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM CA certificate(s): require client certificates signed by them
+    /// (both listeners). Unset: no client certificate is asked for. Re-read
+    /// when it changes.
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA_FILE")]
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// How often the certificate, key and client CA files are checked for a change.
+    #[arg(long, env = "LEASEHOLD_TLS_RELOAD_INTERVAL_MS", default_value_t = 5000)]
+    pub tls_reload_interval_ms: u64,
     /// After SIGTERM, how long in-flight requests may take before the process exits anyway.
     #[arg(long, env = "LEASEHOLD_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     pub shutdown_grace_ms: u64,
@@ -194,6 +231,10 @@ impl ServeArgs {
             ("LEASEHOLD_IDLE_TIMEOUT_MS", self.idle_timeout_ms),
             ("LEASEHOLD_BODY_LIMIT_BYTES", self.body_limit_bytes as u64),
             ("LEASEHOLD_MEMORY_MAX_LEASES", self.memory_max_leases as u64),
+            (
+                "LEASEHOLD_TLS_RELOAD_INTERVAL_MS",
+                self.tls_reload_interval_ms,
+            ),
         ];
         for (name, value) in positive {
             if value == 0 {
@@ -240,6 +281,12 @@ impl ServeArgs {
                 "",
             ),
             ("LEASEHOLD_POOL_SIZE", u64::from(self.pool_size), 1024, ""),
+            (
+                "LEASEHOLD_TLS_RELOAD_INTERVAL_MS",
+                self.tls_reload_interval_ms,
+                3_600_000,
+                "",
+            ),
         ];
         for (name, value, max, note) in at_most {
             if value > max {
@@ -249,7 +296,39 @@ impl ServeArgs {
                 ));
             }
         }
+        self.validate_tls()?;
         self.validate_redis()
+    }
+
+    /// HTTPS: certificate and key both or neither; a client CA only with them.
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(_), None) => Err(ConfigError::new(
+                "LEASEHOLD_TLS_KEY_FILE",
+                "is required with LEASEHOLD_TLS_CERT_FILE",
+            )),
+            (None, Some(_)) => Err(ConfigError::new(
+                "LEASEHOLD_TLS_CERT_FILE",
+                "is required with LEASEHOLD_TLS_KEY_FILE",
+            )),
+            (None, None) if self.tls_client_ca_file.is_some() => Err(ConfigError::new(
+                "LEASEHOLD_TLS_CLIENT_CA_FILE",
+                "needs LEASEHOLD_TLS_CERT_FILE and LEASEHOLD_TLS_KEY_FILE (HTTPS)",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The HTTPS files, when HTTPS is on.
+    pub fn tls_files(&self) -> Option<crate::http::tls::TlsFiles> {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => Some(crate::http::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca_file.clone(),
+            }),
+            _ => None,
+        }
     }
 
     /// The Redis topology settings: exactly one topology, TLS files only with
@@ -458,5 +537,28 @@ mod tests {
         assert!(parse(&["--max-connections", "1", "--idle-timeout-ms", "1"])
             .validate()
             .is_ok());
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_naming_the_missing_setting() {
+        for (extra, setting) in [
+            (&["--tls-cert-file", "c.pem"][..], "LEASEHOLD_TLS_KEY_FILE"),
+            (&["--tls-key-file", "k.pem"][..], "LEASEHOLD_TLS_CERT_FILE"),
+            (
+                &["--tls-client-ca-file", "ca.pem"][..],
+                "LEASEHOLD_TLS_CLIENT_CA_FILE",
+            ),
+            (
+                &["--tls-reload-interval-ms", "0"][..],
+                "LEASEHOLD_TLS_RELOAD_INTERVAL_MS",
+            ),
+        ] {
+            let err = parse(extra).validate().expect_err(setting);
+            assert_eq!(err.setting, setting, "{extra:?}");
+        }
+        let both = parse(&["--tls-cert-file", "c.pem", "--tls-key-file", "k.pem"]);
+        assert!(both.validate().is_ok());
+        assert!(both.tls_files().is_some());
+        assert!(parse(&[]).tls_files().is_none());
     }
 }

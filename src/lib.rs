@@ -21,12 +21,18 @@
 //!    answers it with the outcome's status (`application/problem+json` for
 //!    every non-2xx, `Retry-After` where there is a retry hint).
 //!
+//! Underneath, [`http::server`] runs the listener loop (connection cap,
+//! header/idle timeout, graceful shutdown) and, with
+//! `LEASEHOLD_TLS_CERT_FILE`, the TLS handshake of [`http::tls`], whose
+//! certificate is re-read when its files change.
+//!
 //! [`run`] takes an already-bound listener and a shutdown future, so tests
 //! start many instances on port 0 in one process. `main.rs` only parses
 //! settings, sets up logging and binds.
 
 pub mod config;
 pub mod domain;
+pub mod healthcheck;
 pub mod http;
 pub mod openapi;
 pub mod service;
@@ -177,6 +183,12 @@ pub async fn run_with(
                 .map_err(|e| ConfigError::new("LEASEHOLD_API_KEYS_FILE", e.to_string()))?
         }
     };
+    // HTTPS: every file read and checked now, so a bad one stops the start
+    // naming its setting; from here on a bad replacement only logs a warning.
+    let tls = args
+        .tls_files()
+        .map(|files| http::tls::ServerTls::load(&files))
+        .transpose()?;
     let token = CancellationToken::new();
     let waiters = Arc::new(WaitRegistry::new(args.max_waiters));
     let store = build_store(&args, Arc::clone(&waiters))?;
@@ -219,6 +231,14 @@ pub async fn run_with(
             }
         });
     }
+    let acceptor = tls.map(|tls| {
+        http::tls::spawn_reloader(
+            tls.reloader,
+            Duration::from_millis(args.tls_reload_interval_ms),
+            token.clone(),
+        );
+        tls.acceptor
+    });
     let router = http::service(Arc::clone(&app), metrics_listener.is_none());
     let limits = http::server::Limits {
         max_connections: args.max_connections,
@@ -227,16 +247,21 @@ pub async fn run_with(
     if let Some(listener) = metrics_listener {
         let metrics = http::metrics_router(Arc::clone(&app));
         let stop = token.clone();
+        let tls = acceptor.clone();
         tokio::spawn(async move {
-            http::server::serve(listener, metrics, limits, async move {
+            http::server::serve(listener, metrics, limits, tls, async move {
                 stop.cancelled().await;
             })
             .await;
         });
     }
-    tracing::info!(addr = ?listener.local_addr().ok(), "leasehold listening");
+    tracing::info!(
+        addr = ?listener.local_addr().ok(),
+        tls = acceptor.is_some(),
+        "leasehold listening"
+    );
     let stop = token.clone();
-    let server = http::server::serve(listener, router, limits, async move {
+    let server = http::server::serve(listener, router, limits, acceptor, async move {
         shutdown.await;
         tracing::info!("shutting down: no new connections; ending waits");
         stop.cancel();

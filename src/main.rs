@@ -1,12 +1,9 @@
 //! The `leasehold` binary: settings → logging → bind → [`leasehold::run`].
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
-use leasehold::config::{Cli, Command, ServeArgs};
+use leasehold::config::{Cli, Command, HealthcheckArgs, ServeArgs};
 use leasehold::domain::ResourceDigest;
 
 /// mimalloc rather than glibc malloc: a request allocates ~100 small,
@@ -26,7 +23,7 @@ fn main() -> ExitCode {
             println!("{}", leasehold::openapi::document_json());
             ExitCode::SUCCESS
         }
-        Some(Command::Healthcheck { url }) => healthcheck(&url),
+        Some(Command::Healthcheck(args)) => healthcheck(&args),
         Some(Command::Serve(args)) => serve(*args),
         None => match ServeArgs::from_env() {
             Ok(args) => serve(args),
@@ -88,32 +85,15 @@ fn serve(args: ServeArgs) -> ExitCode {
     })
 }
 
-/// A dependency-free HTTP/1.0 GET for container health checks.
-fn healthcheck(url: &str) -> ExitCode {
-    let Some(rest) = url.strip_prefix("http://") else {
-        eprintln!("healthcheck: only http:// URLs are supported");
-        return ExitCode::FAILURE;
-    };
-    let (host, path) = rest
-        .split_once('/')
-        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
-    let attempt = || -> std::io::Result<bool> {
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(host)?
-            .next()
-            .ok_or_else(|| std::io::Error::other("no address"))?;
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-        stream.set_read_timeout(Some(Duration::from_secs(3)))?;
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head)?;
-        Ok(head.starts_with(b"HTTP/1.") && head[9] == b'2')
-    };
-    match attempt() {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            eprintln!("healthcheck: {url} did not answer 2xx");
-            ExitCode::FAILURE
-        }
+/// One GET of `--url` (default: this container's own `/readyz`, over
+/// HTTPS when the service serves it); see [`leasehold::healthcheck`].
+fn healthcheck(args: &HealthcheckArgs) -> ExitCode {
+    let url = args
+        .url
+        .clone()
+        .unwrap_or_else(|| leasehold::healthcheck::default_url(args));
+    match leasehold::healthcheck::probe(&url, args) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("healthcheck: {url}: {e}");
             ExitCode::FAILURE

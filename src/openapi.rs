@@ -20,6 +20,7 @@ use crate::http::attempts::{AttemptBody, AttemptCreated};
 use crate::http::health::{Live, Ready};
 use crate::http::leases::{AcquireBody, RenewBody};
 use crate::http::problem::FieldError;
+use crate::http::problems::ProblemType;
 
 /// The command that rewrites the committed document.
 pub const REGENERATE: &str = "cargo run -q -- openapi > openapi/leasehold.json";
@@ -35,13 +36,21 @@ is safe: the answer is `replayed_same_operation`, never a second lease.
 
 **Outcomes.** Every lease answer carries `outcome` (snake_case). Each outcome has its own schema \
 and status code. Non-2xx answers are RFC 9457 `application/problem+json` (`type`, `title`, \
-`status`, `detail`) with the same `outcome` member and the outcome's fields. `unavailable` (503) \
+`status`, `detail`) with the same `outcome` member and the outcome's fields. Their `type` is \
+`/problems/<outcome with dashes>`, relative to the request's URI: the service serves a page there \
+saying what the problem means and what to do. `unavailable` (503) \
 means definitely not applied; `indeterminate` (504) means the command was sent and may or may not \
 have been applied: inspect, or retry with the same attempt.
 
 **Fencing.** `fencingToken` strictly increases per resource across acquisitions. Present it to \
 the protected resource, which rejects writes with a token lower than one it has seen: the lease \
 alone is an efficiency measure (`guarantee: fenced`).
+
+**Optional members and headers.** A body member not listed as required may be left out: \
+`waitMs` is 0 when absent. Inspect takes the attempt headers in any combination: both give `heldBy` \
+relative to the attempt, `Lease-Owner-Token` alone compares the owner token only (`caller` needs \
+both), `Lease-Operation-Id` alone names no one and gives no `heldBy`. The other lease verbs require \
+both headers.
 
 **Validity.** Treat a lease as yours for at most `remainingMs` minus the drift budget (10 ms by \
 default), counted from when you *sent* the request.
@@ -67,16 +76,17 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::health::metrics,
         crate::http::docs::openapi_json,
         crate::http::docs::page,
+        crate::http::problems::page,
     ),
     components(schemas(
         AttemptBody, AttemptCreated, AcquireBody, RenewBody, Lease, Guarantee, HeldBy,
         Acquired, ReplayedSameOperation, Renewed, Released, AlreadyAbsent, ReleaseSuccess, Inspected,
         OwnerOperationConflictProblem, ContendedProblem, AcquireConflict,
         LostAbsentProblem, LostNotOwnerProblem, NotOwnerProblem,
-        UnavailableProblem, OverloadedProblem, RequestTimeoutProblem, ServiceUnavailable,
+        UnavailableProblem, OverloadedProblem, RequestTimeoutProblem, BodyTimeoutProblem, ServiceUnavailable,
         IndeterminateProblem, InvalidRequestProblem, FieldError,
         PayloadTooLargeProblem, HeadersTooLargeProblem, UnsupportedMediaTypeProblem, UnauthorizedProblem, ForbiddenProblem,
-        NotFoundProblem, LeaseNotFound, NotReadyProblem, Live, Ready,
+        NotFoundProblem, LeaseNotFound, NotReadyProblem, Live, Ready, ProblemType,
     )),
     modifiers(&Meta),
     tags(
@@ -313,8 +323,9 @@ pub struct Inspected {
     /// The holder's fencing token; present when held.
     #[schema(nullable = false, minimum = 1, maximum = 9007199254740991_i64)]
     pub fencing_token: Option<u64>,
-    /// Who holds it relative to the attempt sent; present only when held and
-    /// the attempt headers were sent.
+    /// Who holds it relative to the caller; present only when held and
+    /// `Lease-Owner-Token` was sent (`caller` only when `Lease-Operation-Id`
+    /// was sent too and names the holding operation).
     #[schema(nullable = false)]
     pub held_by: Option<HeldBy>,
 }
@@ -333,8 +344,10 @@ macro_rules! problem {
         #[serde(rename_all = "camelCase")]
         $(#[$meta])*
         pub struct $name {
-            /// A URI naming the problem type: `https://leasehold.dev/problems/` and the outcome with dashes.
-            #[schema(format = "uri")]
+            /// The problem type, a URI reference: `/problems/` and the outcome
+            /// with dashes, relative to the request's URI (RFC 9457 3.1.1). The
+            /// service serves a page describing it there.
+            #[schema(format = "uri-reference", pattern = "^/problems/[a-z][a-z-]*$")]
             pub r#type: String,
             /// A short summary of the problem type.
             pub title: String,
@@ -353,7 +366,7 @@ macro_rules! problem {
 problem! {
     /// `owner_operation_conflict` (409): the same owner token holds the lease
     /// for another operation id; an operation never inherits another's lease.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/owner-operation-conflict", "title": "Held by another operation of the same owner",
+    #[schema(example = json!({"type": "/problems/owner-operation-conflict", "title": "Held by another operation of the same owner",
         "status": 409, "detail": "The owner token holds this lease for a different operation id; an operation never inherits another's lease.",
         "outcome": "owner_operation_conflict", "retryAfterMs": 12000}))]
     OwnerOperationConflictProblem, OwnerOperationConflictTag, 409 ..= 409 {
@@ -366,7 +379,7 @@ problem! {
 problem! {
     /// `contended` (409): someone else holds the lease. Retry after
     /// `retryAfterMs`, or send `waitMs` to wait server-side.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/contended", "title": "Lease held by someone else",
+    #[schema(example = json!({"type": "/problems/contended", "title": "Lease held by someone else",
         "status": 409, "detail": "Another owner holds this lease. Retry after retryAfterMs, or send waitMs to wait server-side.",
         "outcome": "contended", "retryAfterMs": 2450}))]
     ContendedProblem, ContendedTag, 409 ..= 409 {
@@ -396,7 +409,7 @@ pub enum AcquireConflict {
 problem! {
     /// `lost` with `reason: absent` (404): no lease exists any more (it
     /// expired or was released). Stop the work it protected.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/lost", "title": "Lease lost", "status": 404,
+    #[schema(example = json!({"type": "/problems/lost", "title": "Lease lost", "status": 404,
         "detail": "No lease exists any more (it expired or was released). Stop the work it protected.", "outcome": "lost", "reason": "absent"}))]
     LostAbsentProblem, LostTag, 404 ..= 404 {
         #[schema(inline)]
@@ -407,7 +420,7 @@ problem! {
 problem! {
     /// `lost` with `reason: not_owner` (409): someone else holds the lease
     /// now. Stop the work it protected.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/lost", "title": "Lease lost", "status": 409,
+    #[schema(example = json!({"type": "/problems/lost", "title": "Lease lost", "status": 409,
         "detail": "Someone else holds the lease now. Stop the work it protected.", "outcome": "lost", "reason": "not_owner"}))]
     LostNotOwnerProblem, LostTag, 409 ..= 409 {
         #[schema(inline)]
@@ -417,7 +430,7 @@ problem! {
 
 problem! {
     /// `not_owner` (409): someone else holds the lease; nothing was changed.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/not-owner", "title": "Not the owner", "status": 409,
+    #[schema(example = json!({"type": "/problems/not-owner", "title": "Not the owner", "status": 409,
         "detail": "Someone else holds this lease; nothing was changed.", "outcome": "not_owner"}))]
     NotOwnerProblem, NotOwnerTag, 409 ..= 409 {}
 }
@@ -426,7 +439,7 @@ problem! {
     /// `unavailable` (503): definitely not applied. The store could not be
     /// reached or refused the command (no connection, pool empty before
     /// send, READONLY/LOADING/MASTERDOWN/CLUSTERDOWN/OOM). Retry later.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/unavailable", "title": "Store unavailable", "status": 503,
+    #[schema(example = json!({"type": "/problems/unavailable", "title": "Store unavailable", "status": 503,
         "detail": "The lease store could not be reached or refused the command; nothing was applied. Retry later.",
         "outcome": "unavailable", "retryAfterMs": 1000}))]
     UnavailableProblem, UnavailableTag, 503 ..= 503 {
@@ -440,7 +453,7 @@ problem! {
     /// `overloaded` (503): shed by the service's own admission limit (store
     /// calls in flight, or server-side waiters) before touching the store;
     /// nothing was applied.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/overloaded", "title": "Overloaded", "status": 503,
+    #[schema(example = json!({"type": "/problems/overloaded", "title": "Overloaded", "status": 503,
         "detail": "The service shed this request before touching the store; nothing was applied. Retry later.",
         "outcome": "overloaded", "retryAfterMs": 50}))]
     OverloadedProblem, OverloadedTag, 503 ..= 503 {
@@ -455,9 +468,18 @@ problem! {
     /// per-request timeout (the wait bound plus the store command timeout).
     /// For a lease verb, the effect is unknown: inspect, or retry with the
     /// same attempt.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/request-timeout", "title": "Request timed out", "status": 503,
+    #[schema(example = json!({"type": "/problems/request-timeout", "title": "Request timed out", "status": 503,
         "detail": "The request exceeded the service's request timeout.", "outcome": "request_timeout"}))]
     RequestTimeoutProblem, RequestTimeoutTag, 503 ..= 503 {}
+}
+
+problem! {
+    /// `request_timeout` (408): the request body did not arrive within the
+    /// service's request timeout (less half a second), so nothing reached
+    /// the store and nothing was done: send it again.
+    #[schema(example = json!({"type": "/problems/request-timeout", "title": "Request body timed out", "status": 408,
+        "detail": "The request body did not arrive within the service's request timeout; nothing was done.", "outcome": "request_timeout"}))]
+    BodyTimeoutProblem, RequestTimeoutTag, 408 ..= 408 {}
 }
 
 /// The 503 answers: `unavailable`, `overloaded` or `request_timeout`.
@@ -481,7 +503,7 @@ problem! {
     /// `indeterminate` (504): the command was sent but no certain reply came;
     /// it may or may not have been applied. Inspect, or retry with the same
     /// attempt (a retry answers `replayed_same_operation` if it was applied).
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/indeterminate", "title": "Outcome unknown", "status": 504,
+    #[schema(example = json!({"type": "/problems/indeterminate", "title": "Outcome unknown", "status": 504,
         "detail": "The command was sent but no certain reply came: it may or may not have been applied. Inspect, or retry with the same attempt.",
         "outcome": "indeterminate", "operationId": "export-2026-12-02"}))]
     IndeterminateProblem, IndeterminateTag, 504 ..= 504 {
@@ -496,7 +518,7 @@ problem! {
     /// parameters, attempt headers, JSON syntax; 422 when well-formed JSON
     /// holds invalid values: bounds, types, unknown or missing members).
     /// `errors` names each invalid field.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/invalid-request", "title": "Invalid request", "status": 422,
+    #[schema(example = json!({"type": "/problems/invalid-request", "title": "Invalid request", "status": 422,
         "detail": "ttlMs: must be between 20 and 3600000 milliseconds", "outcome": "invalid_request",
         "errors": [{"field": "ttlMs", "message": "must be between 20 and 3600000 milliseconds"}]}))]
     InvalidRequestProblem, InvalidRequestTag, 400 ..= 422 {
@@ -508,7 +530,7 @@ problem! {
 
 problem! {
     /// `payload_too_large` (413): the request body is over the limit (16 KiB by default).
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/payload-too-large", "title": "Request body too large", "status": 413,
+    #[schema(example = json!({"type": "/problems/payload-too-large", "title": "Request body too large", "status": 413,
         "detail": "The request body is limited to 16384 bytes.", "outcome": "payload_too_large"}))]
     PayloadTooLargeProblem, PayloadTooLargeTag, 413 ..= 413 {}
 }
@@ -516,14 +538,14 @@ problem! {
 problem! {
     /// `headers_too_large` (431): the request's header block (names and
     /// values) is over 16 KiB.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/headers-too-large", "title": "Request headers too large", "status": 431,
+    #[schema(example = json!({"type": "/problems/headers-too-large", "title": "Request headers too large", "status": 431,
         "detail": "The request's headers are limited to 16384 bytes in all.", "outcome": "headers_too_large"}))]
     HeadersTooLargeProblem, HeadersTooLargeTag, 431 ..= 431 {}
 }
 
 problem! {
     /// `unsupported_media_type` (415): the body is not `application/json`.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/unsupported-media-type", "title": "Unsupported media type", "status": 415,
+    #[schema(example = json!({"type": "/problems/unsupported-media-type", "title": "Unsupported media type", "status": 415,
         "detail": "Send the body as application/json.", "outcome": "unsupported_media_type"}))]
     UnsupportedMediaTypeProblem, UnsupportedMediaTypeTag, 415 ..= 415 {}
 }
@@ -531,21 +553,21 @@ problem! {
 problem! {
     /// `unauthorized` (401): API keys are configured and no valid
     /// `Authorization: Bearer <key>` was sent.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/unauthorized", "title": "Unauthorized", "status": 401,
+    #[schema(example = json!({"type": "/problems/unauthorized", "title": "Unauthorized", "status": 401,
         "detail": "Send a valid API key as 'Authorization: Bearer <key>'.", "outcome": "unauthorized"}))]
     UnauthorizedProblem, UnauthorizedTag, 401 ..= 401 {}
 }
 
 problem! {
     /// `forbidden` (403): the API key may not use this purpose.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/forbidden", "title": "Forbidden", "status": 403,
+    #[schema(example = json!({"type": "/problems/forbidden", "title": "Forbidden", "status": 403,
         "detail": "This API key may not use this purpose.", "outcome": "forbidden"}))]
     ForbiddenProblem, ForbiddenTag, 403 ..= 403 {}
 }
 
 problem! {
     /// `not_found` (404): no such route, e.g. an empty path segment.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/not-found", "title": "Not found", "status": 404,
+    #[schema(example = json!({"type": "/problems/not-found", "title": "Not found", "status": 404,
         "detail": "No such route. See /openapi.json.", "outcome": "not_found"}))]
     NotFoundProblem, NotFoundTag, 404 ..= 404 {}
 }
@@ -568,7 +590,7 @@ pub enum LeaseNotFound {
 problem! {
     /// `not_ready` (503): the store did not answer as a writable primary
     /// within the command timeout.
-    #[schema(example = json!({"type": "https://leasehold.dev/problems/not-ready", "title": "Not ready", "status": 503,
+    #[schema(example = json!({"type": "/problems/not-ready", "title": "Not ready", "status": 503,
         "detail": "connection refused", "outcome": "not_ready", "topology": "standalone", "writable": false, "waiters": 0}))]
     NotReadyProblem, NotReadyTag, 503 ..= 503 {
         /// `memory`, `standalone`, `cluster` or `sentinel`.
@@ -877,6 +899,8 @@ mod tests {
         }
         acquire.extend(refusals(true));
         renew.extend(refusals(true));
+        acquire.push(crate::http::problem::body_timeout());
+        renew.push(crate::http::problem::body_timeout());
         release.extend(refusals(false));
         inspect.extend(refusals(false));
         let mut seen = std::collections::BTreeSet::new();
@@ -922,11 +946,96 @@ mod tests {
         }
     }
 
+    /// openapi-typescript (and other generators) make a member with a
+    /// `default` required; a member a caller may leave out must not carry one.
+    #[test]
+    fn optional_members_carry_no_default() {
+        let doc: Value = serde_json::from_str(&super::document_json()).expect("document");
+        let mut optional = 0;
+        for (name, schema) in doc["components"]["schemas"].as_object().expect("schemas") {
+            let required: Vec<&str> = schema["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            for (member, property) in schema["properties"].as_object().into_iter().flatten() {
+                if !required.contains(&member.as_str()) {
+                    optional += 1;
+                    assert!(
+                        property.get("default").is_none(),
+                        "{name}.{member} is optional but has a default: generated clients would require it"
+                    );
+                }
+            }
+        }
+        assert!(optional >= 5, "optional members were found ({optional})");
+        let wait = &doc["components"]["schemas"]["AcquireBody"];
+        assert_eq!(wait["required"], json!(["ttlMs"]), "waitMs is optional");
+    }
+
+    /// A header or path parameter is text: it is sent or left out, never
+    /// JSON `null` (which a generator would send as the string "null").
+    #[test]
+    fn no_parameter_is_nullable() {
+        let doc: Value = serde_json::from_str(&super::document_json()).expect("document");
+        let mut parameters = 0;
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("path item") {
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    parameters += 1;
+                    let types = &p["schema"]["type"];
+                    assert!(
+                        types.is_null() || types.is_string(),
+                        "{method} {path} {}: type {types} allows null",
+                        p["name"]
+                    );
+                }
+            }
+        }
+        assert!(parameters >= 16, "{parameters} parameters");
+    }
+
+    /// Every problem the document declares has a page at its `type`.
+    #[test]
+    fn every_documented_problem_type_has_a_page() {
+        use crate::http::problems::ProblemType;
+        let doc: Value = serde_json::from_str(&super::document_json()).expect("document");
+        let mut problems = 0;
+        for (name, schema) in doc["components"]["schemas"].as_object().expect("schemas") {
+            if schema["properties"]["type"].is_null() {
+                continue;
+            }
+            problems += 1;
+            for outcome in schema["properties"]["outcome"]["enum"]
+                .as_array()
+                .expect("outcome enum")
+            {
+                let slug = outcome.as_str().expect("string").replace('_', "-");
+                assert!(
+                    ProblemType::from_slug(&slug).is_some(),
+                    "{name}: no page for outcome {outcome}: add it to ProblemType (src/http/problems.rs)"
+                );
+                let example = &schema["example"]["type"];
+                assert_eq!(
+                    example,
+                    &json!(format!("/problems/{slug}")),
+                    "{name}: example type"
+                );
+            }
+        }
+        assert!(problems >= 15, "{problems} problem schemas");
+        let listed = &doc["components"]["schemas"]["ProblemType"]["enum"];
+        assert_eq!(
+            listed.as_array().map(Vec::len),
+            Some(ProblemType::ALL.len()),
+            "the document lists every problem type page"
+        );
+    }
+
     #[test]
     fn the_validator_rejects_what_it_should() {
         let doc: Value = serde_json::from_str(&super::document_json()).expect("document");
         let schema = |name: &str| json!({ "$ref": format!("#/components/schemas/{name}") });
-        let contended = json!({"type": "https://leasehold.dev/problems/contended", "title": "t", "status": 409, "detail": "d",
+        let contended = json!({"type": "/problems/contended", "title": "t", "status": 409, "detail": "d",
             "outcome": "contended", "retryAfterMs": 50});
         assert!(validate(&doc, &schema("ContendedProblem"), &contended, "b").is_ok());
         assert!(validate(&doc, &schema("AcquireConflict"), &contended, "b").is_ok());

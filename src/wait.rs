@@ -26,6 +26,9 @@ pub struct ResourceWaiters {
     pub turn: tokio::sync::Mutex<()>,
     /// Signalled on a release of the resource.
     pub wake: Notify,
+    /// Registered waits; changed only under the registry's map lock, so
+    /// the last one to leave always sees itself as the last.
+    guards: AtomicUsize,
 }
 
 /// Every resource that has waiters on this instance.
@@ -61,12 +64,16 @@ impl WaitRegistry {
             return None;
         }
         metrics::gauge!(crate::telemetry::WAITERS).increment(1.0);
-        let resource = Arc::clone(self.map().entry(tag.to_owned()).or_insert_with(|| {
+        let mut map = self.map();
+        let resource = Arc::clone(map.entry(tag.to_owned()).or_insert_with(|| {
             Arc::new(ResourceWaiters {
                 turn: tokio::sync::Mutex::new(()),
                 wake: Notify::new(),
+                guards: AtomicUsize::new(0),
             })
         }));
+        resource.guards.fetch_add(1, Ordering::Relaxed);
+        drop(map);
         Some(WaitGuard {
             registry: Arc::clone(self),
             tag: tag.to_owned(),
@@ -116,13 +123,37 @@ impl WaitGuard {
 impl Drop for WaitGuard {
     fn drop(&mut self) {
         let mut map = self.registry.map();
-        // The map holds one reference and this guard another: the last
-        // waiter of the resource removes its entry.
-        if Arc::strong_count(&self.resource) == 2 {
+        // The last waiter of the resource removes its entry. Counted under
+        // the lock: two waiters leaving at once each see the other.
+        if self.resource.guards.fetch_sub(1, Ordering::Relaxed) == 1 {
             map.remove(&self.tag);
         }
         drop(map);
         self.registry.waiting.fetch_sub(1, Ordering::AcqRel);
         metrics::gauge!(crate::telemetry::WAITERS).decrement(1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_of_many_leaving_waiters_removes_the_entry() {
+        let registry = Arc::new(WaitRegistry::new(100));
+        for _ in 0..200 {
+            let guards: Vec<WaitGuard> = (0..4)
+                .map(|_| registry.enter("p:d").expect("admitted"))
+                .collect();
+            assert_eq!(registry.resources(), 1);
+            // Leave from several threads at once.
+            std::thread::scope(|s| {
+                for g in guards {
+                    s.spawn(move || drop(g));
+                }
+            });
+            assert_eq!(registry.resources(), 0, "entry left behind");
+            assert_eq!(registry.waiting(), 0);
+        }
     }
 }

@@ -318,25 +318,37 @@ async fn bad_input_is_answered_problem_json_naming_each_field() {
             bad,
             &["Lease-Operation-Id"],
         ),
+        // Inspect takes the attempt headers in any combination, but a
+        // header that is sent must be well-formed.
         case(
-            "inspect with only a token",
+            "inspect with a malformed token alone",
             &get,
             P,
             &d,
-            Some((Some(a.token.clone()), None)),
+            Some((Some("short".into()), None)),
+            None,
+            bad,
+            &["Lease-Owner-Token"],
+        ),
+        case(
+            "inspect with a malformed operation id alone",
+            &get,
+            P,
+            &d,
+            Some((None, Some("a:b".into()))),
             None,
             bad,
             &["Lease-Operation-Id"],
         ),
         case(
-            "inspect with only an operation id",
+            "inspect with both malformed",
             &get,
             P,
             &d,
-            Some((None, Some(a.op.clone()))),
+            Some((Some("+".repeat(32)), Some("x".repeat(129)))),
             None,
             bad,
-            &["Lease-Owner-Token"],
+            &["Lease-Owner-Token", "Lease-Operation-Id"],
         ),
         // Body values: 422.
         case(
@@ -1170,4 +1182,314 @@ async fn at_the_connection_limit_new_connections_wait_until_one_closes() {
     assert_eq!(read_answer(&mut second).await, "HTTP/1.1 200 OK");
     drop(second);
     app.shutdown().await;
+}
+
+/// Sends a lease verb with the attempt headers given (each one optional).
+async fn with_headers(
+    app: &TestApp,
+    method: &str,
+    d: &str,
+    token: Option<&str>,
+    op: Option<&str>,
+) -> Reply {
+    let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+    let mut rb = app
+        .http
+        .request(method.clone(), format!("{}/leases/{P}/{d}", app.base));
+    if let Some(token) = token {
+        rb = rb.header("Lease-Owner-Token", token);
+    }
+    if let Some(op) = op {
+        rb = rb.header("Lease-Operation-Id", op);
+    }
+    if method == reqwest::Method::PUT || method == reqwest::Method::PATCH {
+        rb = rb.json(&json!({"ttlMs": 30000}));
+    }
+    TestApp::reply(rb.send().await.expect("send")).await
+}
+
+/// Every combination of attempt headers the document allows is accepted,
+/// and one it does not allow (a required header left out) is refused 400
+/// naming it: the served document's `required` flags drive the requests.
+#[tokio::test]
+async fn every_header_combination_the_document_allows_is_accepted() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let doc = app.get("/openapi.json").await.body;
+    let ops = &doc["paths"]["/leases/{purpose}/{digest}"];
+    let mut checked = 0;
+    for method in ["put", "patch", "delete", "get"] {
+        let headers: Vec<(String, bool)> = ops[method]["parameters"]
+            .as_array()
+            .expect("parameters")
+            .iter()
+            .filter(|p| p["in"] == "header")
+            .map(|p| {
+                let name = p["name"].as_str().expect("name").to_owned();
+                (name, p["required"] == json!(true))
+            })
+            .collect();
+        let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["Lease-Owner-Token", "Lease-Operation-Id"],
+            "{method}"
+        );
+        // Each subset of the two headers, on a lease the attempt holds.
+        for (send_token, send_op) in [(true, true), (true, false), (false, true), (false, false)] {
+            let d = digest();
+            let a = app.attempt().await;
+            assert_eq!(
+                app.acquire(P, &d, &a, 30_000).await.status,
+                StatusCode::CREATED
+            );
+            let r = with_headers(
+                &app,
+                method,
+                &d,
+                send_token.then_some(a.token.as_str()),
+                send_op.then_some(a.op.as_str()),
+            )
+            .await;
+            let missing: Vec<&str> = headers
+                .iter()
+                .zip([send_token, send_op])
+                .filter(|((_, required), sent)| *required && !sent)
+                .map(|((name, _), _)| name.as_str())
+                .collect();
+            let case = format!("{method} token={send_token} op={send_op}");
+            if missing.is_empty() {
+                assert!(
+                    r.status.is_success(),
+                    "{case}: allowed, answered {} {:#}",
+                    r.status,
+                    r.body
+                );
+            } else {
+                problem_ok(&case, &r, StatusCode::BAD_REQUEST, "invalid_request");
+                assert_eq!(named_fields(&r), missing, "{case}");
+                assert!(
+                    ops[method]["responses"]["400"]["description"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("attempt header")),
+                    "{case}: the document says why"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 16);
+}
+
+/// Inspect's `heldBy` for each combination of attempt headers: both name
+/// the attempt, the owner token alone compares the token only (never
+/// `caller`), the operation id alone names no one.
+#[tokio::test]
+async fn inspect_held_by_follows_the_headers_sent() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let d = digest();
+    let a = app.attempt().await;
+    let a2 = TestApp::other_operation(&a);
+    let b = app.attempt().await;
+    assert_eq!(
+        app.acquire(P, &d, &a, 30_000).await.status,
+        StatusCode::CREATED
+    );
+    for (what, token, op, held_by) in [
+        (
+            "both, the holder",
+            Some(&a.token),
+            Some(&a.op),
+            json!("caller"),
+        ),
+        (
+            "both, same owner, other operation",
+            Some(&a2.token),
+            Some(&a2.op),
+            json!("caller_other_operation"),
+        ),
+        (
+            "both, someone else",
+            Some(&b.token),
+            Some(&b.op),
+            json!("other"),
+        ),
+        (
+            "the holder's token alone",
+            Some(&a.token),
+            None,
+            json!("caller_other_operation"),
+        ),
+        ("another token alone", Some(&b.token), None, json!("other")),
+        (
+            "the holder's operation id alone",
+            None,
+            Some(&a.op),
+            Value::Null,
+        ),
+        ("neither", None, None, Value::Null),
+    ] {
+        let r = with_headers(
+            &app,
+            "get",
+            &d,
+            token.map(String::as_str),
+            op.map(String::as_str),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{what}: {:#}", r.body);
+        assert_eq!(r.outcome(), "inspected", "{what}");
+        assert_eq!(r.body["held"], true, "{what}");
+        assert_eq!(r.body["heldBy"], held_by, "{what}: {:#}", r.body);
+        let text = r.body.to_string();
+        assert!(
+            !text.contains(&a.token) && !text.contains(&b.token),
+            "{what}: a token is echoed"
+        );
+    }
+    assert_eq!(app.release(P, &d, &a).await.outcome(), "released");
+    let r = with_headers(&app, "get", &d, Some(&a.token), None).await;
+    assert_eq!(
+        (r.status, &r.body["held"], &r.body["heldBy"]),
+        (StatusCode::OK, &json!(false), &Value::Null)
+    );
+}
+
+/// Fetches what a problem answer's `type` points at, resolved against the
+/// request's URL as RFC 9457 says, and checks it is the page of `outcome`.
+async fn type_page_ok(app: &TestApp, request_url: &str, r: &Reply, case: &str) {
+    let outcome = r.outcome().to_owned();
+    let type_ref = r.body["type"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{case}: no type"));
+    let page = reqwest::Url::parse(request_url)
+        .and_then(|u| u.join(type_ref))
+        .unwrap_or_else(|e| panic!("{case}: type {type_ref:?} does not resolve: {e}"));
+    let resp = app.http.get(page.clone()).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::OK, "{case}: GET {page}");
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .expect("ascii")
+            .starts_with("text/html"),
+        "{case}: {page} is not HTML"
+    );
+    let html = resp.text().await.expect("text");
+    assert!(
+        html.contains(&format!("<code>{outcome}</code>")),
+        "{case}: {page} is not the page of {outcome}"
+    );
+}
+
+/// Every problem `type` points at a page the service serves: each problem
+/// the document declares, and real answers of every kind sent here.
+#[tokio::test]
+async fn every_problem_type_uri_resolves_to_a_page() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let doc = app.get("/openapi.json").await.body;
+    let root = format!("{}/leases/{P}/{}", app.base, digest());
+
+    // Every problem schema of the document, by its example.
+    let mut documented = 0;
+    for (name, schema) in doc["components"]["schemas"].as_object().expect("schemas") {
+        if schema["properties"]["type"].is_null() {
+            continue;
+        }
+        let example = Reply {
+            status: StatusCode::OK,
+            headers: Default::default(),
+            body: schema["example"].clone(),
+        };
+        type_page_ok(&app, &root, &example, name).await;
+        documented += 1;
+    }
+    assert!(documented >= 15, "{documented} problem schemas");
+    // Every page the document lists.
+    for slug in doc["components"]["schemas"]["ProblemType"]["enum"]
+        .as_array()
+        .expect("enum")
+    {
+        let r = app
+            .get(&format!("/problems/{}", slug.as_str().expect("slug")))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{slug}");
+    }
+
+    // Real answers.
+    let d = digest();
+    let (a, b) = (app.attempt().await, app.attempt().await);
+    assert_eq!(
+        app.acquire(P, &d, &a, 30_000).await.status,
+        StatusCode::CREATED
+    );
+    let lease = format!("{}/leases/{P}/{d}", app.base);
+    let mut answers = vec![
+        (lease.clone(), app.acquire(P, &d, &b, 30_000).await),
+        (
+            lease.clone(),
+            app.acquire(P, &d, &TestApp::other_operation(&a), 30_000)
+                .await,
+        ),
+        (lease.clone(), app.release(P, &d, &b).await),
+        (lease.clone(), app.renew(P, &d, &b, 30_000).await),
+        (lease.clone(), app.renew(P, &d, &a, 5).await),
+        (lease.clone(), app.renew(P, &digest(), &a, 30_000).await),
+        (
+            format!("{}/leases/Bad/{d}", app.base),
+            app.inspect("Bad", &d, None).await,
+        ),
+        (format!("{}/nowhere", app.base), app.get("/nowhere").await),
+        (
+            format!("{}/problems/no-such-problem", app.base),
+            app.get("/problems/no-such-problem").await,
+        ),
+    ];
+    let put = |body: String, content_type: &'static str| {
+        let url = lease.clone();
+        let rb = app
+            .http
+            .put(&url)
+            .header("Lease-Owner-Token", &a.token)
+            .header("Lease-Operation-Id", &a.op)
+            .header("content-type", content_type)
+            .body(body);
+        async move { (url, TestApp::reply(rb.send().await.expect("send")).await) }
+    };
+    answers.push(put("{\"ttlMs\": 30000}".into(), "text/plain").await);
+    answers.push(
+        put(
+            format!("{{\"ttlMs\": 30000, \"x\": \"{}\"}}", "y".repeat(64 * 1024)),
+            "application/json",
+        )
+        .await,
+    );
+    let post = app
+        .http
+        .post(format!("{}/livez", app.base))
+        .send()
+        .await
+        .expect("send");
+    answers.push((format!("{}/livez", app.base), TestApp::reply(post).await));
+    let mut outcomes = std::collections::BTreeSet::new();
+    for (url, r) in &answers {
+        assert!(!r.status.is_success(), "{url}: {:#}", r.body);
+        assert_eq!(r.content_type(), PROBLEM, "{url}");
+        type_page_ok(&app, url, r, &format!("{} {}", r.status, r.outcome())).await;
+        outcomes.insert(r.outcome().to_owned());
+    }
+    for outcome in [
+        "contended",
+        "owner_operation_conflict",
+        "not_owner",
+        "lost",
+        "invalid_request",
+        "not_found",
+        "unsupported_media_type",
+        "payload_too_large",
+        "method_not_allowed",
+    ] {
+        assert!(
+            outcomes.contains(outcome),
+            "{outcome} was not answered: {outcomes:?}"
+        );
+    }
 }

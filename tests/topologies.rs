@@ -505,6 +505,89 @@ struct Acquired {
     sent: Instant,
 }
 
+/// Acquires fresh resources until one is `acquired` (within 30 s) and returns
+/// its fencing token. The requests pace themselves: while no master is
+/// writable each waits out its command timeout.
+async fn first_lease(app: &TestApp, what: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let a = app.attempt().await;
+        let got = app.acquire(P, &digest(), &a, 30_000).await;
+        if got.status == StatusCode::CREATED {
+            return got.fencing_token();
+        }
+        last = format!("{} {:?}", got.status, got.body);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no lease served within 30 s {what}; last answer: {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sentinel_serves_after_successive_and_aborted_failovers() {
+    use futures_util::StreamExt as _;
+    let set = RedisSentinelSet::start(1, 3);
+    let app = spawn(&[
+        "--redis-sentinels",
+        &set.sentinel_urls().join(","),
+        "--redis-sentinel-master",
+        set.master_name(),
+        "--command-timeout-ms",
+        "500",
+    ])
+    .await;
+    let mut tokens = vec![first_lease(&app, "at start").await];
+    // Two failovers in a row: every sentinel announces each +switch-master;
+    // the instance must follow both and keep serving.
+    for round in 1..=2 {
+        let old = set.current_master_port();
+        let new = tokio::task::block_in_place(|| set.failover());
+        assert_ne!(old, new);
+        tokens.push(first_lease(&app, &format!("after failover {round}")).await);
+    }
+    // An aborted failover: the replica is frozen, so the promotion Sentinel
+    // asks for never happens and it gives up after failover-timeout (5 s).
+    let sentinel = &set.sentinels[0];
+    let mut aborts = redis::Client::open(sentinel.url().as_str())
+        .expect("sentinel url")
+        .get_async_pubsub()
+        .await
+        .expect("subscribe to a sentinel");
+    aborts
+        .psubscribe("-failover-abort-*")
+        .await
+        .expect("psubscribe");
+    // The old master must be a synced replica again before Sentinel will
+    // start another failover.
+    tokio::task::block_in_place(|| set.wait_settled());
+    let master_port = set.current_master_port();
+    let replica = std::iter::once(&set.master)
+        .chain(&set.replicas)
+        .find(|n| n.port() != master_port)
+        .expect("a replica");
+    replica.freeze();
+    let started = sentinel.cli_result(&["SENTINEL", "FAILOVER", set.master_name()]);
+    assert!(started.is_ok(), "SENTINEL FAILOVER refused: {started:?}");
+    let aborted = tokio::time::timeout(Duration::from_secs(30), aborts.on_message().next()).await;
+    assert!(
+        matches!(aborted, Ok(Some(_))),
+        "the failover did not abort within 30 s"
+    );
+    tokens.push(first_lease(&app, "after the aborted failover").await);
+    replica.thaw();
+    assert_eq!(
+        set.current_master_port(),
+        master_port,
+        "the aborted failover moved the master"
+    );
+    tokens.push(first_lease(&app, "after the replica came back").await);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must keep increasing across failovers: {tokens:?}"
+    );
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sentinel_contract_and_failover_under_load() {
     use futures_util::StreamExt as _;

@@ -41,14 +41,27 @@ pub struct HeadersAndBody {
     pub body: Result<Bytes, BytesRejection>,
 }
 
-impl<S: Send + Sync> FromRequest<S> for HeadersAndBody {
-    type Rejection = Infallible;
+impl FromRequest<super::AppState> for HeadersAndBody {
+    type Rejection = axum::response::Response;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Infallible> {
+    /// A body still arriving half a second before the request timeout is
+    /// answered `408` here, before the timeout could call a request that
+    /// never reached the store `indeterminate`. (A timer that is never
+    /// polled costs nothing when the body came with the head.)
+    async fn from_request(
+        req: Request,
+        state: &super::AppState,
+    ) -> Result<Self, axum::response::Response> {
         let (mut parts, body) = req.into_parts();
         let headers = std::mem::take(&mut parts.headers);
-        let body = Bytes::from_request(Request::from_parts(parts, body), state).await;
-        Ok(Self { headers, body })
+        let within = state
+            .request_timeout
+            .saturating_sub(std::time::Duration::from_millis(500));
+        let read = Bytes::from_request(Request::from_parts(parts, body), state);
+        match tokio::time::timeout(within, read).await {
+            Ok(body) => Ok(Self { headers, body }),
+            Err(_) => Err(super::problem::body_timeout()),
+        }
     }
 }
 
@@ -161,6 +174,52 @@ pub fn attempt(headers: &HeaderMap, required: bool, problems: &mut Problems) -> 
     Some(Attempt {
         owner_token: owner_token?,
         operation_id: operation_id?,
+    })
+}
+
+/// Whom an inspect asks as: the attempt headers in any combination, each
+/// one sent validated.
+#[derive(Debug)]
+pub enum Asker {
+    /// Neither header, or `Lease-Operation-Id` alone: an operation id is no
+    /// secret and names no owner, so it says nothing about who holds the lease.
+    Anyone,
+    /// `Lease-Owner-Token` alone: `heldBy` compares the owner token only.
+    Owner(OwnerToken),
+    /// Both headers: `heldBy` relative to the attempt.
+    Attempt(Attempt),
+}
+
+/// Parses the attempt headers of an inspect, which takes them in any
+/// combination (see [`Asker`]); a header that is sent must be well-formed.
+pub fn asker(headers: &HeaderMap, problems: &mut Problems) -> Option<Asker> {
+    let token = header_text(headers, OWNER_TOKEN_HEADER, "Lease-Owner-Token", problems);
+    let op = header_text(headers, OPERATION_ID_HEADER, "Lease-Operation-Id", problems);
+    // Both checked before giving up, so the answer names every bad header.
+    let owner_token = match token {
+        None => Err(()),
+        Some(None) => Ok(None),
+        Some(Some(t)) => OwnerToken::parse(t)
+            .map(Some)
+            .map_err(|e| problems.shape("Lease-Owner-Token", e.to_string())),
+    };
+    let operation_id = match op {
+        None => Err(()),
+        Some(None) => Ok(None),
+        Some(Some(o)) => OperationId::parse(o)
+            .map(Some)
+            .map_err(|e| problems.shape("Lease-Operation-Id", e.to_string())),
+    };
+    let (Ok(owner_token), Ok(operation_id)) = (owner_token, operation_id) else {
+        return None;
+    };
+    Some(match (owner_token, operation_id) {
+        (Some(owner_token), Some(operation_id)) => Asker::Attempt(Attempt {
+            owner_token,
+            operation_id,
+        }),
+        (Some(owner_token), None) => Asker::Owner(owner_token),
+        (None, _) => Asker::Anyone,
     })
 }
 

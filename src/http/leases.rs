@@ -9,16 +9,16 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::extract::{self, Headers, HeadersAndBody, Problems};
+use super::extract::{self, Asker, Headers, HeadersAndBody, Problems};
 use super::problem::{respond, ApiError};
 use super::AppState;
-use crate::domain::{Attempt, ResourceId};
+use crate::domain::{Attempt, Failure, HeldBy, Inspection, OperationId, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
-    AcquireConflict, Acquired, ForbiddenProblem, HeadersTooLargeProblem, IndeterminateProblem,
-    Inspected, InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem, NotFoundProblem,
-    NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed, ReplayedSameOperation,
-    ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
+    AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
+    IndeterminateProblem, Inspected, InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem,
+    NotFoundProblem, NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed,
+    ReplayedSameOperation, ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
 };
 
 /// Body of an acquire.
@@ -31,12 +31,16 @@ pub struct AcquireBody {
     #[serde(deserialize_with = "whole_ms")]
     #[schema(minimum = 20, maximum = 3600000, example = 30000)]
     pub ttl_ms: u64,
-    /// How long to wait server-side while someone else holds the lease, in
-    /// milliseconds (0, the default, tries once; at most 30000 by default). A
-    /// release wakes a waiter at once; a waiter gives up at its deadline,
-    /// when the client disconnects, or at shutdown (answered `contended`).
+    /// Optional: how long to wait server-side while someone else holds the
+    /// lease, in milliseconds (left out or 0: try once; at most 30000 by
+    /// default). A release wakes a waiter at once; a waiter gives up at its
+    /// deadline, when the client disconnects, or at shutdown (answered
+    /// `contended`).
+    // No `default` keyword in the schema: code generators (openapi-typescript)
+    // make a member with a default required, and a client must be able to
+    // leave it out.
     #[serde(default, deserialize_with = "whole_ms")]
-    #[schema(minimum = 0, maximum = 30000, default = 0, example = 5000)]
+    #[schema(minimum = 0, maximum = 30000, example = 5000)]
     pub wait_ms: u64,
 }
 
@@ -163,6 +167,7 @@ fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
         (status = 409, description = "`owner_operation_conflict` (the same owner token holds it for another operation) or `contended` (someone else holds it).",
             body = AcquireConflict, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "`retryAfterMs` in whole seconds, rounded up (at least 1)."))),
+        (status = 408, description = "`request_timeout`: the body did not arrive in time; nothing was done.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: well-formed JSON with invalid values (TTL or wait out of bounds, wrong types, unknown or missing members).", body = InvalidRequestProblem, content_type = "application/problem+json"),
@@ -251,6 +256,7 @@ pub async fn acquire(
         (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`lost` with `reason: absent`: no lease exists any more; or `not_found`: the path matched no route.", body = LeaseNotFound, content_type = "application/problem+json"),
         (status = 409, description = "`lost` with `reason: not_owner`: someone else holds the lease now.", body = LostNotOwnerProblem, content_type = "application/problem+json"),
+        (status = 408, description = "`request_timeout`: the body did not arrive in time; nothing was done.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`: the body is over the limit.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`: the body is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: well-formed JSON with invalid values.", body = InvalidRequestProblem, content_type = "application/problem+json"),
@@ -388,8 +394,12 @@ pub async fn release(
 /// Inspect a lease.
 ///
 /// Read-only: whether the lease is held, its remaining time and fencing
-/// token. Send the attempt headers (both or neither) to learn whether the
-/// holder is you (`heldBy`). Never reveals the holder's token.
+/// token. Never reveals the holder's token. The attempt headers are
+/// optional, in any combination: both answer `heldBy` relative to the
+/// attempt (`caller`, `caller_other_operation` or `other`); the owner token
+/// alone compares the token only (`caller_other_operation` when it holds
+/// the lease, whatever the operation; `other` otherwise); the operation id
+/// alone names no one and answers no `heldBy`.
 #[utoipa::path(
     get,
     path = "/leases/{purpose}/{digest}",
@@ -400,21 +410,21 @@ pub async fn release(
             pattern = r"^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63, example = "invoice-export"),
         ("digest" = String, Path, description = "The resource digest.",
             pattern = r"^v1\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
-        ("Lease-Owner-Token" = Option<String>, Header, description = "Optional, together with `Lease-Operation-Id`: fills `heldBy`.",
+        ("Lease-Owner-Token" = Option<String>, Header, nullable = false, description = "Optional: fills `heldBy`. Alone, compares the owner token only (`caller_other_operation` or `other`); with `Lease-Operation-Id`, the attempt (`caller` too).",
             pattern = r"^[A-Za-z0-9_-]{32}$", min_length = 32, max_length = 32, example = "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz"),
-        ("Lease-Operation-Id" = Option<String>, Header, description = "Optional, together with `Lease-Owner-Token`: fills `heldBy`.",
+        ("Lease-Operation-Id" = Option<String>, Header, nullable = false, description = "Optional: with `Lease-Owner-Token`, `heldBy` can be `caller`. Alone it names no owner and is ignored (no `heldBy`), though a malformed one is still refused.",
             pattern = r"^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02"),
     ),
     responses(
         (status = 200, description = "`inspected`.", body = Inspected),
-        (status = 400, description = "`invalid_request`: a malformed path parameter or attempt header, or only one of the two attempt headers.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 400, description = "`invalid_request`: a malformed path parameter or attempt header (a missing one is fine).", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`: not applied.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
-        (status = 504, description = "`indeterminate`: the read was sent with the attempt headers and no certain reply came.", body = IndeterminateProblem, content_type = "application/problem+json"),
+        (status = 504, description = "`indeterminate`: the read was sent with both attempt headers and no certain reply came (without them an uncertain read is `unavailable`).", body = IndeterminateProblem, content_type = "application/problem+json"),
     ),
     security((), ("apiKey" = []))
 )]
@@ -424,10 +434,46 @@ pub async fn inspect(
     Headers(headers): Headers,
 ) -> Response {
     let result = async {
-        let (resource, attempt) = resource_and_attempt(&app, path, &headers, false)?;
-        Ok::<_, ApiError>(respond(
-            &app.service.inspect(&resource, attempt.as_ref()).await,
-        ))
+        app.authenticate(&headers)?;
+        let mut problems = Problems::default();
+        let resource = path_resource(path, &mut problems);
+        let asker = extract::asker(&headers, &mut problems);
+        problems.finish()?;
+        let (resource, asker) = (parsed(resource)?, parsed(asker)?);
+        app.authorize(&headers, &resource)?;
+        let answer = match asker {
+            Asker::Anyone => app.service.inspect(&resource, None).await,
+            Asker::Attempt(attempt) => app.service.inspect(&resource, Some(&attempt)).await,
+            Asker::Owner(owner_token) => {
+                // Any operation id will do: `caller` and `caller_other_operation`
+                // both mean "this owner token holds it", answered as the latter.
+                let attempt = Attempt {
+                    owner_token,
+                    operation_id: parsed(OperationId::parse("~").ok())?,
+                };
+                owner_only(app.service.inspect(&resource, Some(&attempt)).await)
+            }
+        };
+        Ok::<_, ApiError>(respond(&answer))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// An inspect that named no operation: `heldBy` never claims `caller` (which
+/// needs the operation id), and an uncertain read is not `indeterminate`
+/// (which would name an operation the caller never sent) but `unavailable`,
+/// as for an inspect without attempt headers (the service's fixed 1 s hint).
+fn owner_only(answer: Result<Inspection, Failure>) -> Result<Inspection, Failure> {
+    match answer {
+        Ok(mut inspection) => {
+            if inspection.held_by == Some(HeldBy::Caller) {
+                inspection.held_by = Some(HeldBy::CallerOtherOperation);
+            }
+            Ok(inspection)
+        }
+        Err(Failure::Indeterminate { .. }) => Err(Failure::Unavailable {
+            retry_after_ms: 1000,
+        }),
+        Err(other) => Err(other),
+    }
 }

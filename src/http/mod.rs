@@ -9,7 +9,9 @@ pub mod extract;
 pub mod health;
 pub mod leases;
 pub mod problem;
+pub mod problems;
 pub mod server;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -126,6 +128,9 @@ fn acceptable_request_id(value: &HeaderValue) -> bool {
 const LEASE_ROUTE: &str = "/leases/{purpose}/{digest}";
 
 /// Every route template served, as `'static` metric labels.
+/// The problem pages' template (`type` of every problem+json answer).
+const PROBLEM_ROUTE: &str = "/problems/{type}";
+
 const ROUTES: [&str; 7] = [
     "/attempts",
     LEASE_ROUTE,
@@ -148,6 +153,13 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             // handler answers 400), an empty last segment does not.
             (Some(_purpose), Some(digest), None) if !digest.is_empty() => LEASE_ROUTE,
             _ => "unmatched",
+        };
+    }
+    if let Some(rest) = path.strip_prefix("/problems/") {
+        return if !rest.is_empty() && !rest.contains('/') {
+            PROBLEM_ROUTE
+        } else {
+            "unmatched"
         };
     }
     ROUTES
@@ -191,7 +203,8 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .route(ROUTES[2], get(health::livez))
         .route(ROUTES[3], get(health::readyz))
         .route(ROUTES[4], get(docs::openapi_json))
-        .route(ROUTES[5], get(docs::page));
+        .route(ROUTES[5], get(docs::page))
+        .route(PROBLEM_ROUTE, get(problems::page));
     if metrics_on_api {
         routes = routes.route(ROUTES[6], get(health::metrics));
     }

@@ -221,10 +221,7 @@ pub fn problem_response(
 ) -> Response {
     members.insert(
         "type".into(),
-        Value::String(format!(
-            "https://leasehold.dev/problems/{}",
-            outcome.replace('_', "-")
-        )),
+        Value::String(super::problems::type_uri(outcome)),
     );
     members.insert("title".into(), Value::String(title.to_owned()));
     members.insert("status".into(), Value::from(status.as_u16()));
@@ -374,4 +371,16 @@ impl IntoResponse for ApiError {
             ),
         }
     }
+}
+
+/// 408 problem+json `request_timeout`: the body did not arrive in time, so
+/// nothing reached the store (never `indeterminate`).
+pub fn body_timeout() -> Response {
+    problem_response(
+        StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        "Request body timed out",
+        "The request body did not arrive within the service's request timeout; nothing was done.",
+        Map::new(),
+    )
 }

@@ -2,6 +2,14 @@
 //! `max_connections` at a time, each closed when it sends no complete request
 //! head within `idle_timeout`, and a graceful shutdown.
 //!
+//! With TLS, each accepted connection does its handshake in its own task (so
+//! a slow or silent client never holds up the accept loop), bounded by
+//! [`HANDSHAKE_TIMEOUT`] (or the idle timeout when that is shorter), and
+//! counts against the connection cap from the moment it is accepted; at
+//! shutdown a connection still in its handshake is dropped at once. A
+//! failed handshake is logged at DEBUG: it is the client's problem (wrong
+//! CA, no client certificate, plain HTTP sent to the TLS port).
+//!
 //! Why not `axum::serve`: it sets neither bound. A client that opens
 //! connections and never finishes a request head (or simply never closes an
 //! idle keep-alive connection) would hold a task, a socket and its buffers
@@ -24,7 +32,14 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt as _};
+
+use crate::http::tls::CurrentAcceptor;
+
+/// How long a TLS handshake may take at most. A handshake is a few round
+/// trips: a client that needs longer is stuck or hostile.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bounds of one listener.
 #[derive(Debug, Clone, Copy)]
@@ -37,13 +52,14 @@ pub struct Limits {
     pub idle_timeout: Duration,
 }
 
-/// Serves `service` on `listener` until `stop` resolves, then stops
-/// accepting, lets in-flight requests finish, closes idle connections and
-/// returns once every connection is closed.
+/// Serves `service` on `listener` (over TLS when `tls` is given) until
+/// `stop` resolves, then stops accepting, lets in-flight requests finish,
+/// closes idle connections and returns once every connection is closed.
 pub async fn serve<S>(
     listener: TcpListener,
     service: S,
     limits: Limits,
+    tls: Option<CurrentAcceptor>,
     stop: impl Future<Output = ()>,
 ) where
     S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
@@ -56,6 +72,8 @@ pub async fn serve<S>(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
         .keep_alive(true);
+    let handshake_timeout = HANDSHAKE_TIMEOUT.min(limits.idle_timeout);
+    let shutting_down = CancellationToken::new();
     let mut at_limit = false;
     tokio::pin!(stop);
     loop {
@@ -98,11 +116,49 @@ pub async fn serve<S>(
         let service = service
             .clone()
             .map_request(|req: hyper::Request<Incoming>| req.map(Body::new));
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-        let conn = graceful.watch(conn);
+        let service = TowerToHyperService::new(service);
+        // Taken now: a connection whose handshake ends after shutdown began
+        // is still closed gracefully, and shutdown waits for it.
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        // The acceptor current now: a new client CA applies from here on.
+        let tls = tls.as_ref().map(|current| current.get());
+        let shutting_down = shutting_down.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let result = match tls {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(conn).await
+                }
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
+                    tokio::select! {
+                        done = handshake => match done {
+                            Ok(Ok(stream)) => {
+                                let conn = builder.serve_connection(TokioIo::new(stream), service);
+                                watcher.watch(conn).await
+                            }
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                Ok(())
+                            }
+                            Err(_) => {
+                                tracing::debug!(
+                                    timeout_ms = handshake_timeout.as_millis() as u64,
+                                    "TLS handshake timed out"
+                                );
+                                Ok(())
+                            }
+                        },
+                        // Shutting down: a connection that has not finished
+                        // its handshake has sent no request; drop it now
+                        // rather than hold up the shutdown.
+                        () = shutting_down.cancelled() => Ok(()),
+                    }
+                }
+            };
+            if let Err(e) = result {
                 // A client that went away or timed out; nothing to answer.
                 tracing::debug!(error = %e, "connection ended with an error");
             }
@@ -110,6 +166,7 @@ pub async fn serve<S>(
         });
     }
     drop(listener);
+    shutting_down.cancel();
     graceful.shutdown().await;
 }
 

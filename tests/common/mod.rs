@@ -30,4 +30,6 @@ macro_rules! both_stores {
 }
 
 pub mod app;
+pub mod fault_proxy;
+pub mod history;
 pub mod redis;

@@ -1268,7 +1268,8 @@ impl RedisSentinelSet {
         set
     }
 
-    fn wait_settled(&self) {
+    /// Waits until every replica is linked and every sentinel sees them all.
+    pub fn wait_settled(&self) {
         let mut last = String::new();
         let n_replicas = self.replicas.len();
         let n_sentinels = self.sentinels.len();
@@ -1409,6 +1410,101 @@ impl RedisSentinelSet {
                  within {TOPOLOGY_DEADLINE:?}; last: {last}"
             ))
         })
+    }
+
+    /// Waits until the first live sentinel lists every data node other than
+    /// the master as a usable replica (flags exactly `slave`: not down, not
+    /// disconnected). Right after a failover the old master may not be one
+    /// yet, and a failover started before would be refused.
+    pub fn until_replica_usable(&self) {
+        let old = self.current_master_port();
+        let sentinel = self
+            .sentinels
+            .iter()
+            .find(|s| s.is_live())
+            .unwrap_or_else(|| self.fail("until_replica_usable: no live sentinel"));
+        let ports: Vec<String> = self
+            .data_nodes()
+            .filter(|n| n.port != old && n.is_live())
+            .map(|n| n.port.to_string())
+            .collect();
+        let usable = poll_until(TOPOLOGY_DEADLINE, || {
+            let listed = sentinel
+                .cli_result(&["SENTINEL", "REPLICAS", SENTINEL_MASTER_NAME])
+                .ok()?;
+            let maps = parse_flat_maps(&listed);
+            ports
+                .iter()
+                .all(|port| {
+                    maps.iter().any(|m| {
+                        field(m, "port") == Some(port.as_str())
+                            && field(m, "flags") == Some("slave")
+                    })
+                })
+                .then_some(())
+        });
+        if usable.is_none() {
+            self.fail(&format!(
+                "the sentinel never listed replicas {ports:?} as usable within {TOPOLOGY_DEADLINE:?}"
+            ));
+        }
+    }
+
+    /// An aborted failover: the replica a failover would promote (the one
+    /// data node that is not the master; use a set with one replica) is
+    /// frozen, `SENTINEL FAILOVER` starts a failover that cannot complete,
+    /// and once the sentinel has given up (failover-timeout, 5 s: the flag
+    /// `failover_in_progress` clears) the replica is thawed. Returns the
+    /// master's port, unchanged.
+    pub fn aborted_failover(&self) -> u16 {
+        let old = self.current_master_port();
+        let replica = self
+            .data_nodes()
+            .find(|n| n.port != old && n.is_live())
+            .unwrap_or_else(|| self.fail("aborted_failover: no replica"));
+        let sentinel = self
+            .sentinels
+            .iter()
+            .find(|s| s.is_live())
+            .unwrap_or_else(|| self.fail("aborted_failover: no live sentinel"));
+        self.until_replica_usable();
+        replica.freeze();
+        if let Err(e) = sentinel.cli_result(&["SENTINEL", "FAILOVER", SENTINEL_MASTER_NAME]) {
+            replica.thaw();
+            self.fail(&format!(
+                "aborted_failover: SENTINEL FAILOVER refused with the replica frozen: {e}"
+            ));
+        }
+        let mut last = String::new();
+        let given_up = poll_until(TOPOLOGY_DEADLINE, || {
+            let out = sentinel
+                .cli_result(&["SENTINEL", "MASTER", SENTINEL_MASTER_NAME])
+                .ok()?;
+            let mut lines = out.lines();
+            let mut flags = None;
+            while let Some(key) = lines.next() {
+                let value = lines.next().unwrap_or("");
+                if key == "flags" {
+                    flags = Some(value.to_owned());
+                }
+            }
+            last = flags.clone().unwrap_or_default();
+            flags.filter(|f| !f.contains("failover_in_progress"))
+        });
+        replica.thaw();
+        if given_up.is_none() {
+            self.fail(&format!(
+                "aborted_failover: the failover was still in progress after \
+                 {TOPOLOGY_DEADLINE:?} (flags {last})"
+            ));
+        }
+        let now = self.current_master_port();
+        if now != old {
+            self.fail(&format!(
+                "aborted_failover: the master moved from {old} to {now}; the failover completed"
+            ));
+        }
+        old
     }
 
     fn fail(&self, what: &str) -> ! {
@@ -1595,6 +1691,90 @@ impl TlsMaterial {
             other_ca_cert: dir.join("other-ca.crt"),
             dir,
         }
+    }
+}
+
+impl TlsMaterial {
+    /// Issues one more certificate from the CA for `IP:127.0.0.1,
+    /// DNS:localhost` (e.g. the next one of a rotation) and returns its
+    /// `(cert, key)` paths in [`TlsMaterial::dir`]. `client_auth_too`: with
+    /// the clientAuth usage as well as serverAuth (a serving certificate
+    /// that can also present itself as a client).
+    pub fn issue_server_cert(&self, name: &str, client_auth_too: bool) -> (PathBuf, PathBuf) {
+        let openssl = require_binary("openssl", "openssl");
+        let run = |args: &[&str]| {
+            let out = Command::new(&openssl)
+                .args(args)
+                .current_dir(&self.dir)
+                .output()
+                .unwrap_or_else(|e| panic!("spawn openssl: {e}"));
+            if !out.status.success() {
+                panic!(
+                    "openssl {args:?} failed in {}: {}",
+                    self.dir.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        };
+        let usage = if client_auth_too {
+            "serverAuth,clientAuth"
+        } else {
+            "serverAuth"
+        };
+        let (key, csr, ext, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.ext"),
+            format!("{name}.crt"),
+        );
+        fs::write(
+            self.dir.join(&ext),
+            format!(
+                "basicConstraints = critical,CA:FALSE\n\
+                 keyUsage = critical,digitalSignature,keyEncipherment\n\
+                 subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n\
+                 extendedKeyUsage = {usage}\nsubjectAltName = IP:127.0.0.1,DNS:localhost\n"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("write {ext}: {e}"));
+        run(&[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            &key,
+        ]);
+        run(&[
+            "req",
+            "-new",
+            "-key",
+            &key,
+            "-subj",
+            "/CN=127.0.0.1",
+            "-out",
+            &csr,
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-sha256",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &crt,
+        ]);
+        (self.dir.join(crt), self.dir.join(key))
     }
 }
 

@@ -254,7 +254,7 @@ impl ClusterBackend {
                 },
             };
             let pool = self.pool(&addr)?;
-            let mut conn = match pool.checkout(deadline).await {
+            let mut conn = match pool.checkout_as(call.acks.is_some(), deadline).await {
                 Ok(conn) => conn,
                 Err(err) => {
                     // The node went away (or never was): nothing was sent.

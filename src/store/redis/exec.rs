@@ -4,14 +4,20 @@
 //! | what happened | answer |
 //! | --- | --- |
 //! | no connection, connect refused, pool empty (nothing sent) | `Unavailable` |
-//! | an error reply (READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, OOM, NOPERM, ...) | `Unavailable`: Redis refused the command as a whole |
+//! | an error reply, by its code (READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, OOM, NOREPLICAS, MISCONF, BUSY, NOPERM, ...), confirmed as ours by `PING <nonce>` | `Unavailable`, connection kept: Redis refused before anything was written |
+//! | a script reply `{nonce, -9, error}`: a write inside the script refused | `Unavailable`, connection kept |
 //! | MOVED / ASK | not an answer: the caller follows the redirect |
-//! | no reply before the deadline, connection lost with the command in flight | `Indeterminate` |
+//! | a reply that does not echo this call's nonce, or an error reply not confirmed | `Indeterminate`, connection dropped |
+//! | no reply before the deadline, connection lost with the command in flight | `Indeterminate`, connection dropped |
 
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::time::{timeout_at, Instant};
 
 use super::pool::Conn;
+use super::reply::{
+    self, Nonce, Opened, CLUSTER_DOWN, CONNECTION_LOST, CONNECT_FAILED, DESYNC, MASTER_DOWN,
+    NOT_MASTER, READONLY, TRY_AGAIN,
+};
 use super::scripts::Script;
 use crate::store::StoreError;
 
@@ -72,25 +78,28 @@ impl From<StoreError> for RunError {
     }
 }
 
-/// Runs `script` with EVALSHA on `conn` (after ASKING when `asking`); on
-/// NOSCRIPT loads it and retries once.
+/// Runs `script` with EVALSHA on `conn` (ASKING first, in the same write,
+/// when `asking`); on NOSCRIPT loads it and retries once. The reply must
+/// echo `nonce` (every lease script returns it first): one that does not
+/// answers another request, so the call is `Indeterminate` and the
+/// connection is dropped. Returns the script's answer after the nonce.
 pub async fn run_script(
     conn: &mut Conn,
     script: &Script,
     keys: &[&str],
     args: &[&str],
+    nonce: &Nonce,
     asking: bool,
     deadline: Instant,
-) -> Result<Value, RunError> {
-    let evalsha = script.evalsha(keys, args);
-    if asking {
-        asking_cmd(conn, deadline).await?;
-    }
-    match send(conn, &evalsha, deadline).await {
+) -> Result<Vec<Value>, RunError> {
+    let evalsha = script.evalsha(keys, args, nonce.as_str());
+    match send_script(conn, &evalsha, asking, deadline).await {
         Err(err) if is_noscript(&err) => {}
-        other => return finish(conn, other),
+        other => return finish(conn, other, nonce, deadline).await,
     }
-    // NOSCRIPT is a definite refusal: load the script and retry once.
+    // NOSCRIPT is a definite refusal: load the script and retry once. (Were
+    // that NOSCRIPT another request's reply, the retry's own reply would not
+    // echo our nonce, and the call ends `Indeterminate` below.)
     tracing::info!(
         script = script.name,
         "script cache empty (NOSCRIPT); loading it"
@@ -104,38 +113,110 @@ pub async fn run_script(
             StoreError::Indeterminate(_) => StoreError::Unavailable("SCRIPT LOAD got no reply"),
             other => other,
         })?;
-    if asking {
-        asking_cmd(conn, deadline).await?;
-    }
-    match send(conn, &evalsha, deadline).await {
+    match send_script(conn, &evalsha, asking, deadline).await {
         Err(err) if is_noscript(&err) => {
             Err(StoreError::Unavailable("NOSCRIPT after SCRIPT LOAD").into())
         }
-        other => finish(conn, other),
+        other => finish(conn, other, nonce, deadline).await,
     }
 }
 
-/// ASKING before a redirected command; it changes no data, so any failure
-/// is `Unavailable`.
-async fn asking_cmd(conn: &mut Conn, deadline: Instant) -> Result<(), StoreError> {
-    send(conn, &redis::cmd("ASKING"), deadline)
-        .await
-        .map(drop)
-        .map_err(|err| match classify(conn, err) {
-            StoreError::Indeterminate(_) => StoreError::Unavailable("ASKING got no reply"),
-            other => other,
-        })
+/// Sends the EVALSHA, after ASKING when `asking`. The two go out as one
+/// pipeline, so no other request's command on this multiplexed connection
+/// can come between them and take the ASKING.
+async fn send_script(
+    conn: &mut Conn,
+    evalsha: &redis::Cmd,
+    asking: bool,
+    deadline: Instant,
+) -> Result<Value, SendError> {
+    if asking {
+        // Rare (a slot migration): boxed, so the common path's future
+        // stays small (every await moves it).
+        Box::pin(send_asking(conn, evalsha, deadline)).await
+    } else {
+        send(conn, evalsha, deadline).await
+    }
 }
 
-fn finish(conn: &Conn, result: Result<Value, SendError>) -> Result<Value, RunError> {
-    match result {
-        Ok(value) => Ok(value),
-        Err(SendError::Redis(err)) => match redirect_of(&err) {
-            Some(redirect) => Err(RunError::Redirect(redirect)),
-            None => Err(RunError::Failed(classify(conn, SendError::Redis(err)))),
+async fn send_asking(
+    conn: &mut Conn,
+    evalsha: &redis::Cmd,
+    deadline: Instant,
+) -> Result<Value, SendError> {
+    let mut pipe = redis::pipe();
+    pipe.add_command(redis::cmd("ASKING"))
+        .add_command(evalsha.clone());
+    let sent = timeout_at(deadline, conn.inner.send_packed_commands(&pipe, 0, 2)).await;
+    match sent {
+        Err(_) => {
+            conn.mark_dead();
+            Err(SendError::Timeout)
+        }
+        Ok(Err(err)) => Err(SendError::Redis(err)),
+        Ok(Ok(mut replies)) => match replies.pop() {
+            Some(Value::ServerError(err)) => Err(SendError::Redis(err.into())),
+            Some(value) if replies.len() == 1 => Ok(value),
+            // Not two replies for two commands: out of step.
+            _ => Ok(Value::Nil),
         },
+    }
+}
+
+async fn finish(
+    conn: &mut Conn,
+    result: Result<Value, SendError>,
+    nonce: &Nonce,
+    deadline: Instant,
+) -> Result<Vec<Value>, RunError> {
+    match result {
+        Ok(value) => match reply::open(value, nonce) {
+            Ok(Opened::Answer(items)) => Ok(items),
+            Ok(Opened::Refused(code)) => Err(RunError::Failed(refused(conn, &code))),
+            Err(()) => {
+                conn.mark_dead();
+                tracing::warn!(
+                    "a script reply did not echo its request's nonce; connection dropped"
+                );
+                Err(RunError::Failed(StoreError::Indeterminate(DESYNC)))
+            }
+        },
+        Err(SendError::Redis(err)) if err.code().is_some() => {
+            // An error reply: Redis refused before the script wrote anything.
+            // It carries no nonce, so prove it is ours before believing it
+            // (boxed: rare, and it would otherwise enlarge every call's future).
+            if !Box::pin(in_step(conn, nonce, deadline)).await {
+                return Err(RunError::Failed(StoreError::Indeterminate(DESYNC)));
+            }
+            match redirect_of(&err) {
+                Some(redirect) => Err(RunError::Redirect(redirect)),
+                None => Err(RunError::Failed(classify(conn, SendError::Redis(err)))),
+            }
+        }
         Err(err) => Err(RunError::Failed(classify(conn, err))),
     }
+}
+
+/// `PING <nonce>` on the connection right after an untagged reply: when its
+/// reply echoes the nonce, replies on this connection are paired with their
+/// requests (a lost reply would have shifted this one too), so the reply
+/// before it was ours. When it does not, or none comes, the connection is
+/// dropped. A server too busy to answer PING (BUSY: only a script kill gets
+/// through) is refusing everything alike; that refusal is taken as ours.
+async fn in_step(conn: &mut Conn, nonce: &Nonce, deadline: Instant) -> bool {
+    let mut ping = redis::cmd("PING");
+    ping.arg(nonce.as_str());
+    let confirmed = match send(conn, &ping, deadline).await {
+        Ok(Value::BulkString(b)) => b.as_slice() == nonce.as_str().as_bytes(),
+        Ok(Value::SimpleString(s)) => s == nonce.as_str(),
+        Err(SendError::Redis(err)) => err.code() == Some("BUSY"),
+        _ => false,
+    };
+    if !confirmed {
+        conn.mark_dead();
+        tracing::warn!("an error reply could not be matched to its request; connection dropped");
+    }
+    confirmed
 }
 
 /// MOVED/ASK as a [`Redirect`].
@@ -165,13 +246,16 @@ pub fn suggests_topology_change(err: &StoreError) -> bool {
     )
 }
 
-const READONLY: &str = "Redis answered READONLY";
-const CLUSTER_DOWN: &str = "Redis Cluster is down";
-const TRY_AGAIN: &str = "Redis Cluster asked to try again";
-const MASTER_DOWN: &str = "Redis answered MASTERDOWN";
-pub(super) const CONNECT_FAILED: &str = "cannot connect to Redis";
-pub(super) const NOT_MASTER: &str = "the resolved Redis node is not a master";
-const CONNECTION_LOST: &str = "connection failed with the command in flight";
+/// A refusal by error code: `Unavailable`, and the connection is kept (it
+/// is healthy; Redis said no), except READONLY: the node is a replica now,
+/// so the next connection should resolve the current primary.
+fn refused(conn: &Conn, code: &str) -> StoreError {
+    if code == "READONLY" {
+        conn.mark_dead();
+    }
+    tracing::warn!(code, "redis refused a lease command");
+    StoreError::Unavailable(reply::refusal_reason(code))
+}
 
 /// Classifies a failure of a command that was handed to the connection.
 pub fn classify(conn: &Conn, err: SendError) -> StoreError {
@@ -181,31 +265,12 @@ pub fn classify(conn: &Conn, err: SendError) -> StoreError {
         }
         SendError::Redis(err) => err,
     };
-    match err.kind() {
-        // An error reply means the server refused the command as a whole:
-        // the scripts only write after every check passed, and Redis checks
-        // OOM, READONLY, LOADING, MASTERDOWN and cluster state before running
-        // a write.
-        ErrorKind::Server(kind) => {
-            let reason = match kind {
-                ServerErrorKind::ReadOnly => {
-                    // A replica now: drop the connection so the next one
-                    // resolves the current primary.
-                    conn.mark_dead();
-                    READONLY
-                }
-                ServerErrorKind::BusyLoading => "Redis is loading its dataset",
-                ServerErrorKind::MasterDown => MASTER_DOWN,
-                ServerErrorKind::ClusterDown => CLUSTER_DOWN,
-                ServerErrorKind::TryAgain => TRY_AGAIN,
-                ServerErrorKind::NoPerm => "the Redis user lacks a permission",
-                _ if err.code() == Some("OOM") => "Redis is out of memory",
-                _ => "Redis refused the command",
-            };
-            tracing::warn!(code = err.code().unwrap_or("?"), "redis error reply");
-            StoreError::Unavailable(reason)
-        }
-        _ => {
+    match err.code() {
+        // An error reply: the server refused the command as a whole. Read by
+        // its code: redis-rs lists only some codes as kinds; the rest (OOM,
+        // NOREPLICAS, MISCONF, BUSY, ...) arrive as `Extension`.
+        Some(code) => refused(conn, code),
+        None => {
             conn.mark_dead();
             tracing::warn!(kind = ?err.kind(), "redis connection failed with a command in flight");
             StoreError::Indeterminate(CONNECTION_LOST)

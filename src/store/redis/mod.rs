@@ -15,6 +15,7 @@ mod cluster;
 mod exec;
 mod node;
 mod pool;
+mod reply;
 mod scripts;
 mod sentinel;
 
@@ -30,6 +31,7 @@ use self::cluster::ClusterBackend;
 use self::exec::{send, RunError};
 use self::node::{NodeTemplate, Tls};
 use self::pool::{Conn, NodePool};
+use self::reply::{bad_reply, ints};
 use self::scripts::{Script, SCRIPTS};
 use self::sentinel::{Master, SentinelBackend};
 use super::{
@@ -230,25 +232,36 @@ struct Call<'a> {
     acks: Option<Acks>,
 }
 
-/// A script's reply and, after a write with acks configured, its replication.
+/// A script's answer (its reply after the nonce) and, after a write with
+/// acks configured, its replication.
 struct Executed {
-    value: Value,
+    value: Vec<Value>,
     replication: Option<Replication>,
 }
 
 impl Call<'_> {
-    /// Runs the script on `conn`; when it wrote (status 1 in every script)
-    /// and acks are configured, `WAIT`s on the same connection. A `WAIT`
-    /// without an answer leaves the script's answer standing and counts as
-    /// no acknowledgement.
+    /// Runs the script on `conn` with a fresh nonce; when it wrote (status
+    /// 1 in every script) and acks are configured, `WAIT`s on the same
+    /// connection (checked out exclusively for that: see
+    /// [`NodePool::checkout_as`]). A `WAIT` without an answer leaves the
+    /// script's answer standing and counts as no acknowledgement.
     async fn run_on(
         &self,
         conn: &mut Conn,
         asking: bool,
         deadline: Instant,
     ) -> Result<Executed, RunError> {
-        let value =
-            exec::run_script(conn, self.script, self.keys, self.args, asking, deadline).await?;
+        let nonce = reply::next_nonce();
+        let value = exec::run_script(
+            conn,
+            self.script,
+            self.keys,
+            self.args,
+            &nonce,
+            asking,
+            deadline,
+        )
+        .await?;
         let replication = match self.acks {
             Some(acks) if status_of(&value) == Some(1) => {
                 let acknowledged = exec::wait_for_replicas(
@@ -269,12 +282,9 @@ impl Call<'_> {
     }
 }
 
-fn status_of(reply: &Value) -> Option<i64> {
-    match reply {
-        Value::Array(items) => match items.first() {
-            Some(Value::Int(v)) => Some(*v),
-            _ => None,
-        },
+fn status_of(answer: &[Value]) -> Option<i64> {
+    match answer.first() {
+        Some(Value::Int(v)) => Some(*v),
         _ => None,
     }
 }
@@ -428,7 +438,7 @@ impl RedisStore {
         let result = match &self.backend {
             Backend::Standalone { pool, .. } => {
                 async {
-                    let mut conn = pool.checkout(deadline).await?;
+                    let mut conn = pool.checkout_as(call.acks.is_some(), deadline).await?;
                     call.run_on(&mut conn, false, deadline)
                         .await
                         .map_err(|err| match err {
@@ -795,27 +805,6 @@ async fn subscribe_wakeups(
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
-}
-
-fn bad_reply() -> StoreError {
-    StoreError::Indeterminate("unexpected reply shape from a lease script")
-}
-
-fn ints<const N: usize>(reply: &Value) -> Result<[i64; N], StoreError> {
-    let Value::Array(items) = reply else {
-        return Err(bad_reply());
-    };
-    let mut out = [0i64; N];
-    for (slot, item) in out.iter_mut().zip(items.iter()) {
-        *slot = match item {
-            Value::Int(v) => *v,
-            _ => return Err(bad_reply()),
-        };
-    }
-    if items.len() < N {
-        return Err(bad_reply());
-    }
-    Ok(out)
 }
 
 fn non_negative(pttl: i64) -> Option<u64> {

@@ -27,7 +27,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, PushInfo, PushKind, RedisError};
 use tokio::time::{timeout_at, Instant};
 
-use super::exec::{CONNECT_FAILED, NOT_MASTER};
+use super::reply::{CONNECT_FAILED, NOT_MASTER};
 use crate::store::StoreError;
 
 /// A pooled connection and its liveness flag.
@@ -35,6 +35,9 @@ pub struct Conn {
     /// The multiplexed connection.
     pub inner: MultiplexedConnection,
     dead: Arc<AtomicBool>,
+    /// For an exclusive checkout: the pool's slot, held until this handle
+    /// is dropped, so no other call shares the connection meanwhile.
+    _held: Option<Box<bb8::PooledConnection<'static, Manager>>>,
 }
 
 impl Conn {
@@ -105,7 +108,11 @@ impl bb8::ManageConnection for Manager {
                 )));
             }
         }
-        Ok(Conn { inner, dead })
+        Ok(Conn {
+            inner,
+            dead,
+            _held: None,
+        })
     }
 
     async fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {
@@ -166,11 +173,25 @@ impl NodePool {
     }
 
     /// Checks out a live connection before `deadline`; nothing is sent yet, so
-    /// every failure here is `Unavailable`.
+    /// every failure here is `Unavailable`. The connection is shared: other
+    /// calls pipeline on it at the same time.
     pub async fn checkout(&self, deadline: Instant) -> Result<Conn, StoreError> {
+        self.checkout_as(false, deadline).await
+    }
+
+    /// [`NodePool::checkout`]; with `exclusive`, no other call is handed the
+    /// connection until the returned handle is dropped. For a write followed
+    /// by `WAIT`: `WAIT` blocks its connection for up to the replica timeout,
+    /// and on a shared connection every command queued behind it would wait
+    /// too.
+    pub async fn checkout_as(
+        &self,
+        exclusive: bool,
+        deadline: Instant,
+    ) -> Result<Conn, StoreError> {
         let started = std::time::Instant::now();
         loop {
-            let conn = match timeout_at(deadline, self.pool.get()).await {
+            let conn = match timeout_at(deadline, self.pool.get_owned()).await {
                 Err(_) | Ok(Err(bb8::RunError::TimedOut)) => {
                     return Err(StoreError::Unavailable(
                         "no Redis connection within the command timeout",
@@ -200,9 +221,18 @@ impl NodePool {
             // few connections instead of each holding one for its round trip.
             // The liveness flag is shared, so marking this handle dead marks
             // the pooled connection, which the next checkout then discards.
-            return Ok(Conn {
+            let handle = Conn {
                 inner: conn.inner.clone(),
                 dead: Arc::clone(&conn.dead),
+                _held: None,
+            };
+            return Ok(if exclusive {
+                Conn {
+                    _held: Some(Box::new(conn)),
+                    ..handle
+                }
+            } else {
+                handle
             });
         }
     }

@@ -18,17 +18,19 @@ impl Script {
         Self { name, source, sha1 }
     }
 
-    /// An `EVALSHA` command for this script.
-    pub fn evalsha(&self, keys: &[&str], args: &[&str]) -> redis::Cmd {
+    /// An `EVALSHA` command for this script; `nonce` is the last argument
+    /// (every script echoes it first in its reply).
+    pub fn evalsha(&self, keys: &[&str], args: &[&str], nonce: &str) -> redis::Cmd {
         // Sized up front: growing the command's buffers argument by
         // argument was eight allocations per request.
-        let data: usize = keys.iter().chain(args).map(|a| a.len()).sum();
-        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), 64 + data);
+        let data: usize = keys.iter().chain(args).map(|a| a.len()).sum::<usize>() + nonce.len();
+        let mut cmd = redis::Cmd::with_capacity(4 + keys.len() + args.len(), 64 + data);
         cmd.arg("EVALSHA")
             .arg(&self.sha1)
             .arg(keys.len())
             .arg(keys)
-            .arg(args);
+            .arg(args)
+            .arg(nonce);
         cmd
     }
 }

@@ -81,6 +81,7 @@ struct SentinelNode {
 }
 
 /// What one sentinel says about the master.
+#[derive(Clone)]
 struct Report {
     addr: String,
     epoch: u64,
@@ -91,11 +92,79 @@ struct Report {
 struct Epochs {
     /// Highest config epoch followed.
     seen: u64,
+    /// The master named at `seen`.
+    seen_addr: String,
     /// Reports below this epoch are ignored (raised by `+switch-master`).
     floor: u64,
     /// Bumped by every event that changes the belief: a re-check that was
     /// already asking when one arrived has stale answers and is discarded.
     generation: u64,
+}
+
+/// What the sentinels' reports call for.
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    /// Nothing usable: keep the current belief.
+    Keep,
+    /// The newest configuration is being failed over: pause writes.
+    Pause,
+    /// Write to this master.
+    Follow(String),
+}
+
+impl Epochs {
+    /// A sentinel announced `+switch-master` to `addr`: a newer config epoch
+    /// than any seen, unless a re-check already saw it (every sentinel
+    /// announces the same switch; only the first may raise the floor, or
+    /// the floor passes the real epoch and every later report is ignored).
+    fn switched(&mut self, addr: &str) {
+        if self.seen_addr != addr {
+            self.floor = self.floor.max(self.seen + 1);
+            self.seen += 1;
+            addr.clone_into(&mut self.seen_addr);
+        }
+        self.generation += 1;
+    }
+
+    /// Follows the report with the highest config epoch at or above the
+    /// floor. When every sentinel answered and all agree on something below
+    /// the floor, the floor overshot (it is a guess made from an event):
+    /// following them beats refusing writes until a restart.
+    fn decide(&mut self, answered: Vec<Report>, sentinels: usize) -> Decision {
+        let unanimous = answered.len() == sentinels
+            && answered
+                .windows(2)
+                .all(|w| w[0].epoch == w[1].epoch && w[0].addr == w[1].addr);
+        if let Some(first) = answered.first() {
+            if unanimous && first.epoch < self.floor {
+                tracing::warn!(
+                    epoch = first.epoch,
+                    floor = self.floor,
+                    "every sentinel reports an older config epoch than expected; following them"
+                );
+                self.floor = first.epoch;
+            }
+        }
+        let floor = self.floor;
+        let reports: Vec<Report> = answered.into_iter().filter(|r| r.epoch >= floor).collect();
+        let Some(top) = reports.iter().map(|r| r.epoch).max() else {
+            return Decision::Keep;
+        };
+        let newest: Vec<&Report> = reports.iter().filter(|r| r.epoch == top).collect();
+        if top >= self.seen {
+            self.seen = top;
+            if let Some(r) = newest.first() {
+                self.seen_addr.clone_from(&r.addr);
+            }
+        }
+        if newest.iter().any(|r| r.failover) {
+            Decision::Pause
+        } else {
+            newest
+                .first()
+                .map_or(Decision::Keep, |r| Decision::Follow(r.addr.clone()))
+        }
+    }
 }
 
 /// Sentinel-managed master.
@@ -238,7 +307,7 @@ impl SentinelBackend {
     ) -> Result<Executed, StoreError> {
         loop {
             let target = self.current(deadline).await?;
-            let mut conn = match target.pool.checkout(deadline).await {
+            let mut conn = match target.pool.checkout_as(call.acks.is_some(), deadline).await {
                 Ok(conn) => conn,
                 Err(err) => {
                     self.suspect(&target, &err);
@@ -362,24 +431,14 @@ impl SentinelBackend {
         if epochs.generation != generation {
             return; // an event arrived meanwhile: it is newer than these answers
         }
-        let floor = epochs.floor;
-        let reports: Vec<Report> = reports
-            .into_iter()
-            .flatten()
-            .filter(|r| r.epoch >= floor)
-            .collect();
-        let Some(top) = reports.iter().map(|r| r.epoch).max() else {
-            return; // no sentinel answered: keep what we have
-        };
-        epochs.seen = epochs.seen.max(top);
-        let newest: Vec<&Report> = reports.iter().filter(|r| r.epoch == top).collect();
-        if newest.iter().any(|r| r.failover) {
-            self.set(
+        let answered: Vec<Report> = reports.into_iter().flatten().collect();
+        match epochs.decide(answered, self.sentinels.len()) {
+            Decision::Keep => {}
+            Decision::Pause => self.set(
                 Master::Failover,
                 "a sentinel reports a failover in progress",
-            );
-        } else if let Some(r) = newest.first() {
-            self.switch_to(&r.addr, "sentinels name this master");
+            ),
+            Decision::Follow(addr) => self.switch_to(&addr, "sentinels name this master"),
         }
         drop(epochs);
     }
@@ -498,10 +557,11 @@ impl SentinelBackend {
                     } else {
                         format!("{host}:{port}")
                     };
-                    // The switch means a newer config epoch than any seen.
+                    // The switch means a newer config epoch than any seen,
+                    // unless a re-check already saw it (every sentinel
+                    // announces the same switch: only the first raises it).
                     let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
-                    epochs.floor = epochs.floor.max(epochs.seen + 1);
-                    epochs.generation += 1;
+                    epochs.switched(&addr);
                     self.switch_to(&addr, "sentinel announced +switch-master");
                 }
             }
@@ -554,6 +614,72 @@ fn field_map(reply: &Value) -> Option<HashMap<String, String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(addr: &str, epoch: u64, failover: bool) -> Report {
+        Report {
+            addr: addr.into(),
+            epoch,
+            failover,
+        }
+    }
+
+    #[test]
+    fn every_sentinels_switch_announcement_raises_the_floor_once() {
+        let mut e = Epochs::default();
+        assert_eq!(
+            e.decide(vec![report("a:1", 0, false); 3], 3),
+            Decision::Follow("a:1".into())
+        );
+        // Failover 1 to b (epoch 1): a re-check sees it between the
+        // announcements of the three sentinels.
+        e.switched("b:1");
+        assert_eq!(
+            e.decide(vec![report("b:1", 1, false); 3], 3),
+            Decision::Follow("b:1".into())
+        );
+        e.switched("b:1");
+        e.switched("b:1");
+        // An aborted failover afterwards: the sentinels report b at epoch 1.
+        assert_eq!(
+            e.decide(vec![report("b:1", 1, true); 3], 3),
+            Decision::Pause
+        );
+        assert_eq!(
+            e.decide(vec![report("b:1", 1, false); 3], 3),
+            Decision::Follow("b:1".into()),
+            "after an aborted failover the master must be followed again"
+        );
+        // Failover 2 to a (epoch 2), then a stale sentinel still says b.
+        e.switched("a:1");
+        assert_eq!(
+            e.decide(vec![report("b:1", 1, false)], 3),
+            Decision::Keep,
+            "an older report must not move writes back"
+        );
+        assert_eq!(
+            e.decide(vec![report("b:1", 1, false), report("a:1", 2, false)], 3),
+            Decision::Follow("a:1".into())
+        );
+    }
+
+    #[test]
+    fn a_floor_above_what_every_sentinel_says_gives_way() {
+        let mut e = Epochs {
+            seen: 7,
+            seen_addr: "b:1".into(),
+            floor: 9,
+            generation: 0,
+        };
+        assert_eq!(
+            e.decide(vec![report("b:1", 7, false); 2], 3),
+            Decision::Keep,
+            "not every sentinel answered: keep waiting"
+        );
+        assert_eq!(
+            e.decide(vec![report("b:1", 7, false); 3], 3),
+            Decision::Follow("b:1".into())
+        );
+    }
 
     #[test]
     fn sentinel_master_reply_parses() {

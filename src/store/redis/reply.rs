@@ -1,0 +1,249 @@
+//! What a Redis reply means: the per-call nonce that ties a script reply to
+//! its request, and the table of error codes that are definite refusals.
+//!
+//! A multiplexed connection pairs replies with requests by order alone, so a
+//! reply lost on the way (a desynchronising proxy, a bug anywhere between)
+//! shifts every later reply onto the wrong caller. Every lease script
+//! therefore echoes the nonce it was called with as the first element of
+//! its reply; [`open`] refuses a reply that carries another one, and the
+//! caller answers `indeterminate` and drops the connection.
+//!
+//! Redis' own error replies carry no nonce. They are refusals (nothing was
+//! written: the scripts run every write under `redis.pcall` and return a
+//! refusal *inside* a tagged reply, so an untagged error reply comes from
+//! before the script wrote anything), but whose they are is proved by a
+//! `PING <nonce>` right behind them on the same connection (see `exec`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+
+use redis::Value;
+
+use crate::store::StoreError;
+
+/// The status a script returns when Redis refused one of its writes;
+/// the third element is Redis' error message.
+pub const REFUSED: i64 = -9;
+
+pub(super) const READONLY: &str = "Redis answered READONLY";
+pub(super) const CLUSTER_DOWN: &str = "Redis Cluster is down";
+pub(super) const TRY_AGAIN: &str = "Redis Cluster asked to try again";
+pub(super) const MASTER_DOWN: &str = "Redis answered MASTERDOWN";
+pub(super) const CONNECT_FAILED: &str = "cannot connect to Redis";
+pub(super) const NOT_MASTER: &str = "the resolved Redis node is not a master";
+pub(super) const CONNECTION_LOST: &str = "connection failed with the command in flight";
+pub(super) const DESYNC: &str =
+    "a reply that does not answer this request (connection out of step)";
+
+/// Why Redis refused, by the error code (the first word of the error
+/// message). Every code here is a refusal of the whole command: nothing of
+/// it was applied.
+pub fn refusal_reason(code: &str) -> &'static str {
+    match code {
+        "READONLY" => READONLY,
+        "LOADING" => "Redis is loading its dataset",
+        "MASTERDOWN" => MASTER_DOWN,
+        "CLUSTERDOWN" => CLUSTER_DOWN,
+        "TRYAGAIN" => TRY_AGAIN,
+        "OOM" => "Redis is out of memory (maxmemory reached)",
+        "NOREPLICAS" => "Redis has too few replicas to accept writes (min-replicas-to-write)",
+        "MISCONF" => "Redis refuses writes after a failed save (stop-writes-on-bgsave-error)",
+        "BUSY" => "Redis is busy running a script",
+        "NOPERM" => "the Redis user lacks a permission",
+        "NOAUTH" | "WRONGPASS" => "Redis refused the credentials",
+        "WRONGTYPE" => "a key in the lease namespace holds another type",
+        _ => "Redis refused the command",
+    }
+}
+
+/// The error code of a message: its first word (`OOM command not allowed…`).
+pub fn code_of(message: &str) -> &str {
+    message.split_whitespace().next().unwrap_or("")
+}
+
+/// A per-call nonce: an integer below 2^53 (so Lua's numbers carry it
+/// exactly), sent as decimal text and echoed back as an integer reply, which
+/// redis-rs parses without allocating.
+#[derive(Clone, Copy)]
+pub struct Nonce {
+    value: u64,
+    text: [u8; 20],
+    len: usize,
+}
+
+impl Nonce {
+    fn new(value: u64) -> Self {
+        let mut text = [0u8; 20];
+        let mut digits = [0u8; 20];
+        let (mut n, mut count) = (value, 0);
+        loop {
+            digits[count] = b'0' + (n % 10) as u8;
+            count += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for (slot, digit) in text.iter_mut().zip(digits[..count].iter().rev()) {
+            *slot = *digit;
+        }
+        Self {
+            value,
+            text,
+            len: count,
+        }
+    }
+
+    /// The decimal text sent to the script.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.text[..self.len]).unwrap_or("0")
+    }
+
+    fn matches(&self, item: &Value) -> bool {
+        match item {
+            Value::Int(v) => u64::try_from(*v).ok() == Some(self.value),
+            _ => false,
+        }
+    }
+}
+
+/// A fresh nonce for one script call: a per-process random start plus a
+/// counter, so two calls of one process never share one (replies only ever
+/// move between requests of one connection, hence of one process).
+pub fn next_nonce() -> Nonce {
+    static NEXT: LazyLock<AtomicU64> = LazyLock::new(|| {
+        let mut seed = [0u8; 4];
+        // A fixed start is still unique within the process; randomness only
+        // makes two processes' nonces unlikely to meet in a capture.
+        let _ = getrandom::fill(&mut seed);
+        AtomicU64::new(u64::from(u32::from_le_bytes(seed)) << 20)
+    });
+    // Below 2^53 for 2^52 calls from any start.
+    Nonce::new(NEXT.fetch_add(1, Ordering::Relaxed) & ((1 << 53) - 1))
+}
+
+/// What a script reply says, once it is known to answer this request.
+#[derive(Debug, PartialEq)]
+pub enum Opened {
+    /// The script's own answer: the items after the nonce.
+    Answer(Vec<Value>),
+    /// Redis refused one of the script's writes (nothing was written); the
+    /// error code.
+    Refused(String),
+}
+
+/// Checks that `reply` echoes `nonce` and splits off the script's answer.
+/// `Err` means the reply belongs to another request.
+pub fn open(reply: Value, nonce: &Nonce) -> Result<Opened, ()> {
+    let Value::Array(mut items) = reply else {
+        return Err(());
+    };
+    if !items.first().is_some_and(|first| nonce.matches(first)) {
+        return Err(());
+    }
+    items.remove(0);
+    if matches!(items.first(), Some(Value::Int(REFUSED))) {
+        let message = match items.get(1) {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => String::new(),
+        };
+        return Ok(Opened::Refused(code_of(&message).to_owned()));
+    }
+    Ok(Opened::Answer(items))
+}
+
+/// The leading integers of a script answer (`N` of them at least).
+pub fn ints<const N: usize>(items: &[Value]) -> Result<[i64; N], StoreError> {
+    if items.len() < N {
+        return Err(bad_reply());
+    }
+    let mut out = [0i64; N];
+    for (slot, item) in out.iter_mut().zip(items) {
+        *slot = match item {
+            Value::Int(v) => *v,
+            _ => return Err(bad_reply()),
+        };
+    }
+    Ok(out)
+}
+
+/// A tagged reply of a shape no script returns.
+pub fn bad_reply() -> StoreError {
+    StoreError::Indeterminate("unexpected reply shape from a lease script")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_reply_with_this_nonce_opens() {
+        let reply = Value::Array(vec![Value::Int(42), Value::Int(1), Value::Int(5)]);
+        assert_eq!(
+            open(reply, &Nonce::new(42)),
+            Ok(Opened::Answer(vec![Value::Int(1), Value::Int(5)]))
+        );
+    }
+
+    #[test]
+    fn another_requests_reply_is_refused() {
+        for reply in [
+            Value::Array(vec![Value::Int(41), Value::Int(1)]),
+            Value::Array(vec![bulk("42"), Value::Int(1)]),
+            Value::Array(vec![Value::Int(1), Value::Int(5)]),
+            Value::Array(vec![]),
+            Value::Int(42),
+            bulk("42"),
+            Value::Okay,
+            Value::Nil,
+        ] {
+            assert_eq!(open(reply.clone(), &Nonce::new(42)), Err(()), "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn nonces_print_as_decimal() {
+        for n in [0u64, 7, 10, 1_234_567, (1 << 53) - 1] {
+            assert_eq!(Nonce::new(n).as_str(), n.to_string());
+        }
+    }
+
+    #[test]
+    fn a_refusal_inside_the_script_is_read_with_its_code() {
+        let reply = Value::Array(vec![
+            Value::Int(7),
+            Value::Int(REFUSED),
+            bulk("OOM command not allowed when used memory > 'maxmemory'."),
+        ]);
+        assert_eq!(
+            open(reply, &Nonce::new(7)),
+            Ok(Opened::Refused("OOM".into()))
+        );
+        assert_eq!(
+            refusal_reason("NOREPLICAS"),
+            "Redis has too few replicas to accept writes (min-replicas-to-write)"
+        );
+        assert_eq!(refusal_reason("SOMETHINGNEW"), "Redis refused the command");
+    }
+
+    #[test]
+    fn nonces_differ() {
+        let a = next_nonce();
+        let b = next_nonce();
+        assert_ne!(a.as_str(), b.as_str());
+        assert!(a.value < 1 << 53);
+    }
+
+    #[test]
+    fn ints_need_enough_integers() {
+        let items = [Value::Int(1), Value::Int(2)];
+        assert_eq!(ints::<2>(&items), Ok([1, 2]));
+        assert!(ints::<3>(&items).is_err());
+        assert!(ints::<1>(&[bulk("x")]).is_err());
+    }
+}

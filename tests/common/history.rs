@@ -1,0 +1,663 @@
+//! Checked histories (issue #13): the events a recorder saw, and pure
+//! checks over them.
+//!
+//! An [`Event`] is one HTTP request and its answer, stamped with the send and
+//! reply instants on one monotonic clock (offsets from the run's start). The
+//! checker never looks at the store: it judges only what callers were told.
+//!
+//! * [`check_safety`]: the intervals in which an attempt may believe it holds
+//!   a lease never overlap between different attempts on one resource;
+//! * [`check_fencing`]: fencing tokens are distinct per acquisition and grow
+//!   in real-time order; replays and renews carry their acquisition's token;
+//! * [`check_honesty`]: an attempt whose every acquire was answered
+//!   `unavailable`/`overloaded` ("not applied") never holds the lease;
+//! * [`check_typed`]: every answer is a documented (verb, status, outcome);
+//! * [`check_recovery`]: after each fault window, a grant within a bound.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+/// The lease verbs (and `POST /attempts`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verb {
+    /// `POST /attempts`.
+    Attempt,
+    /// `PUT` acquire.
+    Acquire,
+    /// `PATCH` renew.
+    Renew,
+    /// `DELETE` release.
+    Release,
+    /// `GET` inspect.
+    Inspect,
+}
+
+/// One request and its answer.
+#[derive(Clone, Debug, Default)]
+pub struct Event {
+    /// Position in the history.
+    pub id: usize,
+    /// Which recorder task sent it.
+    pub client: usize,
+    /// Which instance it went to.
+    pub app: usize,
+    /// Which resource (index into the run's resources).
+    pub resource: usize,
+    /// The attempt's operation id (unique per attempt).
+    pub attempt: String,
+    /// The verb.
+    pub verb: Option<Verb>,
+    /// Sent at (offset from the run's start).
+    pub send: Duration,
+    /// Answer fully read at.
+    pub reply: Duration,
+    /// HTTP status; 0 on a transport error.
+    pub status: u16,
+    /// The `outcome` member.
+    pub outcome: String,
+    /// `lease.fencingToken` (or inspect's `fencingToken`).
+    pub fencing_token: Option<u64>,
+    /// `lease.remainingMs` (or inspect's `remainingMs`).
+    pub remaining_ms: Option<u64>,
+    /// The TTL asked for (acquire, renew).
+    pub ttl_ms: Option<u64>,
+    /// The wait asked for (acquire).
+    pub wait_ms: Option<u64>,
+    /// Inspect's `heldBy`.
+    pub held_by: Option<String>,
+    /// `operationId` of an `indeterminate` answer.
+    pub operation_id: Option<String>,
+    /// Content type is `application/problem+json`.
+    pub problem_json: bool,
+    /// A `Retry-After` header was present.
+    pub retry_after: bool,
+    /// Our own client failed (connect, timeout, unreadable body).
+    pub transport_error: Option<String>,
+}
+
+impl Event {
+    fn verb(&self) -> Verb {
+        self.verb.unwrap_or(Verb::Attempt)
+    }
+
+    /// An answer that grants (or confirms) the lease to the attempt.
+    pub fn grants(&self) -> bool {
+        matches!(
+            (self.verb(), self.outcome.as_str()),
+            (Verb::Acquire, "acquired" | "replayed_same_operation") | (Verb::Renew, "renewed")
+        )
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "#{} c{} app{} r{} {} {:?} sent {:.1} ms, answered {:.1} ms: {} {}",
+            self.id,
+            self.client,
+            self.app,
+            self.resource,
+            self.attempt,
+            self.verb(),
+            ms(self.send),
+            ms(self.reply),
+            self.status,
+            self.outcome
+        )?;
+        if let Some(t) = self.fencing_token {
+            write!(f, " token={t}")?;
+        }
+        if let Some(r) = self.remaining_ms {
+            write!(f, " remainingMs={r}")?;
+        }
+        if let Some(t) = self.ttl_ms {
+            write!(f, " ttlMs={t}")?;
+        }
+        if let Some(w) = self.wait_ms {
+            write!(f, " waitMs={w}")?;
+        }
+        if let Some(h) = &self.held_by {
+            write!(f, " heldBy={h}")?;
+        }
+        if let Some(e) = &self.transport_error {
+            write!(f, " transport error: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One broken rule and the events that show it.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    /// `safety`, `fencing`, `honesty`, `typed` or `recovery`.
+    pub check: &'static str,
+    /// What is wrong.
+    pub what: String,
+    /// The events involved.
+    pub events: Vec<Event>,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "[{}] {}", self.check, self.what)?;
+        for e in &self.events {
+            writeln!(f, "    {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A span of the run in which a fault was injected.
+#[derive(Clone, Debug)]
+pub struct FaultWindow {
+    /// The fault's name.
+    pub name: String,
+    /// Injected at.
+    pub start: Duration,
+    /// Removed at.
+    pub end: Duration,
+    /// The store lost its data in this window (restart empty): safety is
+    /// not claimed across it.
+    pub data_loss: bool,
+    /// The store definitely refused writes for the whole window (OOM,
+    /// NOREPLICAS) while answering: see [`check_refusals`].
+    pub definite_refusal: bool,
+}
+
+/// An interval in which `attempt` may believe it holds `resource`.
+#[derive(Clone, Debug)]
+pub struct Belief {
+    /// The granting event.
+    pub event: Event,
+    /// From the reply ...
+    pub start: Duration,
+    /// ... until send + remainingMs − drift, cut at the attempt's next
+    /// renew or release on the resource.
+    pub end: Duration,
+}
+
+/// The belief intervals of a history: see [`check_safety`].
+pub fn beliefs(events: &[Event], drift: Duration) -> Vec<Belief> {
+    // Requests of one attempt on one resource, by send instant.
+    let mut by_attempt: HashMap<(&str, usize), Vec<&Event>> = HashMap::new();
+    for e in events {
+        if matches!(e.verb(), Verb::Acquire | Verb::Renew | Verb::Release) {
+            by_attempt
+                .entry((e.attempt.as_str(), e.resource))
+                .or_default()
+                .push(e);
+        }
+    }
+    let mut out = Vec::new();
+    for list in by_attempt.values_mut() {
+        list.sort_by_key(|e| e.send);
+        for (i, e) in list.iter().enumerate() {
+            if !e.grants() {
+                continue;
+            }
+            let Some(remaining) = e.remaining_ms else {
+                continue;
+            };
+            let mut end = (e.send + Duration::from_millis(remaining)).saturating_sub(drift);
+            if let Some(cut) = list[i + 1..]
+                .iter()
+                .find(|n| matches!(n.verb(), Verb::Renew | Verb::Release))
+            {
+                end = end.min(cut.send);
+            }
+            if end > e.reply {
+                out.push(Belief {
+                    event: (*e).clone(),
+                    start: e.reply,
+                    end,
+                });
+            }
+        }
+    }
+    out.sort_by_key(|b| (b.event.resource, b.start));
+    out
+}
+
+/// Safety: belief intervals of different attempts on one resource never
+/// overlap, except across a window in which the store lost its data.
+pub fn check_safety(events: &[Event], drift: Duration, faults: &[FaultWindow]) -> Vec<Violation> {
+    let all = beliefs(events, drift);
+    let mut out = Vec::new();
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            if b.event.resource != a.event.resource || b.start >= a.end {
+                break;
+            }
+            if b.event.attempt == a.event.attempt {
+                continue;
+            }
+            let excused = faults
+                .iter()
+                .any(|f| f.data_loss && f.end >= a.event.send && f.start <= b.start);
+            if excused {
+                continue;
+            }
+            out.push(Violation {
+                check: "safety",
+                what: format!(
+                    "two attempts believed they held resource {} at once for {:.1} ms \
+                     (from {:.1} ms to {:.1} ms)",
+                    a.event.resource,
+                    ms(a.end.min(b.end) - b.start),
+                    ms(b.start),
+                    ms(a.end.min(b.end)),
+                ),
+                events: vec![a.event.clone(), b.event.clone()],
+            });
+        }
+    }
+    out
+}
+
+/// Fencing: per resource, `acquired` tokens are distinct and increase in
+/// real-time order (an acquisition answered before another was sent has the
+/// smaller token); a token belongs to one attempt; a replay or renew carries
+/// the token of the attempt's last acquisition unless an acquire of that
+/// attempt went unanswered (indeterminate) in between.
+pub fn check_fencing(events: &[Event]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut by_resource: BTreeMap<usize, Vec<&Event>> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.grants()) {
+        by_resource.entry(e.resource).or_default().push(e);
+    }
+    for grants in by_resource.values() {
+        let mut owner: HashMap<u64, &Event> = HashMap::new();
+        for e in grants {
+            let Some(token) = e.fencing_token else {
+                continue; // typed reports the missing token
+            };
+            match owner.get(&token) {
+                Some(first) if first.attempt != e.attempt => out.push(Violation {
+                    check: "fencing",
+                    what: format!("token {token} was handed to two attempts"),
+                    events: vec![(*first).clone(), (*e).clone()],
+                }),
+                Some(first) if e.outcome == "acquired" && first.outcome == "acquired" => {
+                    out.push(Violation {
+                        check: "fencing",
+                        what: format!("token {token} issued by two acquisitions"),
+                        events: vec![(*first).clone(), (*e).clone()],
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    owner.insert(token, e);
+                }
+            }
+        }
+        let mut acquired: Vec<&Event> = grants
+            .iter()
+            .copied()
+            .filter(|e| e.outcome == "acquired" && e.fencing_token.is_some())
+            .collect();
+        acquired.sort_by_key(|e| e.reply);
+        for (i, a) in acquired.iter().enumerate() {
+            // Only a later-sent acquisition can be ordered after `a`.
+            for b in acquired.iter().filter(|b| b.send > a.reply) {
+                if b.fencing_token <= a.fencing_token {
+                    out.push(Violation {
+                        check: "fencing",
+                        what: "an acquisition answered before another was sent has a \
+                               token not smaller than it"
+                            .into(),
+                        events: vec![(*a).clone(), (*b).clone()],
+                    });
+                }
+            }
+            let _ = i;
+        }
+    }
+    // Replays and renews carry their acquisition's token.
+    let mut by_attempt: HashMap<(&str, usize), Vec<&Event>> = HashMap::new();
+    for e in events
+        .iter()
+        .filter(|e| e.verb() == Verb::Acquire || e.grants())
+    {
+        by_attempt
+            .entry((e.attempt.as_str(), e.resource))
+            .or_default()
+            .push(e);
+    }
+    for list in by_attempt.values_mut() {
+        list.sort_by_key(|e| e.send);
+        let mut known: Option<&Event> = None;
+        let mut unanswered_since = false;
+        for e in list.iter() {
+            if e.grants() && e.outcome != "acquired" {
+                if let (Some(k), false) = (known, unanswered_since) {
+                    if k.fencing_token != e.fencing_token {
+                        out.push(Violation {
+                            check: "fencing",
+                            what: format!(
+                                "{} carries a token other than its acquisition's",
+                                e.outcome
+                            ),
+                            events: vec![k.clone(), (*e).clone()],
+                        });
+                    }
+                }
+            }
+            if e.grants() {
+                known = Some(e);
+                unanswered_since = false;
+            } else if e.verb() == Verb::Acquire
+                && (e.outcome == "indeterminate" || e.transport_error.is_some())
+            {
+                unanswered_since = true;
+            }
+        }
+    }
+    out
+}
+
+/// Honesty: an attempt none of whose acquires sent so far could have applied
+/// (each answered `unavailable` or `overloaded`) is never told it holds the
+/// lease: no replay, renew, `released` or inspect `heldBy: caller`.
+pub fn check_honesty(events: &[Event]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut by_attempt: HashMap<(&str, usize), Vec<&Event>> = HashMap::new();
+    for e in events {
+        by_attempt
+            .entry((e.attempt.as_str(), e.resource))
+            .or_default()
+            .push(e);
+    }
+    for list in by_attempt.values_mut() {
+        list.sort_by_key(|e| e.send);
+        for (i, e) in list.iter().enumerate() {
+            let claims_held = matches!(
+                (e.verb(), e.outcome.as_str()),
+                (Verb::Acquire, "replayed_same_operation")
+                    | (Verb::Renew, "renewed")
+                    | (Verb::Release, "released")
+            ) || (e.verb() == Verb::Inspect
+                && e.held_by.as_deref() == Some("caller"));
+            if !claims_held {
+                continue;
+            }
+            let acquires: Vec<&Event> = list[..i]
+                .iter()
+                .copied()
+                .filter(|p| p.verb() == Verb::Acquire && p.send < e.send)
+                .collect();
+            let refused = |p: &&Event| {
+                p.transport_error.is_none()
+                    && matches!(p.outcome.as_str(), "unavailable" | "overloaded")
+            };
+            if acquires.iter().all(refused) {
+                let mut shown: Vec<Event> = acquires.iter().map(|p| (*p).clone()).collect();
+                shown.push((*e).clone());
+                out.push(Violation {
+                    check: "honesty",
+                    what: if acquires.is_empty() {
+                        format!(
+                            "{} answering the attempt's first request that could \
+                             acquire: the answer belongs to another request",
+                            e.outcome
+                        )
+                    } else {
+                        format!(
+                            "{} for an attempt whose every acquire was answered \
+                             'not applied'",
+                            e.outcome
+                        )
+                    },
+                    events: shown,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The documented (verb, status, outcome) triples, DESIGN.md §2 and
+/// `src/domain/outcome.rs`; any lease verb may also meet
+/// `503 unavailable`, `503 overloaded` and `504 indeterminate`.
+pub fn documented(verb: Verb, status: u16, outcome: &str) -> bool {
+    let shared = matches!(
+        (status, outcome),
+        (503, "unavailable") | (503, "overloaded") | (504, "indeterminate")
+    );
+    let own = match verb {
+        Verb::Attempt => matches!((status, outcome), (201, "attempt_created")),
+        Verb::Acquire => matches!(
+            (status, outcome),
+            (201, "acquired")
+                | (200, "replayed_same_operation")
+                | (409, "owner_operation_conflict")
+                | (409, "contended")
+        ),
+        Verb::Renew => matches!(
+            (status, outcome),
+            (200, "renewed") | (404, "lost") | (409, "lost")
+        ),
+        Verb::Release => matches!(
+            (status, outcome),
+            (200, "released") | (200, "already_absent") | (409, "not_owner")
+        ),
+        Verb::Inspect => matches!((status, outcome), (200, "inspected")),
+    };
+    own || (verb != Verb::Attempt && shared)
+}
+
+/// Typed: every answer is documented for its verb, non-2xx answers are
+/// problem+json, 503s carry `Retry-After`, grants carry a token and
+/// remainingMs, `indeterminate` names the attempt's operation; our own
+/// transport errors count as failures.
+pub fn check_typed(events: &[Event]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for e in events {
+        let mut bad = Vec::new();
+        if let Some(err) = &e.transport_error {
+            bad.push(format!("the recorder's request failed: {err}"));
+        } else {
+            if !documented(e.verb(), e.status, &e.outcome) {
+                bad.push(format!(
+                    "{} {} is not a documented answer to {:?}",
+                    e.status,
+                    e.outcome,
+                    e.verb()
+                ));
+            }
+            if e.status >= 300 && !e.problem_json {
+                bad.push("non-2xx answer is not application/problem+json".into());
+            }
+            if e.status == 503 && !e.retry_after {
+                bad.push("503 without Retry-After".into());
+            }
+            if e.grants() && (e.fencing_token.is_none() || e.remaining_ms.is_none()) {
+                bad.push("grant without fencingToken/remainingMs".into());
+            }
+            if e.outcome == "indeterminate" && e.operation_id.as_deref() != Some(&e.attempt) {
+                bad.push("indeterminate without the attempt's operationId".into());
+            }
+        }
+        if !bad.is_empty() {
+            out.push(Violation {
+                check: "typed",
+                what: bad.join("; "),
+                events: vec![e.clone()],
+            });
+        }
+    }
+    out
+}
+
+/// Refusals (DESIGN.md §8): while the store definitely refuses writes and
+/// still answers (OOM, NOREPLICAS), a request sent and answered inside the
+/// window is never `indeterminate`: Redis said no, so the answer is
+/// `unavailable` (or an outcome that needed no write).
+pub fn check_refusals(events: &[Event], faults: &[FaultWindow]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for f in faults.iter().filter(|f| f.definite_refusal) {
+        let wrong: Vec<Event> = events
+            .iter()
+            .filter(|e| e.send >= f.start && e.reply <= f.end && e.outcome == "indeterminate")
+            .cloned()
+            .collect();
+        if !wrong.is_empty() {
+            out.push(Violation {
+                check: "refusal",
+                what: format!(
+                    "{} answers inside '{}' were 'indeterminate' although the store \
+                     definitely refused (first 5 shown)",
+                    wrong.len(),
+                    f.name
+                ),
+                events: wrong.into_iter().take(5).collect(),
+            });
+        }
+    }
+    out
+}
+
+/// Time from each window's end to the reply of the first `acquired` sent
+/// after it (`None`: none before the history ends).
+pub fn recovery_times(events: &[Event], faults: &[FaultWindow]) -> Vec<Option<Duration>> {
+    faults
+        .iter()
+        .map(|f| {
+            events
+                .iter()
+                .filter(|e| e.outcome == "acquired" && e.send >= f.end)
+                .map(|e| e.reply - f.end)
+                .min()
+        })
+        .collect()
+}
+
+/// Recovery: after each fault window, an `acquired` within `bound`.
+pub fn check_recovery(events: &[Event], faults: &[FaultWindow], bound: Duration) -> Vec<Violation> {
+    faults
+        .iter()
+        .zip(recovery_times(events, faults))
+        .filter(|(_, t)| !matches!(t, Some(t) if *t <= bound))
+        .map(|(f, t)| Violation {
+            check: "recovery",
+            what: format!(
+                "after fault '{}' (ended at {:.1} ms) the first acquire answered 'acquired' \
+                 came {} (bound {bound:?})",
+                f.name,
+                ms(f.end),
+                t.map_or("never".to_owned(), |t| format!("after {t:?}")),
+            ),
+            events: Vec::new(),
+        })
+        .collect()
+}
+
+/// Which checks to run (Sentinel and restart-empty runs claim fewer).
+#[derive(Clone, Copy, Debug)]
+pub struct Checks {
+    /// Run [`check_safety`].
+    pub safety: bool,
+    /// Run [`check_honesty`].
+    pub honesty: bool,
+}
+
+/// Every selected check; fencing, typed, refusals and recovery always run.
+pub fn check_all(
+    events: &[Event],
+    faults: &[FaultWindow],
+    drift: Duration,
+    recovery_bound: Duration,
+    checks: Checks,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if checks.safety {
+        out.extend(check_safety(events, drift, faults));
+    }
+    out.extend(check_fencing(events));
+    if checks.honesty {
+        out.extend(check_honesty(events));
+    }
+    out.extend(check_typed(events));
+    out.extend(check_refusals(events, faults));
+    out.extend(check_recovery(events, faults, recovery_bound));
+    out
+}
+
+/// Counts per outcome, and per fault window (requests sent inside it) with
+/// its recovery time, as printable lines.
+pub fn summary(events: &[Event], faults: &[FaultWindow]) -> String {
+    let count = |it: &mut dyn Iterator<Item = &Event>| {
+        let mut m: BTreeMap<String, usize> = BTreeMap::new();
+        for e in it {
+            let key = match &e.transport_error {
+                Some(_) => "transport_error".to_owned(),
+                None => e.outcome.clone(),
+            };
+            *m.entry(key).or_default() += 1;
+        }
+        m.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut s = format!("{} requests: {}\n", events.len(), count(&mut events.iter()));
+    for (f, t) in faults.iter().zip(recovery_times(events, faults)) {
+        let inside = &mut events
+            .iter()
+            .filter(|e| e.send >= f.start && e.send < f.end);
+        s.push_str(&format!(
+            "  {:<22} {:>7.0}..{:>7.0} ms ({:>5.0} ms): {} | first acquired after: {}\n",
+            f.name,
+            ms(f.start),
+            ms(f.end),
+            ms(f.end - f.start),
+            count(inside),
+            t.map_or("never".to_owned(), |t| format!("{:.0} ms", ms(t))),
+        ));
+    }
+    s
+}
+
+/// Violations counted by check and by the fault window they follow (the
+/// last window that began before the latest answer involved), as printable
+/// lines: which fault breaks which rule.
+pub fn violations_by_fault(violations: &[Violation], faults: &[FaultWindow]) -> String {
+    let mut table: BTreeMap<(usize, &str), usize> = BTreeMap::new();
+    for v in violations {
+        let latest = v.events.iter().map(|e| e.reply).max();
+        let index = match (v.check, latest) {
+            // A recovery violation names its window in its text.
+            ("recovery", _) | (_, None) => faults
+                .iter()
+                .position(|f| {
+                    v.what
+                        .contains(&format!("'{}' (ended at {:.1} ms)", f.name, ms(f.end)))
+                })
+                .map_or(0, |i| i + 1),
+            (_, Some(at)) => faults
+                .iter()
+                .rposition(|f| f.start <= at)
+                .map_or(0, |i| i + 1),
+        };
+        *table.entry((index, v.check)).or_default() += 1;
+    }
+    let mut s = String::new();
+    for ((index, check), n) in table {
+        let name = match index {
+            0 => "before any fault".to_owned(),
+            i => format!(
+                "after '{}' ({:.0}..{:.0} ms)",
+                faults[i - 1].name,
+                ms(faults[i - 1].start),
+                ms(faults[i - 1].end)
+            ),
+        };
+        s.push_str(&format!("  {name:<45} {check:<9} {n}\n"));
+    }
+    s
+}

@@ -1,0 +1,846 @@
+//! Checked histories under faults (issue #13, DESIGN.md §8), in the manner of
+//! Jepsen's lock and lease checkers.
+//!
+//! Concurrent clients (12 tasks) run realistic lease cycles on 3 resources
+//! over 2 leasehold instances sharing one store: create an attempt, acquire
+//! (a third with `waitMs`), hold, maybe renew, release; on `indeterminate`
+//! they retry with the same attempt or inspect; after a "not applied" answer
+//! they probe (release or inspect with the same attempt). Every request is
+//! recorded with its send and reply instants on one monotonic clock, and the
+//! pure checker of `tests/common/history.rs` judges the history afterwards:
+//! safety (no two attempts believe they hold one lease), fencing, honesty
+//! (`unavailable` means not applied), typed answers and recovery after each
+//! fault window (an `acquired` within 5 s).
+//!
+//! Meanwhile faults are injected one at a time, each in its own window with a
+//! healthy gap after it (see `Fault`). Stores:
+//! * the embedded store: concurrency only (one instance: it is single-node);
+//! * standalone Redis behind a `FaultProxy`: every fault;
+//! * Redis Cluster (3 masters) behind one `FaultProxy` per master (each
+//!   master announces its proxy's port with `cluster-announce-port`, so every
+//!   connection, redirects included, crosses a proxy): a master frozen, a
+//!   full master, a reset with a script in flight, a lost reply (two
+//!   rounds, on the masters of two resources);
+//! * Redis Sentinel (master, one replica, 3 sentinels): two successive
+//!   `SENTINEL FAILOVER`s and one aborted failover (the only replica frozen
+//!   while the sentinels try to promote it, until they give up); only
+//!   fencing, typed answers and recovery are claimed (a failover may lose
+//!   acknowledged writes: replication is asynchronous).
+//!
+//! Settings, stated because they shape what the run can show:
+//! * command timeout 500 ms (the product default is 200 ms, the rest of the
+//!   suite uses 2 s): long enough that a loaded 2-core machine running debug
+//!   builds does not turn slowness into `indeterminate` all the time, short
+//!   enough that the lost-reply and latency faults (1.5 s of delay) fire it;
+//! * drift 10 ms (the product's default budget). Load cannot cause false
+//!   overlaps: an interval starts at the *reply* and ends at *send* +
+//!   remainingMs − drift, so a slow machine only shortens it;
+//! * pool size 2 (so a stalled proxy exhausts the pool quickly); on
+//!   standalone Redis the second instance admits 3 store calls at once
+//!   (`--max-in-flight 3`), so slow windows also answer `overloaded`.
+//!
+//! Run length: each store runs at least `LEASEHOLD_HISTORY_SECS` seconds
+//! (default: one pass over its faults, about 20 s for standalone Redis),
+//! repeating the fault cycle until then, e.g.
+//! `LEASEHOLD_HISTORY_SECS=60 cargo test --all-features --test history`.
+//! Each run prints the counts per outcome, and per fault window the answers
+//! sent inside it and the time to the first `acquired` after it
+//! (`--nocapture` to see them when the run passes). A failing run also
+//! counts its violations by check and by the fault window they follow (the
+//! last one begun before them: a lost reply's desynchronisation can outlast
+//! its window and later windows on other nodes), shows the first 12 of each
+//! check, and writes every violation and the whole history to
+//! `$TMPDIR/leasehold-history-<store>-<pid>.txt`.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::app::{args, digest, unique, Backend, TestApp};
+use common::fault_proxy::FaultProxy;
+use common::history::{check_all, summary, violations_by_fault, Checks, Event, FaultWindow, Verb};
+use common::redis::{RedisCluster, RedisSentinelSet, RedisServer};
+use serde_json::{json, Value};
+
+const P: &str = "history";
+const CLIENTS: usize = 12;
+const RESOURCES: usize = 3;
+const COMMAND_TIMEOUT_MS: u64 = 500;
+const DRIFT: Duration = Duration::from_millis(10);
+const RECOVERY_BOUND: Duration = Duration::from_secs(5);
+/// How long a timed fault stays on, and the healthy gap after every fault.
+const WINDOW: Duration = Duration::from_millis(1500);
+const GAP: Duration = Duration::from_millis(1500);
+/// Our own HTTP client's bound: far above any answer the product should
+/// take (a wait is at most 600 ms plus a command timeout).
+const HTTP_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[path = "history/checker.rs"]
+mod checker;
+
+// ---------------------------------------------------------------------------
+// The recorder
+// ---------------------------------------------------------------------------
+
+/// A tiny xorshift generator, seeded from the OS (no extra crate).
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Rng {
+        let mut seed = [0u8; 8];
+        getrandom::fill(&mut seed).expect("random seed");
+        Rng(u64::from_le_bytes(seed) | 1)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Where the clients send requests, and the history they write.
+struct Recorder {
+    t0: Instant,
+    bases: Vec<String>,
+    http: reqwest::Client,
+    digests: Vec<String>,
+    events: Mutex<Vec<Event>>,
+    stop: AtomicBool,
+    /// Send instant of the latest request answered `acquired`.
+    last_acquired: tokio::sync::watch::Sender<Duration>,
+}
+
+/// What a client needs of an answer.
+struct Answer {
+    outcome: String,
+    retry_after_ms: u64,
+    held_by: Option<String>,
+}
+
+impl Recorder {
+    fn new(apps: &[&TestApp]) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            t0: Instant::now(),
+            bases: apps.iter().map(|a| a.base.clone()).collect(),
+            http: reqwest::Client::builder()
+                .timeout(HTTP_TIMEOUT)
+                .pool_max_idle_per_host(64)
+                .build()
+                .expect("http client"),
+            digests: (0..RESOURCES).map(|_| digest()).collect(),
+            events: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            last_acquired: tokio::sync::watch::channel(Duration::ZERO).0,
+        })
+    }
+
+    fn now(&self) -> Duration {
+        self.t0.elapsed()
+    }
+
+    /// Sends one request, records it, returns what the client acts on.
+    async fn call(
+        &self,
+        mut event: Event,
+        attempt_token: Option<&str>,
+        body: Option<Value>,
+    ) -> Answer {
+        let verb = event.verb.expect("verb");
+        let base = &self.bases[event.app];
+        let url = format!("{base}/leases/{P}/{}", self.digests[event.resource]);
+        let mut rb = match verb {
+            Verb::Attempt => self.http.post(format!("{base}/attempts")),
+            Verb::Acquire => self.http.put(url),
+            Verb::Renew => self.http.patch(url),
+            Verb::Release => self.http.delete(url),
+            Verb::Inspect => self.http.get(url),
+        };
+        if let Some(token) = attempt_token {
+            rb = rb
+                .header("Lease-Owner-Token", token)
+                .header("Lease-Operation-Id", &event.attempt);
+        }
+        if let Some(body) = body {
+            rb = rb.json(&body);
+        }
+        event.send = self.now();
+        let result = async {
+            let resp = rb.send().await?;
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let text = resp.text().await?;
+            Ok::<_, reqwest::Error>((status, headers, text))
+        }
+        .await;
+        event.reply = self.now();
+        let mut answer = Answer {
+            outcome: String::new(),
+            retry_after_ms: 0,
+            held_by: None,
+        };
+        match result {
+            Err(e) => event.transport_error = Some(e.to_string()),
+            Ok((status, headers, text)) => {
+                event.status = status;
+                event.problem_json = headers
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.starts_with("application/problem+json"));
+                event.retry_after = headers.contains_key("retry-after");
+                let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+                event.outcome = body["outcome"].as_str().unwrap_or("<none>").to_owned();
+                let lease = if body["lease"].is_object() {
+                    &body["lease"]
+                } else {
+                    &body
+                };
+                event.fencing_token = lease["fencingToken"].as_u64();
+                event.remaining_ms = lease["remainingMs"].as_u64();
+                event.held_by = body["heldBy"].as_str().map(str::to_owned);
+                event.operation_id = body["operationId"].as_str().map(str::to_owned);
+                answer.outcome = event.outcome.clone();
+                answer.retry_after_ms = body["retryAfterMs"].as_u64().unwrap_or(0);
+                answer.held_by = event.held_by.clone();
+                if verb == Verb::Attempt && status == 201 {
+                    answer.held_by = body["ownerToken"].as_str().map(str::to_owned);
+                }
+            }
+        }
+        if answer.outcome.is_empty() {
+            answer.outcome = "transport_error".into();
+        }
+        if answer.outcome == "acquired" {
+            let sent = event.send;
+            self.last_acquired
+                .send_modify(|last| *last = (*last).max(sent));
+        }
+        self.events.lock().expect("events").push(event);
+        answer
+    }
+
+    /// The history so far, ordered by send instant and numbered.
+    fn history(&self) -> Vec<Event> {
+        let mut events = self.events.lock().expect("events").clone();
+        events.sort_by_key(|e| e.send);
+        for (i, e) in events.iter_mut().enumerate() {
+            e.id = i;
+        }
+        events
+    }
+}
+
+/// One client's loop of lease cycles until the recorder stops.
+async fn client(rec: Arc<Recorder>, id: usize) {
+    let mut rng = Rng::new();
+    let apps = rec.bases.len() as u64;
+    while !rec.stop.load(Ordering::SeqCst) {
+        let resource = rng.below(RESOURCES as u64) as usize;
+        let op = unique("op-");
+        let base = Event {
+            client: id,
+            resource,
+            attempt: op.clone(),
+            ..Event::default()
+        };
+        let on = |verb: Verb, app: u64| Event {
+            verb: Some(verb),
+            app: app as usize,
+            ..base.clone()
+        };
+        let created = rec
+            .call(
+                on(Verb::Attempt, rng.below(apps)),
+                None,
+                Some(json!({ "operationId": op })),
+            )
+            .await;
+        let Some(token) = created.held_by else {
+            pause(50).await;
+            continue;
+        };
+        let ttl = 300 + rng.below(1200);
+        let wait = rng.chance(33).then(|| rng.below(600));
+        let mut body = json!({ "ttlMs": ttl });
+        if let Some(w) = wait {
+            body["waitMs"] = json!(w);
+        }
+        // Acquire; on an uncertain answer retry with the same attempt (on
+        // either instance) or inspect.
+        let mut held = false;
+        for _ in 0..4 {
+            let mut e = on(Verb::Acquire, rng.below(apps));
+            e.ttl_ms = Some(ttl);
+            e.wait_ms = wait;
+            let a = rec.call(e, Some(&token), Some(body.clone())).await;
+            match a.outcome.as_str() {
+                "acquired" | "replayed_same_operation" => {
+                    held = true;
+                    break;
+                }
+                "indeterminate" | "transport_error" => {
+                    if rng.chance(30) {
+                        let i = rec
+                            .call(on(Verb::Inspect, rng.below(apps)), Some(&token), None)
+                            .await;
+                        if i.outcome == "inspected" && i.held_by.as_deref() != Some("caller") {
+                            // Not ours (yet): retry the acquire all the same.
+                        }
+                    }
+                }
+                "unavailable" | "overloaded" => {
+                    // Honesty probes: "not applied" must mean we hold nothing.
+                    let verb = if rng.chance(50) {
+                        Verb::Release
+                    } else {
+                        Verb::Inspect
+                    };
+                    rec.call(on(verb, rng.below(apps)), Some(&token), None)
+                        .await;
+                    pause(a.retry_after_ms.min(100)).await;
+                    break;
+                }
+                _ => {
+                    pause(a.retry_after_ms.min(50)).await;
+                    break;
+                }
+            }
+        }
+        if !held {
+            continue;
+        }
+        // Hold, maybe renew (once or twice), then release.
+        let mut renews = rng.below(3);
+        loop {
+            pause(rng.below(ttl / 4)).await;
+            if renews == 0 {
+                break;
+            }
+            renews -= 1;
+            let mut e = on(Verb::Renew, rng.below(apps));
+            e.ttl_ms = Some(ttl);
+            let r = rec
+                .call(e, Some(&token), Some(json!({ "ttlMs": ttl })))
+                .await;
+            if r.outcome != "renewed" {
+                break;
+            }
+        }
+        for _ in 0..3 {
+            let r = rec
+                .call(on(Verb::Release, rng.below(apps)), Some(&token), None)
+                .await;
+            if !matches!(
+                r.outcome.as_str(),
+                "indeterminate" | "unavailable" | "overloaded" | "transport_error"
+            ) {
+                break;
+            }
+            pause(20).await;
+        }
+    }
+}
+
+/// Workload pacing (think time), not synchronisation.
+async fn pause(ms: u64) {
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// Starts the clients; `finish` stops them and returns the history.
+struct Running {
+    rec: Arc<Recorder>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(apps: &[&TestApp]) -> Running {
+        let rec = Recorder::new(apps);
+        let tasks = (0..CLIENTS)
+            .map(|id| tokio::spawn(client(rec.clone(), id)))
+            .collect();
+        Running { rec, tasks }
+    }
+
+    fn now(&self) -> Duration {
+        self.rec.now()
+    }
+
+    /// Waits until a request sent at or after `since` was answered
+    /// `acquired`, for at most the recovery bound (the checker then reports
+    /// it), so that the last fault's recovery is judged too.
+    async fn until_recovered(&self, since: Duration) {
+        let mut rx = self.rec.last_acquired.subscribe();
+        let _ = tokio::time::timeout(RECOVERY_BOUND, rx.wait_for(|t| *t >= since)).await;
+    }
+
+    async fn finish(self) -> Vec<Event> {
+        self.rec.stop.store(true, Ordering::SeqCst);
+        for t in self.tasks {
+            t.await.expect("client task");
+        }
+        self.rec.history()
+    }
+}
+
+/// The run length asked for, if any.
+fn min_run() -> Duration {
+    std::env::var("LEASEHOLD_HISTORY_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_secs)
+}
+
+/// Checks a history, prints its figures, panics with every violation.
+fn judge(store: &str, events: &[Event], faults: &[FaultWindow], checks: Checks) {
+    let figures = summary(events, faults);
+    println!("history [{store}]: {figures}");
+    let violations = check_all(events, faults, DRIFT, RECOVERY_BOUND, checks);
+    if violations.is_empty() {
+        return;
+    }
+    let mut per_check: std::collections::BTreeMap<&str, usize> = Default::default();
+    for v in &violations {
+        *per_check.entry(v.check).or_default() += 1;
+    }
+    let mut text = String::new();
+    let mut shown: std::collections::BTreeMap<&str, usize> = Default::default();
+    for v in &violations {
+        let n = shown.entry(v.check).or_default();
+        *n += 1;
+        if *n <= 12 {
+            text.push_str(&v.to_string());
+        }
+    }
+    let attributed = violations_by_fault(&violations, faults);
+    // Everything, for reading at leisure: every violation, then every event.
+    let path = std::env::temp_dir().join(format!(
+        "leasehold-history-{store}-{}.txt",
+        std::process::id()
+    ));
+    let mut all = format!("{figures}\n");
+    for v in &violations {
+        all.push_str(&v.to_string());
+    }
+    all.push_str("\n--- history ---\n");
+    for e in events {
+        all.push_str(&format!("{e}\n"));
+    }
+    let saved = match std::fs::write(&path, all) {
+        Ok(()) => format!("full history and every violation: {}", path.display()),
+        Err(e) => format!("could not write {}: {e}", path.display()),
+    };
+    panic!(
+        "history [{store}]: {} violations {per_check:?}; {saved}\n\
+         by the fault they follow:\n{attributed}\
+         {figures}\nthe first 12 of each check:\n{text}",
+        violations.len()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Faults
+// ---------------------------------------------------------------------------
+
+/// The faults of a run, injected in this order.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// One script reply swallowed, connection kept (desynchronised).
+    LostReply,
+    /// The connection closed (RST) right after a script was forwarded.
+    ResetInFlight,
+    /// Redis SIGSTOPped, then SIGCONTed.
+    Freeze,
+    /// `maxmemory` below used memory with `noeviction`.
+    FullMemory,
+    /// `min-replicas-to-write 1` with no replica.
+    NoReplicas,
+    /// Every reply delayed 3 × the command timeout.
+    Latency,
+    /// Every pooled connection closed and new ones never connected.
+    PoolExhausted,
+    /// Redis restarted empty (data lost).
+    RestartEmpty,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::LostReply => "lost reply",
+            Fault::ResetInFlight => "reset in flight",
+            Fault::Freeze => "frozen (SIGSTOP)",
+            Fault::FullMemory => "full (OOM)",
+            Fault::NoReplicas => "min-replicas unmet",
+            Fault::Latency => "latency > timeout",
+            Fault::PoolExhausted => "pool exhausted",
+            Fault::RestartEmpty => "restarted empty",
+        }
+    }
+}
+
+/// A Redis node and the proxy every leasehold connection to it crosses.
+struct Target<'a> {
+    server: &'a mut RedisServer,
+    proxy: &'a FaultProxy,
+}
+
+/// Injects `fault` on `target`; returns its window once removed.
+async fn inject(run: &Running, fault: Fault, target: Target<'_>) -> FaultWindow {
+    let start = run.now();
+    let timeout = Duration::from_millis(COMMAND_TIMEOUT_MS);
+    let Target { server, proxy } = target;
+    let mut data_loss = false;
+    match fault {
+        Fault::LostReply => {
+            let before = proxy.lost_replies();
+            proxy.lose_script_replies(1);
+            assert!(
+                proxy.until_lost(before + 1, Duration::from_secs(10)).await,
+                "no script reply crossed the proxy within 10 s"
+            );
+            // The window lasts until the caller of the lost reply times out.
+            tokio::time::sleep(timeout).await;
+        }
+        Fault::ResetInFlight => {
+            let before = proxy.resets();
+            proxy.reset_next_script();
+            assert!(
+                proxy
+                    .until_resets(before + 1, Duration::from_secs(10))
+                    .await,
+                "no script crossed the proxy within 10 s"
+            );
+        }
+        Fault::Freeze => {
+            tokio::task::block_in_place(|| server.freeze());
+            tokio::time::sleep(WINDOW).await;
+            tokio::task::block_in_place(|| server.thaw());
+        }
+        Fault::FullMemory => {
+            tokio::task::block_in_place(|| {
+                server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+                server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+            });
+            // The window starts once Redis refuses.
+            let start = run.now();
+            tokio::time::sleep(WINDOW).await;
+            let end = run.now();
+            tokio::task::block_in_place(|| server.cli(&["CONFIG", "SET", "maxmemory", "0"]));
+            return window(fault, start, end, false, true);
+        }
+        Fault::NoReplicas => {
+            tokio::task::block_in_place(|| {
+                server.cli(&["CONFIG", "SET", "min-replicas-to-write", "1"])
+            });
+            // The window starts once Redis refuses.
+            let start = run.now();
+            tokio::time::sleep(WINDOW).await;
+            let end = run.now();
+            tokio::task::block_in_place(|| {
+                server.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"])
+            });
+            return window(fault, start, end, false, true);
+        }
+        Fault::Latency => {
+            proxy.set_reply_delay(timeout * 3);
+            tokio::time::sleep(WINDOW).await;
+            proxy.set_reply_delay(Duration::ZERO);
+        }
+        Fault::PoolExhausted => {
+            proxy.set_stalled(true);
+            tokio::time::sleep(WINDOW).await;
+            proxy.set_stalled(false);
+        }
+        Fault::RestartEmpty => {
+            data_loss = true;
+            tokio::task::block_in_place(|| server.restart());
+        }
+    }
+    window(fault, start, run.now(), data_loss, false)
+}
+
+fn window(
+    fault: Fault,
+    start: Duration,
+    end: Duration,
+    data_loss: bool,
+    definite_refusal: bool,
+) -> FaultWindow {
+    FaultWindow {
+        name: fault.name().to_owned(),
+        start,
+        end,
+        data_loss,
+        definite_refusal,
+    }
+}
+
+/// Arguments of a leasehold instance for the history runs.
+fn history_args(backend: &Backend, extra: &[&str]) -> leasehold::config::ServeArgs {
+    let timeout = COMMAND_TIMEOUT_MS.to_string();
+    let mut all = vec!["--command-timeout-ms", &timeout, "--pool-size", "2"];
+    all.extend_from_slice(extra);
+    args(backend, &all)
+}
+
+// ---------------------------------------------------------------------------
+// The runs
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_embedded_store() {
+    let app = TestApp::spawn_with(history_args(&Backend::Memory, &[])).await;
+    let run = Running::start(&[&app]);
+    let length = min_run().max(Duration::from_secs(8));
+    tokio::time::sleep(length).await;
+    let events = run.finish().await;
+    judge(
+        "embedded",
+        &events,
+        &[],
+        Checks {
+            safety: true,
+            honesty: true,
+        },
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_standalone_redis_under_every_fault() {
+    let mut server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let ns = unique("h");
+    let backend = Backend::Redis(proxy.url());
+    let a = TestApp::spawn_with(history_args(&backend, &["--namespace", &ns])).await;
+    // The second instance admits only 3 store calls at once, so slow
+    // windows (frozen, latency) also shed load as `overloaded`.
+    let b = TestApp::spawn_with(history_args(
+        &backend,
+        &["--namespace", &ns, "--max-in-flight", "3"],
+    ))
+    .await;
+    let run = Running::start(&[&a, &b]);
+    // A lost reply can desynchronise a connection for longer than its
+    // window, so the lost replies come after the other faults (and a restart,
+    // which closes every connection, between them): each violation then
+    // follows the fault that caused it.
+    let faults = [
+        Fault::ResetInFlight,
+        Fault::Freeze,
+        Fault::FullMemory,
+        Fault::NoReplicas,
+        Fault::Latency,
+        Fault::PoolExhausted,
+        Fault::LostReply,
+        Fault::RestartEmpty,
+        Fault::LostReply,
+    ];
+    let started = Instant::now();
+    let mut windows = Vec::new();
+    tokio::time::sleep(GAP).await;
+    loop {
+        for fault in faults {
+            let target = Target {
+                server: &mut server,
+                proxy: &proxy,
+            };
+            windows.push(inject(&run, fault, target).await);
+            tokio::time::sleep(GAP).await;
+        }
+        if started.elapsed() >= min_run() {
+            break;
+        }
+    }
+    run.until_recovered(windows.last().map_or(Duration::ZERO, |w| w.end))
+        .await;
+    let events = run.finish().await;
+    judge(
+        "standalone",
+        &events,
+        &windows,
+        Checks {
+            safety: true,
+            honesty: true,
+        },
+    );
+}
+
+/// The hash-tagged key of a resource: it names the slot of both its keys.
+fn slot_key(digest: &str) -> String {
+    format!("{{{P}:{digest}}}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_cluster_frozen_full_reset_and_lost_reply() {
+    let mut cluster = RedisCluster::start(3, 0);
+    // One proxy per master; each master announces its proxy's port, so the
+    // slot map every client reads points at the proxies.
+    let mut proxies = Vec::new();
+    let masters: Vec<(u16, std::net::SocketAddr)> = tokio::task::block_in_place(|| {
+        cluster
+            .masters()
+            .iter()
+            .map(|m| (m.port(), m.addr()))
+            .collect()
+    });
+    for (port, addr) in masters {
+        let m = cluster
+            .nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .expect("master");
+        let proxy = FaultProxy::start(addr).await;
+        let announced = proxy.addr().port().to_string();
+        tokio::task::block_in_place(|| {
+            m.cli(&["CONFIG", "SET", "cluster-announce-port", &announced]);
+        });
+        proxies.push((port, proxy));
+    }
+    let proxy_ports: Vec<u16> = proxies.iter().map(|(_, p)| p.addr().port()).collect();
+    tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for m in cluster.masters() {
+            loop {
+                let slots = m.cli(&["CLUSTER", "SLOTS"]);
+                let announced = proxy_ports
+                    .iter()
+                    .all(|p| slots.lines().any(|l| l.trim() == p.to_string()));
+                if announced {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "CLUSTER SLOTS on {} never showed the proxy ports {proxy_ports:?}: {slots}",
+                    m.port()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    });
+    let seeds = proxies
+        .iter()
+        .map(|(_, p)| p.url())
+        .collect::<Vec<_>>()
+        .join(",");
+    let ns = unique("h");
+    let extra = ["--namespace", ns.as_str(), "--redis-cluster-nodes", &seeds];
+    let a = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
+    let b = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
+    let run = Running::start(&[&a, &b]);
+    let started = Instant::now();
+    let mut windows = Vec::new();
+    tokio::time::sleep(GAP).await;
+    let mut round = 0;
+    loop {
+        // The master of one resource (a different one each round).
+        let key = slot_key(&run.rec.digests[round % RESOURCES]);
+        let port = tokio::task::block_in_place(|| cluster.node_for_key(&key).port());
+        let index = proxies
+            .iter()
+            .position(|(p, _)| *p == port)
+            .expect("a proxy for every master");
+        for fault in [
+            Fault::Freeze,
+            Fault::FullMemory,
+            Fault::ResetInFlight,
+            Fault::LostReply,
+        ] {
+            let server = cluster
+                .nodes
+                .iter_mut()
+                .find(|m| m.port() == port)
+                .expect("the master");
+            let target = Target {
+                server,
+                proxy: &proxies[index].1,
+            };
+            windows.push(inject(&run, fault, target).await);
+            tokio::time::sleep(GAP).await;
+        }
+        round += 1;
+        if round >= 2 && started.elapsed() >= min_run() {
+            break;
+        }
+    }
+    run.until_recovered(windows.last().map_or(Duration::ZERO, |w| w.end))
+        .await;
+    let events = run.finish().await;
+    judge(
+        "cluster",
+        &events,
+        &windows,
+        Checks {
+            safety: true,
+            honesty: true,
+        },
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_sentinel_failovers_and_an_aborted_failover() {
+    let set = tokio::task::block_in_place(|| RedisSentinelSet::start(1, 3));
+    let sentinels = set.sentinel_urls().join(",");
+    let ns = unique("h");
+    let extra = [
+        "--namespace",
+        ns.as_str(),
+        "--redis-sentinels",
+        &sentinels,
+        "--redis-sentinel-master",
+        set.master_name(),
+    ];
+    let a = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
+    let b = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
+    let run = Running::start(&[&a, &b]);
+    let started = Instant::now();
+    let mut windows = Vec::new();
+    tokio::time::sleep(GAP).await;
+    loop {
+        for (name, aborted) in [
+            ("SENTINEL FAILOVER", false),
+            ("SENTINEL FAILOVER", false),
+            ("aborted failover", true),
+        ] {
+            tokio::task::block_in_place(|| set.until_replica_usable());
+            let start = run.now();
+            tokio::task::block_in_place(|| {
+                if aborted {
+                    set.aborted_failover()
+                } else {
+                    set.failover()
+                }
+            });
+            windows.push(FaultWindow {
+                name: name.to_owned(),
+                start,
+                end: run.now(),
+                data_loss: false,
+                definite_refusal: false,
+            });
+            tokio::time::sleep(GAP).await;
+        }
+        if started.elapsed() >= min_run() {
+            break;
+        }
+    }
+    run.until_recovered(windows.last().map_or(Duration::ZERO, |w| w.end))
+        .await;
+    let events = run.finish().await;
+    // A failover may lose acknowledged writes (asynchronous replication):
+    // only fencing, typed answers and recovery are claimed.
+    judge(
+        "sentinel",
+        &events,
+        &windows,
+        Checks {
+            safety: false,
+            honesty: false,
+        },
+    );
+}

@@ -1,0 +1,446 @@
+//! The checker's own tests: small hand-made histories that must pass and
+//! histories that must fail, one rule at a time.
+
+use std::time::Duration;
+
+use crate::common::history::Event;
+use crate::common::history::{
+    beliefs, check_fencing, check_honesty, check_recovery, check_refusals, check_safety,
+    check_typed, documented, FaultWindow, Verb,
+};
+
+const DRIFT: Duration = Duration::from_millis(10);
+
+fn at(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// An answered request: `verb` by `attempt` on resource 0, sent at `send` ms
+/// and answered at `reply` ms, with the status the table gives `outcome`.
+fn ev(attempt: &str, verb: Verb, send: u64, reply: u64, outcome: &str) -> Event {
+    let status = match (verb, outcome) {
+        (_, "acquired") | (Verb::Attempt, _) => 201,
+        (_, "contended" | "owner_operation_conflict" | "not_owner") => 409,
+        (_, "lost") => 404,
+        (_, "unavailable" | "overloaded") => 503,
+        (_, "indeterminate") => 504,
+        _ => 200,
+    };
+    Event {
+        attempt: attempt.into(),
+        verb: Some(verb),
+        send: at(send),
+        reply: at(reply),
+        status,
+        outcome: outcome.into(),
+        problem_json: status >= 300,
+        retry_after: status == 503,
+        operation_id: (outcome == "indeterminate").then(|| attempt.to_owned()),
+        ..Event::default()
+    }
+}
+
+/// A grant with its token and remainingMs.
+fn grant(
+    attempt: &str,
+    verb: Verb,
+    send: u64,
+    reply: u64,
+    outcome: &str,
+    token: u64,
+    remaining: u64,
+) -> Event {
+    Event {
+        fencing_token: Some(token),
+        remaining_ms: Some(remaining),
+        ..ev(attempt, verb, send, reply, outcome)
+    }
+}
+
+fn numbered(mut events: Vec<Event>) -> Vec<Event> {
+    for (i, e) in events.iter_mut().enumerate() {
+        e.id = i;
+    }
+    events
+}
+
+// --- safety ----------------------------------------------------------------
+
+#[test]
+fn safety_passes_for_handover_after_release_and_after_expiry() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        ev("a", Verb::Release, 50, 55, "released"),
+        grant("b", Verb::Acquire, 52, 60, "acquired", 2, 100),
+        // b never releases: its lease ends at 52 + 100 - 10 = 142.
+        grant("c", Verb::Acquire, 140, 145, "acquired", 3, 100),
+    ]);
+    assert!(check_safety(&h, DRIFT, &[]).is_empty());
+}
+
+#[test]
+fn safety_fails_for_two_holders_at_once() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        grant("b", Verb::Acquire, 20, 30, "acquired", 2, 100),
+    ]);
+    let v = check_safety(&h, DRIFT, &[]);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].check, "safety");
+    assert_eq!(v[0].events.len(), 2);
+}
+
+#[test]
+fn safety_cuts_at_renew_and_a_renew_starts_its_own_interval() {
+    // a renews at 40 (renewed: a new interval to 40 + 200 - 10 = 230), so b
+    // acquiring at 100 overlaps the renewed interval, not the first one.
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        grant("a", Verb::Renew, 40, 45, "renewed", 1, 200),
+        grant("b", Verb::Acquire, 100, 110, "acquired", 2, 100),
+    ]);
+    let v = check_safety(&h, DRIFT, &[]);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].events[0].verb, Some(Verb::Renew));
+    // A lost renew ends the belief at its send.
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        ev("a", Verb::Renew, 40, 45, "lost"),
+        grant("b", Verb::Acquire, 41, 50, "acquired", 2, 100),
+    ]);
+    assert!(check_safety(&h, DRIFT, &[]).is_empty());
+}
+
+#[test]
+fn safety_ignores_uncertain_answers_and_same_attempt_replays() {
+    let h = numbered(vec![
+        ev("a", Verb::Acquire, 0, 500, "indeterminate"),
+        ev("c", Verb::Acquire, 0, 5, "unavailable"),
+        grant("b", Verb::Acquire, 10, 20, "acquired", 2, 1000),
+        grant(
+            "b",
+            Verb::Acquire,
+            30,
+            40,
+            "replayed_same_operation",
+            2,
+            980,
+        ),
+    ]);
+    assert!(check_safety(&h, DRIFT, &[]).is_empty());
+}
+
+#[test]
+fn safety_belief_ends_drift_before_send_plus_remaining() {
+    let h = vec![grant("a", Verb::Acquire, 100, 150, "acquired", 1, 1000)];
+    let b = beliefs(&h, DRIFT);
+    assert_eq!((b[0].start, b[0].end), (at(150), at(1090)));
+    // An answer arriving after its own validity grants nothing.
+    let h = vec![grant("a", Verb::Acquire, 0, 200, "acquired", 1, 100)];
+    assert!(beliefs(&h, DRIFT).is_empty());
+}
+
+#[test]
+fn safety_is_not_claimed_across_data_loss() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 1000),
+        grant("b", Verb::Acquire, 300, 310, "acquired", 2, 1000),
+    ]);
+    let loss = FaultWindow {
+        name: "restarted empty".into(),
+        start: at(100),
+        end: at(200),
+        data_loss: true,
+        definite_refusal: false,
+    };
+    assert!(check_safety(&h, DRIFT, std::slice::from_ref(&loss)).is_empty());
+    let no_loss = FaultWindow {
+        data_loss: false,
+        ..loss
+    };
+    assert_eq!(check_safety(&h, DRIFT, &[no_loss]).len(), 1);
+}
+
+// --- fencing ---------------------------------------------------------------
+
+#[test]
+fn fencing_passes_for_increasing_tokens_and_matching_replays() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 10, 100),
+        grant("a", Verb::Acquire, 6, 8, "replayed_same_operation", 10, 90),
+        grant("a", Verb::Renew, 20, 25, "renewed", 10, 100),
+        grant("b", Verb::Acquire, 200, 205, "acquired", 11, 100),
+        // Concurrent acquisitions may come in either order.
+        grant("c", Verb::Acquire, 300, 400, "acquired", 13, 10),
+        grant("d", Verb::Acquire, 310, 390, "acquired", 12, 10),
+    ]);
+    assert!(check_fencing(&h).is_empty(), "{:?}", check_fencing(&h));
+}
+
+#[test]
+fn fencing_fails_for_a_smaller_token_later_in_real_time() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 10, 100),
+        grant("b", Verb::Acquire, 200, 205, "acquired", 9, 100),
+    ]);
+    let v = check_fencing(&h);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].check, "fencing");
+}
+
+#[test]
+fn fencing_fails_for_a_token_handed_to_two_attempts() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 10, 100),
+        grant(
+            "b",
+            Verb::Acquire,
+            50,
+            55,
+            "replayed_same_operation",
+            10,
+            50,
+        ),
+    ]);
+    assert!(check_fencing(&h)
+        .iter()
+        .any(|v| v.what.contains("two attempts")));
+}
+
+#[test]
+fn fencing_fails_for_a_replay_with_another_token_unless_an_acquire_was_uncertain() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 10, 100),
+        grant("a", Verb::Renew, 20, 25, "renewed", 11, 100),
+    ]);
+    assert_eq!(check_fencing(&h).len(), 1);
+    // After an indeterminate re-acquire (the lease had expired), a new token
+    // is legitimate.
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 10, 10),
+        ev("a", Verb::Acquire, 100, 600, "indeterminate"),
+        grant(
+            "a",
+            Verb::Acquire,
+            700,
+            705,
+            "replayed_same_operation",
+            12,
+            100,
+        ),
+    ]);
+    assert!(check_fencing(&h).is_empty());
+}
+
+// --- honesty ---------------------------------------------------------------
+
+#[test]
+fn honesty_passes_when_a_replay_follows_an_uncertain_acquire() {
+    let h = numbered(vec![
+        ev("a", Verb::Acquire, 0, 5, "unavailable"),
+        ev("a", Verb::Acquire, 10, 600, "indeterminate"),
+        grant(
+            "a",
+            Verb::Acquire,
+            700,
+            705,
+            "replayed_same_operation",
+            1,
+            100,
+        ),
+        ev("b", Verb::Acquire, 0, 5, "overloaded"),
+        ev("b", Verb::Release, 10, 15, "already_absent"),
+    ]);
+    assert!(check_honesty(&h).is_empty());
+}
+
+#[test]
+fn honesty_fails_when_not_applied_was_a_lie() {
+    let mut inspect = ev("c", Verb::Inspect, 10, 15, "inspected");
+    inspect.held_by = Some("caller".into());
+    let h = numbered(vec![
+        ev("a", Verb::Acquire, 0, 5, "unavailable"),
+        grant(
+            "a",
+            Verb::Acquire,
+            10,
+            15,
+            "replayed_same_operation",
+            1,
+            100,
+        ),
+        ev("b", Verb::Acquire, 0, 5, "overloaded"),
+        ev("b", Verb::Release, 10, 15, "released"),
+        ev("c", Verb::Acquire, 0, 5, "unavailable"),
+        inspect,
+    ]);
+    let v = check_honesty(&h);
+    assert_eq!(v.len(), 3, "{v:?}");
+    assert!(v.iter().all(|v| v.check == "honesty"));
+}
+
+// --- typed -----------------------------------------------------------------
+
+#[test]
+fn typed_accepts_the_documented_table() {
+    for (verb, status, outcome) in [
+        (Verb::Acquire, 201, "acquired"),
+        (Verb::Acquire, 200, "replayed_same_operation"),
+        (Verb::Acquire, 409, "contended"),
+        (Verb::Acquire, 409, "owner_operation_conflict"),
+        (Verb::Renew, 200, "renewed"),
+        (Verb::Renew, 404, "lost"),
+        (Verb::Renew, 409, "lost"),
+        (Verb::Release, 200, "released"),
+        (Verb::Release, 200, "already_absent"),
+        (Verb::Release, 409, "not_owner"),
+        (Verb::Inspect, 200, "inspected"),
+        (Verb::Release, 503, "unavailable"),
+        (Verb::Renew, 503, "overloaded"),
+        (Verb::Acquire, 504, "indeterminate"),
+        (Verb::Attempt, 201, "attempt_created"),
+    ] {
+        assert!(
+            documented(verb, status, outcome),
+            "{verb:?} {status} {outcome}"
+        );
+    }
+    for (verb, status, outcome) in [
+        (Verb::Acquire, 504, "unavailable"),
+        (Verb::Acquire, 500, "internal"),
+        (Verb::Release, 200, "renewed"),
+        (Verb::Renew, 200, "acquired"),
+        (Verb::Attempt, 503, "unavailable"),
+    ] {
+        assert!(
+            !documented(verb, status, outcome),
+            "{verb:?} {status} {outcome}"
+        );
+    }
+}
+
+#[test]
+fn typed_fails_on_transport_errors_and_malformed_answers() {
+    let ok = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        ev("a", Verb::Acquire, 10, 600, "indeterminate"),
+        ev("b", Verb::Acquire, 10, 15, "unavailable"),
+    ]);
+    assert!(check_typed(&ok).is_empty(), "{:?}", check_typed(&ok));
+    let mut transport = ev("a", Verb::Acquire, 0, 5, "");
+    transport.status = 0;
+    transport.transport_error = Some("connection refused".into());
+    let mut no_retry_after = ev("b", Verb::Acquire, 0, 5, "unavailable");
+    no_retry_after.retry_after = false;
+    let mut wrong_status = ev("c", Verb::Acquire, 0, 5, "unavailable");
+    wrong_status.status = 504;
+    let no_token = ev("d", Verb::Acquire, 0, 5, "acquired");
+    let mut no_op = ev("e", Verb::Acquire, 0, 5, "indeterminate");
+    no_op.operation_id = None;
+    let h = numbered(vec![
+        transport,
+        no_retry_after,
+        wrong_status,
+        no_token,
+        no_op,
+    ]);
+    let v = check_typed(&h);
+    assert_eq!(v.len(), 5, "{v:?}");
+}
+
+// --- recovery --------------------------------------------------------------
+
+#[test]
+fn recovery_needs_an_acquired_sent_after_the_window_within_the_bound() {
+    let window = FaultWindow {
+        name: "frozen".into(),
+        start: at(1000),
+        end: at(2000),
+        data_loss: false,
+        definite_refusal: false,
+    };
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 1500, 2100, "acquired", 1, 100),
+        ev("b", Verb::Acquire, 2000, 2010, "unavailable"),
+        grant("c", Verb::Acquire, 2500, 2600, "acquired", 2, 100),
+    ]);
+    let bound = Duration::from_secs(1);
+    assert!(check_recovery(&h, std::slice::from_ref(&window), bound).is_empty());
+    let late = numbered(vec![grant(
+        "c",
+        Verb::Acquire,
+        2500,
+        3600,
+        "acquired",
+        2,
+        100,
+    )]);
+    assert_eq!(
+        check_recovery(&late, std::slice::from_ref(&window), bound).len(),
+        1
+    );
+    assert_eq!(check_recovery(&[], &[window], bound).len(), 1);
+}
+
+// --- refusals --------------------------------------------------------------
+
+#[test]
+fn refusal_windows_admit_unavailable_but_not_indeterminate() {
+    let full = FaultWindow {
+        name: "full (OOM)".into(),
+        start: at(1000),
+        end: at(2000),
+        data_loss: false,
+        definite_refusal: true,
+    };
+    let ok = numbered(vec![
+        ev("a", Verb::Acquire, 1100, 1105, "unavailable"),
+        ev("b", Verb::Acquire, 1100, 1105, "contended"),
+        // In flight when the window began or still unanswered at its end.
+        ev("c", Verb::Acquire, 900, 1500, "indeterminate"),
+        ev("d", Verb::Acquire, 1900, 2500, "indeterminate"),
+    ]);
+    assert!(check_refusals(&ok, std::slice::from_ref(&full)).is_empty());
+    let bad = numbered(vec![ev("a", Verb::Acquire, 1100, 1600, "indeterminate")]);
+    let v = check_refusals(&bad, std::slice::from_ref(&full));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].check, "refusal");
+    let not_refusing = FaultWindow {
+        definite_refusal: false,
+        ..full
+    };
+    assert!(check_refusals(&bad, &[not_refusing]).is_empty());
+}
+
+// --- the fault proxy's RESP framing ------------------------------------------
+
+#[test]
+fn resp_frames_are_delimited_whole() {
+    use crate::common::fault_proxy::frame_end;
+    let whole = |b: &[u8]| frame_end(b, 0).expect("valid RESP");
+    assert_eq!(whole(b"+OK\r\n"), Some(5));
+    assert_eq!(
+        whole(b"-NOREPLICAS Not enough good replicas\r\n:1\r\n"),
+        Some(38)
+    );
+    assert_eq!(whole(b"$5\r\nhello\r\n"), Some(11));
+    assert_eq!(whole(b"$-1\r\n"), Some(5));
+    assert_eq!(whole(b"_\r\n"), Some(3));
+    // A script reply: an array of an integer, a bulk string and a nested array.
+    let script = b"*3\r\n:1\r\n$3\r\nabc\r\n*2\r\n,1.5\r\n#t\r\n";
+    assert_eq!(whole(script), Some(script.len()));
+    // RESP3 map, set, push, verbatim, and an attribute before its value.
+    let map = b"%1\r\n+k\r\n:2\r\n";
+    assert_eq!(whole(map), Some(map.len()));
+    let push = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n";
+    assert_eq!(whole(push), Some(push.len()));
+    let verbatim = b"=8\r\ntxt:abcd\r\n";
+    assert_eq!(whole(verbatim), Some(verbatim.len()));
+    let attributed = b"|1\r\n+ttl\r\n:3\r\n:42\r\n";
+    assert_eq!(whole(attributed), Some(attributed.len()));
+    // Incomplete frames wait for more bytes, at every cut.
+    for cut in 1..script.len() {
+        assert_eq!(whole(&script[..cut]), None, "cut at {cut}");
+    }
+    assert!(frame_end(b"?what\r\n", 0).is_err());
+}
