@@ -650,6 +650,143 @@ fn http_body_over_the_limit_is_413_problem_json() {
     assert_eq!(s.body["outcome"], "payload_too_large");
 }
 
-/// Inputs the fuzz targets (`fuzz/`) or the properties above once found
-/// interesting, kept as plain cases.
-mod regressions {}
+/// Edge inputs kept as plain cases: the fuzz targets (`fuzz/`, 30 s each)
+/// found no failing input; these are the edges the properties above reach
+/// only by chance, and raw paths the URL builder would have encoded.
+mod regressions {
+    use super::*;
+
+    fn acquire_raw_body(body: &[u8]) -> Sent {
+        let (token, op) = fresh_attempt();
+        let digest = common::app::digest();
+        send(
+            Method::PUT,
+            &["fuzz", &digest],
+            &[
+                ("lease-owner-token", token.as_bytes()),
+                ("lease-operation-id", op.as_bytes()),
+                ("content-type", JSON),
+            ],
+            Some(body.to_vec()),
+        )
+    }
+
+    #[test]
+    fn edge_bodies_get_their_documented_answers() {
+        let cases: &[(&[u8], u16, &str)] = &[
+            (br#"{"ttlMs": 611.0}"#, 201, ""),
+            (br#"{"ttlMs": 3600000, "waitMs": 0}"#, 201, ""),
+            (br#"{"ttlMs": -0}"#, 422, "ttlMs"),
+            (br#"{"ttlMs": 19}"#, 422, "ttlMs"),
+            (br#"{"ttlMs": 3600001}"#, 422, "ttlMs"),
+            (br#"{"ttlMs": 30000.5}"#, 422, "ttlMs"),
+            (br#"{"ttlMs": -1}"#, 422, "ttlMs"),
+            (br#"{"ttlMs": null}"#, 422, "ttlMs"),
+            (br#"{"ttlMs": "30000"}"#, 422, "ttlMs"),
+            (br#"{"ttlMs": 18446744073709551616}"#, 422, "ttlMs"),
+            (br#"{"ttlMs": 1e400}"#, 400, "ttlMs"),
+            (br#"{"ttlMs": 30000, "ttlMs": 30000}"#, 422, "ttlMs"),
+            (br#"{"ttlMs": 30000, "extra": 1}"#, 422, "extra"),
+            (br#"{"waitMs": 10}"#, 422, "ttlMs"),
+            (br#"[30000]"#, 422, "body"),
+            (br#"30000"#, 422, "body"),
+            (br#"{"ttlMs": 30000} x"#, 400, "body"),
+            (br#"{"ttlMs": 30000"#, 400, ""),
+            (b"\xef\xbb\xbf{\"ttlMs\": 30000}", 400, ""),
+            (b"", 400, ""),
+            (b"\xff\xfe", 400, ""),
+        ];
+        for (body, status, field) in cases {
+            let s = acquire_raw_body(body);
+            let shown = String::from_utf8_lossy(body);
+            assert_eq!(s.status.as_u16(), *status, "{shown}: {:?}", s.body);
+            assert_typed(&s).unwrap_or_else(|e| panic!("{shown}: {e}"));
+            if !field.is_empty() {
+                let fields = error_fields(&s);
+                assert!(fields.iter().any(|f| f == field), "{shown}: {fields:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn attempt_headers_are_read_as_the_wire_delivers_them() {
+        let (token, op) = fresh_attempt();
+        let digest = common::app::digest();
+        let padded_token = format!("  {token}\t");
+        let s = send(
+            Method::PUT,
+            &["fuzz", &digest],
+            &[
+                ("lease-owner-token", padded_token.as_bytes()),
+                ("lease-operation-id", op.as_bytes()),
+                ("content-type", JSON),
+            ],
+            Some(br#"{"ttlMs": 30000}"#.to_vec()),
+        );
+        assert_eq!(s.status, StatusCode::CREATED, "{:?}", s.body);
+        for bad in [&b"\xff"[..], b"", b"\"quoted\""] {
+            let s = send(
+                Method::GET,
+                &["fuzz", &digest],
+                &[
+                    ("lease-owner-token", bad),
+                    ("lease-operation-id", op.as_bytes()),
+                ],
+                None,
+            );
+            assert_eq!(s.status, StatusCode::BAD_REQUEST, "{bad:?}: {:?}", s.body);
+            assert_typed(&s).unwrap_or_else(|e| panic!("{bad:?}: {e}"));
+            assert_eq!(error_fields(&s), ["Lease-Owner-Token"], "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn raw_paths_the_url_builder_would_encode_are_typed() {
+        let live = live();
+        let digest = common::app::digest();
+        let purpose_63 = format!("a{}", "b".repeat(62));
+        let purpose_64 = format!("a{}", "b".repeat(63));
+        let cases: Vec<(String, u16)> = vec![
+            (format!("/leases/{purpose_63}/{digest}"), 201),
+            (format!("/leases/{purpose_64}/{digest}"), 400),
+            (format!("/leases/%ff/{digest}"), 400),
+            (format!("/leases/%/{digest}"), 400),
+            (format!("/leases/a%00b/{digest}"), 400),
+            (format!("/leases/a%2Fb/{digest}"), 400),
+            (format!("/leases/fuzz/{}", digest.to_uppercase()), 400),
+            (format!("/leases/fuzz/{digest}%20"), 400),
+            ("/leases/fuzz/v1.%66%66".to_owned(), 400),
+        ];
+        for (path, status) in cases {
+            let (token, op) = fresh_attempt();
+            let s = live.rt.block_on(async {
+                let resp = live
+                    .app
+                    .http
+                    .put(format!("{}{path}", live.app.base))
+                    .header("lease-owner-token", token)
+                    .header("lease-operation-id", op)
+                    .header("content-type", "application/json")
+                    .body(r#"{"ttlMs": 30000}"#)
+                    .send()
+                    .await
+                    .expect("the server answers");
+                let status = resp.status();
+                let content_type = resp
+                    .headers()
+                    .get(CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                let bytes = resp.bytes().await.expect("body");
+                Sent {
+                    status,
+                    content_type,
+                    body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                }
+            });
+            assert_eq!(s.status.as_u16(), status, "{path}: {:?}", s.body);
+            assert_typed(&s).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+    }
+}

@@ -347,3 +347,44 @@ async fn noperm_on_publish_refuses_release_and_keeps_the_lease() {
     assert_no_reconnect_per_request("NOPERM (publish)", growth, sent);
     assert_nothing_applied("NOPERM (publish)", &app, &scene).await;
 }
+
+/// The refusals above are real: each makes Redis answer a script's write
+/// with its code, and each is lifted. Checked with redis-cli alone, so a
+/// failure here is the harness's, not leasehold's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_makes_redis_refuse_and_lifts_it() {
+    const WRITE: &str = "redis.call('GET', KEYS[1]); return redis.call('SET', KEYS[1], 'x')";
+    let write = |server: &RedisServer| server.cli_result(&["EVAL", WRITE, "1", "refusal-probe"]);
+    let expect_code = |code: &str, result: Result<String, String>| match result {
+        Err(e) => assert!(e.starts_with(code), "expected {code}, got {e}"),
+        Ok(v) => panic!("expected {code}, the write answered {v}"),
+    };
+
+    let server = RedisServer::start_with(&["--busy-reply-threshold", "100"]);
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    expect_code("OOM", write(&server));
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    server.cli(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    expect_code("NOREPLICAS", write(&server));
+    server.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    server.break_persistence();
+    expect_code("MISCONF", write(&server));
+    server.repair_persistence();
+    assert_eq!(write(&server).as_deref(), Ok("OK"));
+    let busy = server.start_busy_script();
+    expect_code("BUSY", write(&server));
+    assert!(
+        busy.end() >= 3,
+        "the looping client, a probe and SCRIPT KILL"
+    );
+    assert_eq!(write(&server).as_deref(), Ok("OK"));
+
+    let (user, password) = ("leasehold", "refusals-Secret-3");
+    let acl = RedisServer::start_acl(user, password);
+    let as_user = || acl.cli_as(user, password, &["EVAL", WRITE, "1", "refusal-probe"]);
+    assert_eq!(as_user().as_deref(), Ok("OK"));
+    acl.cli(&["ACL", "SETUSER", user, "resetkeys", "~unrelated:*"]);
+    expect_code("NOPERM", as_user());
+    acl.cli(&["ACL", "SETUSER", user, "resetkeys", "~*"]);
+    assert_eq!(as_user().as_deref(), Ok("OK"));
+}
