@@ -246,4 +246,49 @@ mod tests {
         assert!(ints::<3>(&items).is_err());
         assert!(ints::<1>(&[bulk("x")]).is_err());
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                any::<i64>().prop_map(Value::Int),
+                proptest::collection::vec(any::<u8>(), 0..12).prop_map(Value::BulkString),
+                "[ -~]{0,12}".prop_map(Value::SimpleString),
+                Just(Value::Nil),
+                Just(Value::Okay),
+            ];
+            leaf.prop_recursive(3, 24, 6, |inner| {
+                proptest::collection::vec(inner, 0..6).prop_map(Value::Array)
+            })
+        }
+
+        proptest! {
+            /// Any reply decodes without panicking, and opens only when it
+            /// is an array led by exactly this call's nonce.
+            #[test]
+            fn only_a_reply_led_by_this_nonce_opens(reply in value(), n in 0u64..(1 << 53)) {
+                let nonce = Nonce::new(n);
+                let led = matches!(&reply, Value::Array(items)
+                    if items.first() == Some(&Value::Int(n as i64)));
+                prop_assert_eq!(open(reply, &nonce).is_ok(), led);
+            }
+
+            /// A reply led by the nonce opens to exactly the items after it,
+            /// or to a refusal when the script said so.
+            #[test]
+            fn the_answer_is_what_follows_the_nonce(rest in proptest::collection::vec(value(), 0..6), n in 0u64..(1 << 53)) {
+                let mut items = vec![Value::Int(n as i64)];
+                items.extend(rest.iter().cloned());
+                let opened = open(Value::Array(items), &Nonce::new(n));
+                if rest.first() == Some(&Value::Int(REFUSED)) {
+                    prop_assert!(matches!(opened, Ok(Opened::Refused(_))));
+                } else {
+                    prop_assert_eq!(opened, Ok(Opened::Answer(rest.clone())));
+                }
+                let _ = ints::<3>(&rest);
+            }
+        }
+    }
 }
