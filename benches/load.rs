@@ -27,7 +27,7 @@ use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -754,7 +754,7 @@ impl Raw {
 
 /// The raw side passes a nonce as the scripts expect (the service does the
 /// same per call); it does not check the echo, which costs it nothing.
-static RAW_NONCE: AtomicU64 = AtomicU64::new(1);
+static RAW_NONCE: AtomicU32 = AtomicU32::new(1);
 
 fn first_int(
     reply: Result<redis::RedisResult<Value>, tokio::time::error::Elapsed>,
@@ -762,9 +762,9 @@ fn first_int(
     match reply {
         Err(_) => Err("redis: no reply within 5 s".into()),
         Ok(Err(e)) => Err(format!("redis: {:?}", e.kind())),
-        // {nonce, status, ...}: every script echoes the caller's nonce first.
-        Ok(Ok(Value::Array(items))) => match items.get(1) {
-            Some(Value::Int(v)) => Ok(*v),
+        // Every script leads with nonce * 16 + status + 9.
+        Ok(Ok(Value::Array(items))) => match items.first() {
+            Some(Value::Int(v)) => Ok((v & 15) - 9),
             _ => Err("redis: unexpected reply".into()),
         },
         Ok(Ok(_)) => Err("redis: unexpected reply".into()),

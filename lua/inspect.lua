@@ -1,13 +1,14 @@
 -- inspect: read a lease without changing it; never returns the holder's token.
 -- KEYS[1] lease key   ARGV[1] caller's owner token or ''  ARGV[2] operation id or ''
--- ARGV[3] nonce, echoed first in every reply (see acquire.lua).
--- Returns {nonce, 0} free, or {nonce, 1, pttl, fencing token, held_by} where
+-- ARGV[3] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- (see acquire.lua).
+-- Returns {tag(0)} free, or {tag(1), pttl, fencing token, held_by} where
 -- held_by is 0 not asked (no attempt sent), 1 caller, 2 caller other
 -- operation, 3 other.
-local nonce = tonumber(ARGV[3])
+local tag = tonumber(ARGV[3]) * 16 + 9
 local current = redis.call('GET', KEYS[1])
 if not current then
-  return {nonce, 0}
+  return {tag}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 local cut = string.find(current, ':[^:]*$')
@@ -23,4 +24,4 @@ if ARGV[1] ~= '' then
     held_by = 3
   end
 end
-return {nonce, 1, pttl, fence, held_by}
+return {tag + 1, pttl, fence, held_by}

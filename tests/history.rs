@@ -18,9 +18,10 @@
 //! * standalone Redis behind a `FaultProxy`: every fault;
 //! * Redis Cluster (3 masters) behind one `FaultProxy` per master (each
 //!   master announces its proxy's port with `cluster-announce-port`, so every
-//!   connection, redirects included, crosses a proxy): a master frozen, a
-//!   full master, a reset with a script in flight, a lost reply (two
-//!   rounds, on the masters of two resources);
+//!   connection, redirects included, crosses a proxy): on one master every
+//!   fault but a restart (frozen, full, min-replicas unmet, latency, pool
+//!   exhausted, reset in flight, lost reply), then on another master frozen,
+//!   full, reset and a lost reply again;
 //! * Redis Sentinel (master, one replica, 3 sentinels): two successive
 //!   `SENTINEL FAILOVER`s and one aborted failover (the only replica frozen
 //!   while the sentinels try to promote it, until they give up); only
@@ -677,7 +678,7 @@ fn slot_key(digest: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn history_cluster_frozen_full_reset_and_lost_reply() {
+async fn history_cluster_under_every_fault() {
     let mut cluster = RedisCluster::start(3, 0);
     // One proxy per master; each master announces its proxy's port, so the
     // slot map every client reads points at the proxies.
@@ -745,12 +746,27 @@ async fn history_cluster_frozen_full_reset_and_lost_reply() {
             .iter()
             .position(|(p, _)| *p == port)
             .expect("a proxy for every master");
-        for fault in [
-            Fault::Freeze,
-            Fault::FullMemory,
-            Fault::ResetInFlight,
-            Fault::LostReply,
-        ] {
+        // Every fault in the first round; the second, on another master,
+        // repeats the ones that touch connections and replies.
+        let faults: &[Fault] = if round == 0 {
+            &[
+                Fault::Freeze,
+                Fault::FullMemory,
+                Fault::NoReplicas,
+                Fault::Latency,
+                Fault::PoolExhausted,
+                Fault::ResetInFlight,
+                Fault::LostReply,
+            ]
+        } else {
+            &[
+                Fault::Freeze,
+                Fault::FullMemory,
+                Fault::ResetInFlight,
+                Fault::LostReply,
+            ]
+        };
+        for &fault in faults {
             let server = cluster
                 .nodes
                 .iter_mut()

@@ -4,6 +4,8 @@
 
 use std::convert::Infallible;
 
+use std::future::Future as _;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, Request};
@@ -46,22 +48,29 @@ impl FromRequest<super::AppState> for HeadersAndBody {
 
     /// A body still arriving half a second before the request timeout is
     /// answered `408` here, before the timeout could call a request that
-    /// never reached the store `indeterminate`. (A timer that is never
-    /// polled costs nothing when the body came with the head.)
+    /// never reached the store `indeterminate`. The timer is armed only
+    /// when the body is not all there at the first look (it usually comes
+    /// with the head), so the common request reads no clock for it.
     async fn from_request(
         req: Request,
         state: &super::AppState,
     ) -> Result<Self, axum::response::Response> {
         let (mut parts, body) = req.into_parts();
         let headers = std::mem::take(&mut parts.headers);
-        let within = state
-            .request_timeout
-            .saturating_sub(std::time::Duration::from_millis(500));
-        let read = Bytes::from_request(Request::from_parts(parts, body), state);
-        match tokio::time::timeout(within, read).await {
-            Ok(body) => Ok(Self { headers, body }),
-            Err(_) => Err(super::problem::body_timeout()),
-        }
+        let mut read = std::pin::pin!(Bytes::from_request(Request::from_parts(parts, body), state));
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(read.as_mut().poll(cx))).await;
+        let body = match first {
+            std::task::Poll::Ready(body) => body,
+            std::task::Poll::Pending => {
+                let within = state
+                    .request_timeout
+                    .saturating_sub(std::time::Duration::from_millis(500));
+                tokio::time::timeout(within, read)
+                    .await
+                    .map_err(|_| super::problem::body_timeout())?
+            }
+        };
+        Ok(Self { headers, body })
     }
 }
 

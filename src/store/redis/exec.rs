@@ -80,9 +80,10 @@ impl From<StoreError> for RunError {
 
 /// Runs `script` with EVALSHA on `conn` (ASKING first, in the same write,
 /// when `asking`); on NOSCRIPT loads it and retries once. The reply must
-/// echo `nonce` (every lease script returns it first): one that does not
+/// lead with a tag made from `nonce` (every lease script's first element is
+/// `nonce * 16 + status + 9`): one that does not
 /// answers another request, so the call is `Indeterminate` and the
-/// connection is dropped. Returns the script's answer after the nonce.
+/// connection is dropped. Returns the script's answer, `{status, ...}`.
 pub async fn run_script(
     conn: &mut Conn,
     script: &Script,

@@ -232,8 +232,8 @@ struct Call<'a> {
     acks: Option<Acks>,
 }
 
-/// A script's answer (its reply after the nonce) and, after a write with
-/// acks configured, its replication.
+/// A script's answer (its reply with the nonce tag replaced by the plain
+/// status) and, after a write with acks configured, its replication.
 struct Executed {
     value: Vec<Value>,
     replication: Option<Replication>,

@@ -14,7 +14,7 @@
 //! before the script wrote anything), but whose they are is proved by a
 //! `PING <nonce>` right behind them on the same connection (see `exec`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::LazyLock;
 
 use redis::Value;
@@ -22,7 +22,7 @@ use redis::Value;
 use crate::store::StoreError;
 
 /// The status a script returns when Redis refused one of its writes;
-/// the third element is Redis' error message.
+/// the element after the tag is Redis' error message.
 pub const REFUSED: i64 = -9;
 
 pub(super) const READONLY: &str = "Redis answered READONLY";
@@ -61,65 +61,65 @@ pub fn code_of(message: &str) -> &str {
     message.split_whitespace().next().unwrap_or("")
 }
 
-/// A per-call nonce: an integer below 2^53 (so Lua's numbers carry it
-/// exactly), sent as decimal text and echoed back as an integer reply, which
-/// redis-rs parses without allocating.
+/// A per-call nonce: a 32-bit integer, sent as decimal text and echoed back
+/// as an integer reply, which redis-rs parses without allocating. A reply
+/// can only be mistaken for another request's on the same connection while
+/// both are in flight, so uniqueness among the last 2^32 calls is plenty.
 #[derive(Clone, Copy)]
 pub struct Nonce {
-    value: u64,
-    text: [u8; 20],
-    len: usize,
+    value: u32,
+    text: [u8; 10],
+    start: u8,
 }
 
 impl Nonce {
-    fn new(value: u64) -> Self {
-        let mut text = [0u8; 20];
-        let mut digits = [0u8; 20];
-        let (mut n, mut count) = (value, 0);
+    fn new(value: u32) -> Self {
+        let mut text = [b'0'; 10];
+        let (mut n, mut at) = (value, text.len());
         loop {
-            digits[count] = b'0' + (n % 10) as u8;
-            count += 1;
+            at -= 1;
+            text[at] = b'0' + (n % 10) as u8;
             n /= 10;
             if n == 0 {
                 break;
             }
         }
-        for (slot, digit) in text.iter_mut().zip(digits[..count].iter().rev()) {
-            *slot = *digit;
-        }
         Self {
             value,
             text,
-            len: count,
+            start: at as u8,
         }
     }
 
     /// The decimal text sent to the script.
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.text[..self.len]).unwrap_or("0")
+        std::str::from_utf8(&self.text[usize::from(self.start)..]).unwrap_or("0")
     }
 
-    fn matches(&self, item: &Value) -> bool {
+    /// The status a script packed with this nonce into the tag that leads
+    /// its reply (`nonce * 16 + status + 9`), or `None` for a tag made with
+    /// another nonce (or no tag).
+    fn status_of(&self, item: &Value) -> Option<i64> {
         match item {
-            Value::Int(v) => u64::try_from(*v).ok() == Some(self.value),
-            _ => false,
+            Value::Int(tag) if *tag >= 0 && tag >> 4 == i64::from(self.value) => {
+                Some((tag & 15) - 9)
+            }
+            _ => None,
         }
     }
 }
 
 /// A fresh nonce for one script call: a per-process random start plus a
-/// counter, so two calls of one process never share one (replies only ever
-/// move between requests of one connection, hence of one process).
+/// counter, so no two calls in flight share one.
 pub fn next_nonce() -> Nonce {
-    static NEXT: LazyLock<AtomicU64> = LazyLock::new(|| {
+    static NEXT: LazyLock<AtomicU32> = LazyLock::new(|| {
         let mut seed = [0u8; 4];
         // A fixed start is still unique within the process; randomness only
         // makes two processes' nonces unlikely to meet in a capture.
         let _ = getrandom::fill(&mut seed);
-        AtomicU64::new(u64::from(u32::from_le_bytes(seed)) << 20)
+        AtomicU32::new(u32::from_le_bytes(seed))
     });
-    // Below 2^53 for 2^52 calls from any start.
-    Nonce::new(NEXT.fetch_add(1, Ordering::Relaxed) & ((1 << 53) - 1))
+    Nonce::new(NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// What a script reply says, once it is known to answer this request.
@@ -132,17 +132,19 @@ pub enum Opened {
     Refused(String),
 }
 
-/// Checks that `reply` echoes `nonce` and splits off the script's answer.
-/// `Err` means the reply belongs to another request.
+/// Checks that `reply` leads with a tag made from `nonce` and returns the
+/// script's answer with the tag replaced by the plain status (`{status,
+/// ...}`). `Err` means the reply belongs to another request.
 pub fn open(reply: Value, nonce: &Nonce) -> Result<Opened, ()> {
     let Value::Array(mut items) = reply else {
         return Err(());
     };
-    if !items.first().is_some_and(|first| nonce.matches(first)) {
+    let Some(first) = items.first_mut() else {
         return Err(());
-    }
-    items.remove(0);
-    if matches!(items.first(), Some(Value::Int(REFUSED))) {
+    };
+    let status = nonce.status_of(first).ok_or(())?;
+    *first = Value::Int(status);
+    if status == REFUSED {
         let message = match items.get(1) {
             Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
             Some(Value::SimpleString(s)) => s.clone(),
@@ -183,17 +185,24 @@ mod tests {
 
     #[test]
     fn a_reply_with_this_nonce_opens() {
-        let reply = Value::Array(vec![Value::Int(42), Value::Int(1), Value::Int(5)]);
+        let reply = Value::Array(vec![Value::Int(42 * 16 + 1 + 9), Value::Int(5)]);
         assert_eq!(
             open(reply, &Nonce::new(42)),
             Ok(Opened::Answer(vec![Value::Int(1), Value::Int(5)]))
+        );
+        let reply = Value::Array(vec![Value::Int(42 * 16 - 1 + 9)]);
+        assert_eq!(
+            open(reply, &Nonce::new(42)),
+            Ok(Opened::Answer(vec![Value::Int(-1)]))
         );
     }
 
     #[test]
     fn another_requests_reply_is_refused() {
         for reply in [
-            Value::Array(vec![Value::Int(41), Value::Int(1)]),
+            Value::Array(vec![Value::Int(41 * 16 + 10), Value::Int(1)]),
+            Value::Array(vec![Value::Int(43 * 16 + 10), Value::Int(1)]),
+            Value::Array(vec![Value::Int(-(42 * 16 + 10))]),
             Value::Array(vec![bulk("42"), Value::Int(1)]),
             Value::Array(vec![Value::Int(1), Value::Int(5)]),
             Value::Array(vec![]),
@@ -208,7 +217,7 @@ mod tests {
 
     #[test]
     fn nonces_print_as_decimal() {
-        for n in [0u64, 7, 10, 1_234_567, (1 << 53) - 1] {
+        for n in [0u32, 7, 10, 1_234_567, u32::MAX] {
             assert_eq!(Nonce::new(n).as_str(), n.to_string());
         }
     }
@@ -216,8 +225,7 @@ mod tests {
     #[test]
     fn a_refusal_inside_the_script_is_read_with_its_code() {
         let reply = Value::Array(vec![
-            Value::Int(7),
-            Value::Int(REFUSED),
+            Value::Int(7 * 16 + REFUSED + 9),
             bulk("OOM command not allowed when used memory > 'maxmemory'."),
         ]);
         assert_eq!(
@@ -236,7 +244,6 @@ mod tests {
         let a = next_nonce();
         let b = next_nonce();
         assert_ne!(a.as_str(), b.as_str());
-        assert!(a.value < 1 << 53);
     }
 
     #[test]
@@ -268,24 +275,26 @@ mod tests {
             /// Any reply decodes without panicking, and opens only when it
             /// is an array led by exactly this call's nonce.
             #[test]
-            fn only_a_reply_led_by_this_nonce_opens(reply in value(), n in 0u64..(1 << 53)) {
+            fn only_a_reply_led_by_this_nonce_opens(reply in value(), n in any::<u32>()) {
                 let nonce = Nonce::new(n);
                 let led = matches!(&reply, Value::Array(items)
-                    if items.first() == Some(&Value::Int(n as i64)));
+                    if matches!(items.first(), Some(Value::Int(t)) if *t >= 0 && t >> 4 == i64::from(n)));
                 prop_assert_eq!(open(reply, &nonce).is_ok(), led);
             }
 
             /// A reply led by the nonce opens to exactly the items after it,
             /// or to a refusal when the script said so.
             #[test]
-            fn the_answer_is_what_follows_the_nonce(rest in proptest::collection::vec(value(), 0..6), n in 0u64..(1 << 53)) {
-                let mut items = vec![Value::Int(n as i64)];
+            fn the_status_and_the_rest_come_back(status in -9i64..=6, rest in proptest::collection::vec(value(), 0..6), n in any::<u32>()) {
+                let mut items = vec![Value::Int(i64::from(n) * 16 + status + 9)];
                 items.extend(rest.iter().cloned());
                 let opened = open(Value::Array(items), &Nonce::new(n));
-                if rest.first() == Some(&Value::Int(REFUSED)) {
+                if status == REFUSED {
                     prop_assert!(matches!(opened, Ok(Opened::Refused(_))));
                 } else {
-                    prop_assert_eq!(opened, Ok(Opened::Answer(rest.clone())));
+                    let mut want = vec![Value::Int(status)];
+                    want.extend(rest.iter().cloned());
+                    prop_assert_eq!(opened, Ok(Opened::Answer(want)));
                 }
                 let _ = ints::<3>(&rest);
             }
