@@ -94,13 +94,31 @@ pub async fn run_script(
     deadline: Instant,
 ) -> Result<Vec<Value>, RunError> {
     let evalsha = script.evalsha(keys, args, nonce.as_str());
+    // Only the reply is on the hot path; the rest is boxed so that every
+    // call's future (moved at each await up the chain) stays small.
     match send_script(conn, &evalsha, asking, deadline).await {
-        Err(err) if is_noscript(&err) => {}
-        other => return finish(conn, other, nonce, deadline).await,
+        Ok(value) => opened(conn, value, nonce),
+        Err(err) if is_noscript(&err) => {
+            Box::pin(reload_and_retry(
+                conn, script, &evalsha, nonce, asking, deadline,
+            ))
+            .await
+        }
+        Err(err) => Box::pin(failed(conn, err, nonce, deadline)).await,
     }
-    // NOSCRIPT is a definite refusal: load the script and retry once. (Were
-    // that NOSCRIPT another request's reply, the retry's own reply would not
-    // echo our nonce, and the call ends `Indeterminate` below.)
+}
+
+/// NOSCRIPT is a definite refusal: load the script and retry once. (Were
+/// that NOSCRIPT another request's reply, the retry's own reply would not
+/// carry our nonce, and the call ends `Indeterminate`.)
+async fn reload_and_retry(
+    conn: &mut Conn,
+    script: &Script,
+    evalsha: &redis::Cmd,
+    nonce: &Nonce,
+    asking: bool,
+    deadline: Instant,
+) -> Result<Vec<Value>, RunError> {
     tracing::info!(
         script = script.name,
         "script cache empty (NOSCRIPT); loading it"
@@ -114,11 +132,12 @@ pub async fn run_script(
             StoreError::Indeterminate(_) => StoreError::Unavailable("SCRIPT LOAD got no reply"),
             other => other,
         })?;
-    match send_script(conn, &evalsha, asking, deadline).await {
+    match send_script(conn, evalsha, asking, deadline).await {
+        Ok(value) => opened(conn, value, nonce),
         Err(err) if is_noscript(&err) => {
             Err(StoreError::Unavailable("NOSCRIPT after SCRIPT LOAD").into())
         }
-        other => finish(conn, other, nonce, deadline).await,
+        Err(err) => failed(conn, err, nonce, deadline).await,
     }
 }
 
@@ -164,29 +183,31 @@ async fn send_asking(
     }
 }
 
-async fn finish(
+/// A script's reply: its answer when it carries this call's nonce.
+fn opened(conn: &Conn, value: Value, nonce: &Nonce) -> Result<Vec<Value>, RunError> {
+    match reply::open(value, nonce) {
+        Ok(Opened::Answer(items)) => Ok(items),
+        Ok(Opened::Refused(code)) => Err(RunError::Failed(refused(conn, &code))),
+        Err(()) => {
+            conn.mark_dead();
+            tracing::warn!("a script reply did not carry its request's nonce; connection dropped");
+            Err(RunError::Failed(StoreError::Indeterminate(DESYNC)))
+        }
+    }
+}
+
+/// No reply value: an error reply (a refusal before the script wrote
+/// anything, or a redirect), a timeout or a broken connection.
+async fn failed(
     conn: &mut Conn,
-    result: Result<Value, SendError>,
+    err: SendError,
     nonce: &Nonce,
     deadline: Instant,
 ) -> Result<Vec<Value>, RunError> {
-    match result {
-        Ok(value) => match reply::open(value, nonce) {
-            Ok(Opened::Answer(items)) => Ok(items),
-            Ok(Opened::Refused(code)) => Err(RunError::Failed(refused(conn, &code))),
-            Err(()) => {
-                conn.mark_dead();
-                tracing::warn!(
-                    "a script reply did not echo its request's nonce; connection dropped"
-                );
-                Err(RunError::Failed(StoreError::Indeterminate(DESYNC)))
-            }
-        },
-        Err(SendError::Redis(err)) if err.code().is_some() => {
-            // An error reply: Redis refused before the script wrote anything.
-            // It carries no nonce, so prove it is ours before believing it
-            // (boxed: rare, and it would otherwise enlarge every call's future).
-            if !Box::pin(in_step(conn, nonce, deadline)).await {
+    match err {
+        SendError::Redis(err) if err.code().is_some() => {
+            // It carries no nonce: prove it is ours before believing it.
+            if !in_step(conn, nonce, deadline).await {
                 return Err(RunError::Failed(StoreError::Indeterminate(DESYNC)));
             }
             match redirect_of(&err) {
@@ -194,7 +215,7 @@ async fn finish(
                 None => Err(RunError::Failed(classify(conn, SendError::Redis(err)))),
             }
         }
-        Err(err) => Err(RunError::Failed(classify(conn, err))),
+        err => Err(RunError::Failed(classify(conn, err))),
     }
 }
 

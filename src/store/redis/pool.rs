@@ -191,49 +191,66 @@ impl NodePool {
     ) -> Result<Conn, StoreError> {
         let started = std::time::Instant::now();
         loop {
-            let conn = match timeout_at(deadline, self.pool.get_owned()).await {
-                Err(_) | Ok(Err(bb8::RunError::TimedOut)) => {
-                    return Err(StoreError::Unavailable(
-                        "no Redis connection within the command timeout",
-                    ))
+            // Shared: a borrowed checkout, handed straight back below.
+            // Exclusive: an owned one, held by the handle until it drops.
+            let conn = if exclusive {
+                let pooled = timeout_at(deadline, self.pool.get_owned())
+                    .await
+                    .map_err(|_| bb8::RunError::TimedOut)
+                    .and_then(|got| got)
+                    .map_err(checkout_failed)?;
+                if pooled.is_dead() {
+                    continue;
                 }
-                Ok(Err(bb8::RunError::User(err))) => {
-                    tracing::debug!(kind = ?err.kind(), "redis connect failed");
-                    return Err(StoreError::Unavailable(
-                        if err.kind() == ErrorKind::Client {
-                            NOT_MASTER
-                        } else {
-                            CONNECT_FAILED
-                        },
-                    ));
+                Conn {
+                    inner: pooled.inner.clone(),
+                    dead: Arc::clone(&pooled.dead),
+                    _held: Some(Box::new(pooled)),
                 }
-                Ok(Ok(conn)) => conn,
+            } else {
+                let pooled = timeout_at(deadline, self.pool.get())
+                    .await
+                    .map_err(|_| bb8::RunError::TimedOut)
+                    .and_then(|got| got)
+                    .map_err(checkout_failed)?;
+                if pooled.is_dead() {
+                    // Known closed: skip it (the pool drops it) without sending.
+                    continue;
+                }
+                // Connections are multiplexed: take a handle to this one and
+                // give it straight back, so concurrent commands share
+                // (pipeline on) a few connections instead of each holding
+                // one for its round trip. The liveness flag is shared, so
+                // marking this handle dead marks the pooled connection,
+                // which the next checkout then discards.
+                Conn {
+                    inner: pooled.inner.clone(),
+                    dead: Arc::clone(&pooled.dead),
+                    _held: None,
+                }
             };
-            if conn.is_dead() {
-                // Known closed: skip it (the pool drops it) without sending.
-                continue;
-            }
             self.wait
                 .get_or_init(|| metrics::histogram!(crate::telemetry::POOL_WAIT))
                 .record(started.elapsed().as_secs_f64());
-            // Connections are multiplexed: take a handle to this one and give
-            // it straight back, so concurrent commands share (pipeline on) a
-            // few connections instead of each holding one for its round trip.
-            // The liveness flag is shared, so marking this handle dead marks
-            // the pooled connection, which the next checkout then discards.
-            let handle = Conn {
-                inner: conn.inner.clone(),
-                dead: Arc::clone(&conn.dead),
-                _held: None,
-            };
-            return Ok(if exclusive {
-                Conn {
-                    _held: Some(Box::new(conn)),
-                    ..handle
-                }
+            return Ok(conn);
+        }
+    }
+}
+
+/// A checkout that produced no connection: nothing was sent, so every case
+/// is `Unavailable`.
+fn checkout_failed(err: bb8::RunError<RedisError>) -> StoreError {
+    match err {
+        bb8::RunError::TimedOut => {
+            StoreError::Unavailable("no Redis connection within the command timeout")
+        }
+        bb8::RunError::User(err) => {
+            tracing::debug!(kind = ?err.kind(), "redis connect failed");
+            StoreError::Unavailable(if err.kind() == ErrorKind::Client {
+                NOT_MASTER
             } else {
-                handle
-            });
+                CONNECT_FAILED
+            })
         }
     }
 }
