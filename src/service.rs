@@ -9,8 +9,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{
-    AcquireOutcome, Attempt, Bounds, Failure, Guarantee, Inspection, Lease, LostReason,
-    OutcomeName, ReleaseOutcome, RenewOutcome, Replication, ResourceId, Ttl, WaitMs,
+    AcquireOutcome, Attempt, Bounds, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason,
+    OperationId, OutcomeName, OwnerToken, ReleaseOutcome, RenewOutcome, Replication, ResourceId,
+    Ttl, WaitMs,
 };
 use crate::store::{Store, StoreAcquire, StoreError, StoreInspect, StoreRelease, StoreRenew};
 use crate::telemetry::OperationMeters;
@@ -359,6 +360,46 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: Option<&Attempt>,
     ) -> Result<Inspection, Failure> {
+        self.inspect_as(resource, attempt, attempt).await
+    }
+
+    /// Reads the lease as an owner token that named no operation: `heldBy`
+    /// is `caller_other_operation` when this token holds the lease (for
+    /// whatever operation) and `other` otherwise, never `caller`; an
+    /// uncertain read is `unavailable`, as for an inspect without attempt
+    /// headers (`indeterminate` would have to name an operation).
+    pub async fn inspect_as_owner(
+        &self,
+        resource: &ResourceId,
+        owner_token: &OwnerToken,
+    ) -> Result<Inspection, Failure> {
+        // The store compares whole attempts; with any operation id its answer
+        // tells whether this token holds the lease, and `caller` folds into
+        // `caller_other_operation`.
+        let Ok(operation_id) = OperationId::parse("~") else {
+            return Err(self.failure(StoreError::Unavailable("no probe operation id"), None));
+        };
+        let probe = Attempt {
+            owner_token: owner_token.clone(),
+            operation_id,
+        };
+        let mut result = self.inspect_as(resource, Some(&probe), None).await;
+        if let Ok(inspection) = &mut result {
+            if inspection.held_by == Some(HeldBy::Caller) {
+                inspection.held_by = Some(HeldBy::CallerOtherOperation);
+            }
+        }
+        result
+    }
+
+    /// Inspects with `attempt` for `heldBy`; an uncertain read names
+    /// `named`'s operation (`indeterminate`) or, without one, is `unavailable`.
+    async fn inspect_as(
+        &self,
+        resource: &ResourceId,
+        attempt: Option<&Attempt>,
+        named: Option<&Attempt>,
+    ) -> Result<Inspection, Failure> {
         let started = Instant::now();
         let result = match self.admitted(self.store.inspect(resource, attempt)).await {
             Err(failure) => Err(failure),
@@ -380,7 +421,7 @@ impl LeaseService {
             }),
             // Inspect changes nothing, but an uncertain read is still
             // reported as such when the caller named its operation.
-            Ok(Err(err)) => Err(self.failure(err, attempt)),
+            Ok(Err(err)) => Err(self.failure(err, named)),
         };
         self.record("inspect", resource, started, &result);
         result

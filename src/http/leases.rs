@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::extract::{self, Asker, Headers, HeadersAndBody, Problems};
 use super::problem::{respond, ApiError};
 use super::AppState;
-use crate::domain::{Attempt, Failure, HeldBy, Inspection, OperationId, ResourceId};
+use crate::domain::{Attempt, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
     AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
@@ -445,35 +445,10 @@ pub async fn inspect(
             Asker::Anyone => app.service.inspect(&resource, None).await,
             Asker::Attempt(attempt) => app.service.inspect(&resource, Some(&attempt)).await,
             Asker::Owner(owner_token) => {
-                // Any operation id will do: `caller` and `caller_other_operation`
-                // both mean "this owner token holds it", answered as the latter.
-                let attempt = Attempt {
-                    owner_token,
-                    operation_id: parsed(OperationId::parse("~").ok())?,
-                };
-                owner_only(app.service.inspect(&resource, Some(&attempt)).await)
+                app.service.inspect_as_owner(&resource, &owner_token).await
             }
         };
         Ok::<_, ApiError>(respond(&answer))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
-}
-
-/// An inspect that named no operation: `heldBy` never claims `caller` (which
-/// needs the operation id), and an uncertain read is not `indeterminate`
-/// (which would name an operation the caller never sent) but `unavailable`,
-/// as for an inspect without attempt headers (the service's fixed 1 s hint).
-fn owner_only(answer: Result<Inspection, Failure>) -> Result<Inspection, Failure> {
-    match answer {
-        Ok(mut inspection) => {
-            if inspection.held_by == Some(HeldBy::Caller) {
-                inspection.held_by = Some(HeldBy::CallerOtherOperation);
-            }
-            Ok(inspection)
-        }
-        Err(Failure::Indeterminate { .. }) => Err(Failure::Unavailable {
-            retry_after_ms: 1000,
-        }),
-        Err(other) => Err(other),
-    }
 }
