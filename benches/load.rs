@@ -49,8 +49,8 @@ const PURPOSE: &str = "bench";
 const FENCE_TTL_MS: &str = "604800000";
 const LEASE_TTL_MS: u64 = 30_000;
 /// Raw releases publish here; nobody subscribes (the service's channel is
-/// `<ns>:wake:v1`, and raw traffic must not wake the service).
-const RAW_WAKE_CHANNEL: &str = "bench-raw:wake:v1";
+/// `<ns>:wake:v2`, and raw traffic must not wake the service).
+const RAW_WAKE_CHANNEL: &str = "bench-raw:wake:v2";
 /// No single request may take longer than this; past it, it is a socket error.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The reference design's fixed retry interval, for the polling hand-off.
@@ -702,8 +702,8 @@ struct Raw {
 impl Raw {
     fn keys(digest: &str) -> (String, String) {
         (
-            format!("{NAMESPACE}:lease:v1:{{{PURPOSE}:{digest}}}"),
-            format!("{NAMESPACE}:fence:v1:{{{PURPOSE}:{digest}}}"),
+            format!("{NAMESPACE}:lease:v2:{{{PURPOSE}:{digest}}}"),
+            format!("{NAMESPACE}:seq:v2:{{{PURPOSE}:{digest}}}"),
         )
     }
 
@@ -725,6 +725,9 @@ impl Raw {
             .arg(op)
             .arg(LEASE_TTL_MS)
             .arg(FENCE_TTL_MS)
+            .arg("")
+            .arg(RAW_WAKE_CHANNEL)
+            .arg(format!("{PURPOSE}:{digest}"))
             .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }
@@ -737,12 +740,13 @@ impl Raw {
         op: &str,
     ) -> Result<i64, String> {
         SENT.fetch_add(1, Ordering::Relaxed);
-        let (lease, _) = Self::keys(digest);
+        let (lease, seq) = Self::keys(digest);
         let mut cmd = redis::cmd("EVALSHA");
         let tag = format!("{PURPOSE}:{digest}");
         cmd.arg(&self.release_sha)
-            .arg(1)
+            .arg(2)
             .arg(&lease)
+            .arg(&seq)
             .arg(token)
             .arg(op)
             .arg(RAW_WAKE_CHANNEL)

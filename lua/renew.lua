@@ -1,21 +1,65 @@
--- renew: reset the TTL of the caller's own lease, in one script run.
--- KEYS[1] lease key   ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms
--- ARGV[4] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+#!lua flags=allow-oom
+-- renew: reset the TTL of the caller's own permit, in one script run;
+-- optionally change its public holder label (etcd's Proclaim).
+-- allow-oom: a renew rewrites its permit in place (same size, give or take
+-- the label); a full Redis must not end every lease early (README, "full
+-- Redis": renewals, releases and reads are still served).
+-- KEYS[1] record  KEYS[2] sequence (see acquire.lua)
+-- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms
+-- ARGV[4] new holder label or '' (keep)  ARGV[5] sequence key ttl ms
+-- ARGV[6] event channel  ARGV[7] resource tag
+-- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
--- Returns {tag(1), ttl, fencing token} renewed, {tag(0)} absent,
--- {tag(-1)} someone else's, {tag(-9), error} Redis refused the PEXPIRE.
-local tag = tonumber(ARGV[4]) * 16 + 9
-local owner = ARGV[1] .. ':' .. ARGV[2]
-local current = redis.call('GET', KEYS[1])
-if not current then
+-- Returns {tag(1), fence, acquiredAt, now, holder} renewed (renewedAt = now),
+-- {tag(0)} absent, {tag(-1)} someone else's, {tag(-9), error} Redis refused
+-- (nothing applied: the permit's own expiresAt is what counts, and it is
+-- written last).
+local tag = tonumber(ARGV[8]) * 16 + 9
+local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+local v = redis.call('HGET', KEYS[1], mine)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fence, exp, acq, at
+if v then
+  fence, exp, acq, at = string.match(v, '^(%d+)|(%d+)|(%d+)|%d+|%d+|%d+|()')
+end
+if not v or tonumber(exp) <= now then
+  if not v and redis.call('EXISTS', KEYS[1]) == 1 then
+    return {tag - 1}
+  end
   return {tag}
 end
-local cut = string.find(current, ':[^:]*$')
-if string.sub(current, 1, cut - 1) ~= owner then
-  return {tag - 1}
+local holder = string.sub(v, at)
+if ARGV[4] ~= '' and ARGV[4] ~= holder then
+  -- A new label is a change watchers see: bump the change counter.
+  local last, changes, watched = fence, 0, 0
+  local seq = redis.call('GET', KEYS[2])
+  if seq then
+    local a, b, c = string.match(seq, '^(%d+):(%d+):(%d+)$')
+    if a then
+      last, changes, watched = a, tonumber(b), tonumber(c)
+    end
+  end
+  changes = changes + 1
+  local changes_text = string.format('%.0f', changes)
+  local done = redis.pcall('SET', KEYS[2],
+    last .. ':' .. changes_text .. ':' .. string.format('%.0f', watched), 'PX', ARGV[5])
+  if type(done) == 'table' and done.err then
+    return {tag - 9, done.err}
+  end
+  holder = ARGV[4]
+  if watched > now then
+    redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.1\tholder_changed')
+  end
 end
 local done = redis.pcall('PEXPIRE', KEYS[1], ARGV[3])
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
-return {tag + 1, tonumber(ARGV[3]), tonumber(string.sub(current, cut + 1))}
+local now_text = string.format('%.0f', now)
+done = redis.pcall('HSET', KEYS[1], mine, fence .. '|' .. string.format('%.0f', now + tonumber(ARGV[3]))
+  .. '|' .. acq .. '|' .. now_text .. '|' .. ARGV[3] .. '|0|' .. holder)
+if type(done) == 'table' and done.err then
+  return {tag - 9, done.err}
+end
+return {tag + 1, tonumber(fence), tonumber(acq), now, holder}

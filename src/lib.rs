@@ -46,6 +46,7 @@ pub mod service;
 pub mod store;
 pub mod telemetry;
 pub mod wait;
+pub mod watch;
 
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -311,12 +311,35 @@ pub enum ReleaseSuccess {
 /// holder's token.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"outcome": "inspected", "held": true, "remainingMs": 12000, "fencingToken": 1764686400000000_u64, "heldBy": "caller"}))]
+#[schema(example = json!({"outcome": "inspected", "held": true, "version": "12.1", "remainingMs": 12000, "fencingToken": 1764686400000000_u64, "heldBy": "caller", "holder": "worker-7:8080", "ttlMs": 30000, "acquiredAt": "2026-12-03T14:55:00.123Z", "renewedAt": "2026-12-03T14:55:18.120Z"}))]
 pub struct Inspected {
     #[schema(inline)]
     pub outcome: InspectedTag,
     /// Whether any lease is held.
     pub held: bool,
+    /// Opaque: changes when the resource is acquired, released, expires or
+    /// its holder label changes (renewals alone do not change it). Send it
+    /// back as `changedSince` to wait for the next change.
+    #[schema(min_length = 1, max_length = 64, example = "12.1")]
+    pub version: String,
+    /// The holder's public label; present when held and the holder gave one.
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 256,
+        example = "worker-7:8080"
+    )]
+    pub holder: Option<String>,
+    /// The TTL the holder was granted or last renewed with; present when held.
+    #[schema(nullable = false, minimum = 1, maximum = 604800000)]
+    pub ttl_ms: Option<u64>,
+    /// When the holder acquired it (RFC 3339, UTC, ms; the store's clock);
+    /// present when held.
+    #[schema(nullable = false, format = DateTime, example = "2026-12-03T14:55:00.123Z")]
+    pub acquired_at: Option<String>,
+    /// When the holder last renewed it; present when held.
+    #[schema(nullable = false, format = DateTime, example = "2026-12-03T14:55:18.120Z")]
+    pub renewed_at: Option<String>,
     /// The holder's remaining time to live; present when held.
     #[schema(nullable = false, minimum = 0, maximum = 604800000)]
     pub remaining_ms: Option<u64>,
@@ -789,6 +812,9 @@ mod tests {
             remaining_ms: 29_990,
             guarantee: Guarantee::Fenced,
             replication: None,
+            holder: None,
+            acquired_at: crate::domain::StoreTime(1_764_686_400_000),
+            renewed_at: crate::domain::StoreTime(1_764_686_400_000),
         }
     }
 
@@ -875,21 +901,36 @@ mod tests {
         let mut inspect = vec![
             respond_one(&Inspection {
                 held: false,
+                version: "3.0".into(),
                 remaining_ms: None,
                 fencing_token: None,
                 held_by: None,
+                holder: None,
+                ttl_ms: None,
+                acquired_at: None,
+                renewed_at: None,
             }),
             respond_one(&Inspection {
                 held: true,
+                version: "4.1".into(),
                 remaining_ms: Some(10),
                 fencing_token: Some(7),
                 held_by: None,
+                holder: None,
+                ttl_ms: Some(30_000),
+                acquired_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
+                renewed_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
             }),
             respond_one(&Inspection {
                 held: true,
+                version: "5.1".into(),
                 remaining_ms: Some(10),
                 fencing_token: Some(7),
                 held_by: Some(HeldBy::CallerOtherOperation),
+                holder: crate::domain::HolderLabel::parse("pod-1").ok(),
+                ttl_ms: Some(30_000),
+                acquired_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
+                renewed_at: Some(crate::domain::StoreTime(1_764_686_401_000)),
             }),
         ];
         for list in [&mut acquire, &mut renew, &mut release, &mut inspect] {

@@ -9,11 +9,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{
-    AcquireOutcome, Attempt, Bounds, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason,
-    OperationId, OutcomeName, OwnerToken, ReleaseOutcome, RenewOutcome, Replication, ResourceId,
+    AcquireOutcome, Attempt, Bounds, Failure, Guarantee, HolderLabel, Inspection, Lease,
+    LostReason, OutcomeName, OwnerToken, ReleaseOutcome, RenewOutcome, Replication, ResourceId,
     Ttl, WaitMs,
 };
-use crate::store::{Store, StoreAcquire, StoreError, StoreInspect, StoreRelease, StoreRenew};
+use crate::store::{
+    Probe, Store, StoreAcquire, StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew,
+};
 use crate::telemetry::OperationMeters;
 use crate::wait::WaitRegistry;
 
@@ -130,9 +132,7 @@ impl LeaseService {
 
     fn lease(
         resource: &ResourceId,
-        fencing_token: u64,
-        ttl: Ttl,
-        remaining_ms: u64,
+        record: StoreLease,
         replication: Option<crate::store::Replication>,
     ) -> Lease {
         Lease {
@@ -142,9 +142,12 @@ impl LeaseService {
             }),
             purpose: resource.purpose.clone(),
             digest: resource.digest.clone(),
-            fencing_token,
-            ttl_ms: ttl.ms(),
-            remaining_ms,
+            fencing_token: record.fencing_token,
+            ttl_ms: record.ttl_ms,
+            remaining_ms: record.remaining_ms,
+            holder: record.holder,
+            acquired_at: record.acquired_at,
+            renewed_at: record.renewed_at,
             guarantee: Guarantee::Fenced,
         }
     }
@@ -158,13 +161,17 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<crate::store::Replicated<StoreAcquire>, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (store, resource, attempt) = (self.store.clone(), resource.clone(), attempt.clone());
+        let holder = holder.cloned();
         tokio::spawn(async move {
-            let result = store.acquire_replicated(&resource, &attempt, ttl).await;
+            let result = store
+                .acquire_replicated(&resource, &attempt, ttl, holder.as_ref())
+                .await;
             if let Err(Ok(abandoned)) = tx.send(result) {
-                if matches!(abandoned.value, StoreAcquire::Acquired { .. }) {
+                if matches!(abandoned.value, StoreAcquire::Acquired(_)) {
                     tracing::info!(
                         operation_id = %attempt.operation_id,
                         "waiter left while its acquire was in flight; releasing the lease it got"
@@ -183,30 +190,28 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
         waited: Option<u64>,
     ) -> Tried {
         let result = if waited.is_some() {
-            self.admitted(self.acquire_for_waiter(resource, attempt, ttl))
+            self.admitted(self.acquire_for_waiter(resource, attempt, ttl, holder))
                 .await?
         } else {
-            self.admitted(self.store.acquire_replicated(resource, attempt, ttl))
-                .await?
+            self.admitted(
+                self.store
+                    .acquire_replicated(resource, attempt, ttl, holder),
+            )
+            .await?
         };
         let fallback = self.settings.retry_after_ms;
         let replication = result.as_ref().ok().and_then(|r| r.replication);
         match result.map(|r| r.value) {
-            Ok(StoreAcquire::Acquired {
-                fencing_token,
-                remaining_ms,
-            }) => Ok(AcquireOutcome::Acquired {
-                lease: Self::lease(resource, fencing_token, ttl, remaining_ms, replication),
+            Ok(StoreAcquire::Acquired(record)) => Ok(AcquireOutcome::Acquired {
+                lease: Self::lease(resource, record, replication),
                 waited_ms: waited,
             }),
-            Ok(StoreAcquire::Replayed {
-                fencing_token,
-                remaining_ms,
-            }) => Ok(AcquireOutcome::ReplayedSameOperation {
-                lease: Self::lease(resource, fencing_token, ttl, remaining_ms, None),
+            Ok(StoreAcquire::Replayed(record)) => Ok(AcquireOutcome::ReplayedSameOperation {
+                lease: Self::lease(resource, record, None),
             }),
             Ok(StoreAcquire::OwnerOperationConflict { remaining_ms }) => {
                 Ok(AcquireOutcome::OwnerOperationConflict {
@@ -228,10 +233,11 @@ impl LeaseService {
         attempt: &Attempt,
         ttl: Ttl,
         wait: WaitMs,
+        holder: Option<&HolderLabel>,
     ) -> Tried {
         let started = Instant::now();
         let result = self
-            .acquire_inner(resource, attempt, ttl, wait, started)
+            .acquire_inner(resource, attempt, ttl, wait, holder, started)
             .await;
         self.record("acquire", resource, started, &result);
         result
@@ -243,9 +249,10 @@ impl LeaseService {
         attempt: &Attempt,
         ttl: Ttl,
         wait: WaitMs,
+        holder: Option<&HolderLabel>,
         started: Instant,
     ) -> Tried {
-        let first = self.try_acquire(resource, attempt, ttl, None).await;
+        let first = self.try_acquire(resource, attempt, ttl, holder, None).await;
         if wait.ms() == 0 {
             return first;
         }
@@ -267,7 +274,7 @@ impl LeaseService {
             turn = queue.turn.lock() => turn,
             _ = tokio::time::sleep_until(deadline) => {
                 // Never had the turn: one last look, then give up.
-                return self.try_acquire(resource, attempt, ttl, waited()).await;
+                return self.try_acquire(resource, attempt, ttl, holder, waited()).await;
             }
         };
         let mut holder_ttl;
@@ -277,7 +284,10 @@ impl LeaseService {
             let woken = queue.wake.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            match self.try_acquire(resource, attempt, ttl, waited()).await {
+            match self
+                .try_acquire(resource, attempt, ttl, holder, waited())
+                .await
+            {
                 Ok(AcquireOutcome::Contended { retry_after_ms, .. }) => holder_ttl = retry_after_ms,
                 other => return other,
             }
@@ -291,7 +301,9 @@ impl LeaseService {
             }
             if tokio::time::Instant::now() >= deadline {
                 // One last look at the deadline (it may have been freed just now).
-                return self.try_acquire(resource, attempt, ttl, waited()).await;
+                return self
+                    .try_acquire(resource, attempt, ttl, holder, waited())
+                    .await;
             }
         }
         drop(turn);
@@ -301,28 +313,23 @@ impl LeaseService {
         })
     }
 
-    /// Resets the TTL of the caller's lease.
+    /// Resets the TTL of the caller's lease; `holder` replaces its label.
     pub async fn renew(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<RenewOutcome, Failure> {
         let started = Instant::now();
         let answer = self
-            .admitted(self.store.renew_replicated(resource, attempt, ttl))
+            .admitted(self.store.renew_replicated(resource, attempt, ttl, holder))
             .await
             .map(|r| r.map(|r| (r.value, r.replication)));
         let result = match answer {
             Err(failure) => Err(failure),
-            Ok(Ok((
-                StoreRenew::Renewed {
-                    fencing_token,
-                    remaining_ms,
-                },
-                replication,
-            ))) => Ok(RenewOutcome::Renewed {
-                lease: Self::lease(resource, fencing_token, ttl, remaining_ms, replication),
+            Ok(Ok((StoreRenew::Renewed(record), replication))) => Ok(RenewOutcome::Renewed {
+                lease: Self::lease(resource, record, replication),
             }),
             Ok(Ok((StoreRenew::Absent, _))) => Ok(RenewOutcome::Lost {
                 reason: LostReason::Absent,
@@ -360,7 +367,8 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: Option<&Attempt>,
     ) -> Result<Inspection, Failure> {
-        self.inspect_as(resource, attempt, attempt).await
+        let probe = attempt.map_or(Probe::Anyone, Probe::Attempt);
+        self.inspect_as(resource, probe, attempt, false).await
     }
 
     /// Reads the lease as an owner token that named no operation: `heldBy`
@@ -373,57 +381,70 @@ impl LeaseService {
         resource: &ResourceId,
         owner_token: &OwnerToken,
     ) -> Result<Inspection, Failure> {
-        // The store compares whole attempts; with any operation id its answer
-        // tells whether this token holds the lease, and `caller` folds into
-        // `caller_other_operation`.
-        let Ok(operation_id) = OperationId::parse("~") else {
-            return Err(self.failure(StoreError::Unavailable("no probe operation id"), None));
-        };
-        let probe = Attempt {
-            owner_token: owner_token.clone(),
-            operation_id,
-        };
-        let mut result = self.inspect_as(resource, Some(&probe), None).await;
-        if let Ok(inspection) = &mut result {
-            if inspection.held_by == Some(HeldBy::Caller) {
-                inspection.held_by = Some(HeldBy::CallerOtherOperation);
-            }
-        }
-        result
+        self.inspect_as(resource, Probe::Owner(owner_token), None, false)
+            .await
     }
 
-    /// Inspects with `attempt` for `heldBy`; an uncertain read names
-    /// `named`'s operation (`indeterminate`) or, without one, is `unavailable`.
+    /// The read a watch group makes for this instance's watchers: marks the
+    /// resource watched in the store, so acquires and holder changes
+    /// anywhere publish events.
+    pub async fn inspect_for_watchers(&self, resource: &ResourceId) -> Result<Inspection, Failure> {
+        self.inspect_as(resource, Probe::Anyone, None, true).await
+    }
+
+    /// Inspects as `probe`; an uncertain read names `named`'s operation
+    /// (`indeterminate`) or, without one, is `unavailable`.
     async fn inspect_as(
         &self,
         resource: &ResourceId,
-        attempt: Option<&Attempt>,
+        probe: Probe<'_>,
         named: Option<&Attempt>,
+        watching: bool,
     ) -> Result<Inspection, Failure> {
         let started = Instant::now();
-        let result = match self.admitted(self.store.inspect(resource, attempt)).await {
+        let result = match self
+            .admitted(self.store.inspect(resource, probe, watching))
+            .await
+        {
             Err(failure) => Err(failure),
-            Ok(Ok(StoreInspect::Free)) => Ok(Inspection {
-                held: false,
-                remaining_ms: None,
-                fencing_token: None,
-                held_by: None,
-            }),
-            Ok(Ok(StoreInspect::Held {
-                remaining_ms,
-                fencing_token,
-                held_by,
-            })) => Ok(Inspection {
-                held: true,
-                remaining_ms: Some(remaining_ms),
-                fencing_token: Some(fencing_token),
-                held_by,
-            }),
+            Ok(Ok(found)) => Ok(inspection(found)),
             // Inspect changes nothing, but an uncertain read is still
             // reported as such when the caller named its operation.
             Ok(Err(err)) => Err(self.failure(err, named)),
         };
         self.record("inspect", resource, started, &result);
         result
+    }
+}
+
+/// The API's view of what the store read.
+pub fn inspection(found: StoreInspect) -> Inspection {
+    match found {
+        StoreInspect::Free { version } => Inspection {
+            held: false,
+            version,
+            remaining_ms: None,
+            fencing_token: None,
+            held_by: None,
+            holder: None,
+            ttl_ms: None,
+            acquired_at: None,
+            renewed_at: None,
+        },
+        StoreInspect::Held {
+            lease,
+            held_by,
+            version,
+        } => Inspection {
+            held: true,
+            version,
+            remaining_ms: Some(lease.remaining_ms),
+            fencing_token: Some(lease.fencing_token),
+            held_by,
+            holder: lease.holder,
+            ttl_ms: Some(lease.ttl_ms),
+            acquired_at: Some(lease.acquired_at),
+            renewed_at: Some(lease.renewed_at),
+        },
     }
 }

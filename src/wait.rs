@@ -31,11 +31,51 @@ pub struct ResourceWaiters {
     guards: AtomicUsize,
 }
 
-/// Every resource that has waiters on this instance.
+/// What happened to a resource, as a store reports it (the Redis scripts
+/// publish `<tag>\t<version>\t<kind>` on the wake-up channel; the embedded
+/// store calls [`WaitRegistry::changed`] directly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Someone acquired it (published only while an instance watches it).
+    Acquired,
+    /// Its holder released it.
+    Released,
+    /// Its holder's TTL ran out (seen by a watcher's timer, never published).
+    Expired,
+    /// Its holder label changed (published only while watched).
+    HolderChanged,
+}
+
+impl Change {
+    /// The event name (`acquired`, `released`, `expired`, `holder_changed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Acquired => "acquired",
+            Change::Released => "released",
+            Change::Expired => "expired",
+            Change::HolderChanged => "holder_changed",
+        }
+    }
+
+    /// Parses an event name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "acquired" => Change::Acquired,
+            "released" => Change::Released,
+            "expired" => Change::Expired,
+            "holder_changed" => Change::HolderChanged,
+            _ => return None,
+        })
+    }
+}
+
+/// Every resource that has waiters on this instance, and the watch hub that
+/// follows changes for watchers.
 pub struct WaitRegistry {
     resources: Mutex<HashMap<String, Arc<ResourceWaiters>>>,
     waiting: AtomicUsize,
     max_waiters: usize,
+    watch: crate::watch::WatchHub,
 }
 
 impl WaitRegistry {
@@ -45,7 +85,29 @@ impl WaitRegistry {
             resources: Mutex::new(HashMap::new()),
             waiting: AtomicUsize::new(0),
             max_waiters,
+            watch: crate::watch::WatchHub::default(),
         }
+    }
+
+    /// The watch hub fed by the same events as the waiters.
+    pub fn watch(&self) -> &crate::watch::WatchHub {
+        &self.watch
+    }
+
+    /// `change` happened to `tag` (on any instance): waiters look again when
+    /// it freed the resource, watchers always.
+    pub fn changed(&self, tag: &str, change: Change) {
+        if matches!(change, Change::Released | Change::Expired) {
+            self.wake(tag);
+        }
+        self.watch.changed(tag, Some(change));
+    }
+
+    /// A store message for `tag` that named no change this build knows: both
+    /// waiters and watchers look again.
+    pub fn changed_somehow(&self, tag: &str) {
+        self.wake(tag);
+        self.watch.changed(tag, None);
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ResourceWaiters>>> {
@@ -88,11 +150,13 @@ impl WaitRegistry {
         }
     }
 
-    /// Wake-ups may have been missed: every resource re-checks once.
+    /// Wake-ups may have been missed: every resource re-checks once, and so
+    /// does every watch group.
     pub fn wake_all(&self) {
         for resource in self.map().values() {
             resource.wake.notify_one();
         }
+        self.watch.changed_all();
     }
 
     /// Waits currently registered.

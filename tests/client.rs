@@ -519,7 +519,7 @@ fn resource() -> ResourceId {
 }
 
 fn lease_key(app: &TestApp, r: &ResourceId) -> String {
-    format!("{}:lease:v1:{{{}:{}}}", app.namespace, r.purpose, r.digest)
+    format!("{}:lease:v2:{{{}:{}}}", app.namespace, r.purpose, r.digest)
 }
 
 async fn attempt(client: &Client) -> Attempt {

@@ -168,7 +168,7 @@ fn cluster_routes_keys_and_fails_over() {
         assert!(node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
     }
 
-    let key = "leasehold:lease:v1:{invoice-export:abc}";
+    let key = "leasehold:lease:v2:{invoice-export:abc}";
     let owner = cluster.node_for_key(key);
     assert_eq!(owner.cli(&["SET", key, "x"]), "OK");
     let other = cluster

@@ -749,7 +749,8 @@ mod regressions {
     fn inspect_takes_either_attempt_header_alone() {
         let (token, op) = fresh_attempt();
         let digest = common::app::digest();
-        let cases: &[(&[(&str, &[u8])], u16)] = &[
+        type Headers<'a> = &'a [(&'a str, &'a [u8])];
+        let cases: &[(Headers, u16)] = &[
             (&[("lease-operation-id", b"a")], 200),
             (&[("lease-owner-token", token.as_bytes())], 200),
             (&[("lease-operation-id", op.as_bytes())], 200),

@@ -27,7 +27,7 @@ async fn app_with_timeout(url: String) -> TestApp {
 }
 
 fn lease_key(app: &TestApp, d: &str) -> String {
-    format!("{}:lease:v1:{{{P}:{d}}}", app.namespace)
+    format!("{}:lease:v2:{{{P}:{d}}}", app.namespace)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -110,9 +110,9 @@ async fn contract_basics(app: &TestApp, topology: &str) {
     assert_eq!(app.release(P, &d, &b).await.outcome(), "released");
 }
 
-/// `<ns>:lease:v1:{<purpose>:<digest>}`, as the store writes it.
+/// `<ns>:lease:v2:{<purpose>:<digest>}`, as the store writes it.
 fn lease_key(namespace: &str, digest: &str) -> String {
-    format!("{namespace}:lease:v1:{{{P}:{digest}}}")
+    format!("{namespace}:lease:v2:{{{P}:{digest}}}")
 }
 
 /// Whether `r` is one of the outcomes the contract allows for `verb`, with
@@ -180,7 +180,7 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
         assert_eq!(a.acquire(P, &d, &at, 60_000).await.outcome(), "acquired");
         digests.push(d);
     }
-    let pattern = format!("{}:lease:v1:*", a.namespace);
+    let pattern = format!("{}:lease:v2:*", a.namespace);
     let mut total = 0;
     for master in cluster.masters() {
         let keys = master.cli(&["KEYS", &pattern]);
@@ -195,7 +195,7 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
     let (moving, fresh) = (digest(), digest());
     let (lease, fence) = (
         lease_key(&a.namespace, &moving),
-        format!("{}:fence:v1:{{{P}:{moving}}}", a.namespace),
+        format!("{}:seq:v2:{{{P}:{moving}}}", a.namespace),
     );
     let holder = a.attempt().await;
     assert_eq!(
@@ -986,7 +986,7 @@ async fn acl_rules_from_the_docs_are_enough() {
     let namespace = unique("acl");
     let password = unique("pw-Documented");
     let rules = format!(
-        "leasehold on >{password} resetkeys ~{namespace}:* resetchannels &{namespace}:wake:v1 \
+        "leasehold on >{password} resetkeys ~{namespace}:* resetchannels &{namespace}:wake:v2 \
          -@all +evalsha +script|load +get +set +del +pttl +pexpire +time +publish \
          +subscribe +ping +info +hello +auth"
     );
@@ -1102,7 +1102,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     let patient = store("1", "10000");
     let (r, a) = (resource(), attempt());
     let got = patient
-        .acquire_replicated(&r, &a, ttl)
+        .acquire_replicated(&r, &a, ttl, None)
         .await
         .expect("answer");
     assert!(
@@ -1112,12 +1112,15 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     assert_eq!(got.replication, acked(1));
     // A replay writes nothing: no WAIT, nothing to report.
     let again = patient
-        .acquire_replicated(&r, &a, ttl)
+        .acquire_replicated(&r, &a, ttl, None)
         .await
         .expect("answer");
     assert!(matches!(again.value, StoreAcquire::Replayed { .. }));
     assert_eq!(again.replication, None);
-    let renewed = patient.renew_replicated(&r, &a, ttl).await.expect("answer");
+    let renewed = patient
+        .renew_replicated(&r, &a, ttl, None)
+        .await
+        .expect("answer");
     assert!(matches!(renewed.value, StoreRenew::Renewed { .. }));
     assert_eq!(renewed.replication, acked(1));
     let released = patient.release_replicated(&r, &a).await.expect("answer");
@@ -1132,7 +1135,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     // More replicas asked for than exist: the write stands, the answer says 1 of 2.
     let greedy = store("2", "200");
     let got = greedy
-        .acquire_replicated(&resource(), &attempt(), ttl)
+        .acquire_replicated(&resource(), &attempt(), ttl, None)
         .await
         .expect("answer");
     assert!(matches!(got.value, StoreAcquire::Acquired { .. }));
@@ -1144,7 +1147,9 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     let hasty = store("1", "200");
     replica.freeze();
     let started = Instant::now();
-    let got = hasty.acquire_replicated(&resource(), &attempt(), ttl).await;
+    let got = hasty
+        .acquire_replicated(&resource(), &attempt(), ttl, None)
+        .await;
     replica.thaw();
     let got = got.expect("answer");
     assert!(matches!(got.value, StoreAcquire::Acquired { .. }));

@@ -76,6 +76,15 @@ fn table(resource: &ResourceId, inspection: &Inspection) -> String {
     if let Some(token) = inspection.fencing_token {
         rows.push(("fencing token", token.to_string()));
     }
+    if let Some(holder) = &inspection.holder {
+        rows.push(("holder", holder.to_string()));
+    }
+    if let Some(at) = inspection.acquired_at {
+        rows.push(("acquired at", at.to_string()));
+    }
+    if let Some(at) = inspection.renewed_at {
+        rows.push(("renewed at", at.to_string()));
+    }
     rows.iter()
         .map(|(name, value)| format!("{name:<14}{value}"))
         .collect::<Vec<_>>()
@@ -94,9 +103,14 @@ mod tests {
         };
         let inspection = Inspection {
             held: true,
+            version: "3.1".into(),
             remaining_ms: Some(1200),
             fencing_token: Some(7),
             held_by: None,
+            holder: crate::domain::HolderLabel::parse("pod-7").ok(),
+            ttl_ms: Some(30_000),
+            acquired_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
+            renewed_at: Some(crate::domain::StoreTime(1_764_686_410_000)),
         };
         (resource, inspection)
     }
@@ -121,5 +135,10 @@ mod tests {
         assert!(text.contains("held          yes"), "{text}");
         assert!(text.contains("fencing token 7"), "{text}");
         assert!(text.contains("remaining     1200 ms"), "{text}");
+        assert!(text.contains("holder        pod-7"), "{text}");
+        assert!(
+            text.contains("acquired at   2025-12-02T14:40:00.000Z"),
+            "{text}"
+        );
     }
 }

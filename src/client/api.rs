@@ -14,8 +14,8 @@ use super::reply::Reply;
 use super::tls::{self, TlsSettings};
 use super::{Cause, Error, LeaseHandle};
 use crate::domain::{
-    Attempt, HeldBy, Inspection, LostReason, OperationId, OwnerToken, ReleaseOutcome, RenewOutcome,
-    ResourceId,
+    Attempt, HeldBy, HolderLabel, Inspection, LostReason, OperationId, OwnerToken, ReleaseOutcome,
+    RenewOutcome, ResourceId,
 };
 
 const OWNER_TOKEN_HEADER: &str = "Lease-Owner-Token";
@@ -118,6 +118,18 @@ impl fmt::Debug for Client {
             .field("base", &self.inner.base)
             .finish_non_exhaustive()
     }
+}
+
+/// What to ask an acquire for.
+#[derive(Debug, Clone)]
+pub struct AcquireOptions {
+    /// The lease's time to live.
+    pub ttl: Duration,
+    /// How long to wait server-side while someone else holds it
+    /// (`Duration::ZERO`: try once).
+    pub wait: Duration,
+    /// The public holder label (shown to everyone who can inspect).
+    pub holder: Option<HolderLabel>,
 }
 
 /// The answer to an acquire, other than the shared failures.
@@ -342,12 +354,35 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquire, Error> {
+        self.acquire_with(
+            resource,
+            attempt,
+            &AcquireOptions {
+                ttl,
+                wait,
+                holder: None,
+            },
+        )
+        .await
+    }
+
+    /// [`Client::acquire`] with every option, the public holder label
+    /// included.
+    pub async fn acquire_with(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        options: &AcquireOptions,
+    ) -> Result<Acquire, Error> {
+        let (ttl, wait) = (options.ttl, options.wait);
         let (ttl_ms, wait_ms) = (millis(ttl), millis(wait));
-        let body = if wait_ms > 0 {
-            json!({ "ttlMs": ttl_ms, "waitMs": wait_ms })
-        } else {
-            json!({ "ttlMs": ttl_ms })
-        };
+        let mut body = json!({ "ttlMs": ttl_ms });
+        if wait_ms > 0 {
+            body["waitMs"] = json!(wait_ms);
+        }
+        if let Some(holder) = &options.holder {
+            body["holder"] = json!(holder.as_str());
+        }
         let op = &attempt.operation_id;
         let timeout = self.inner.settings.request_timeout.saturating_add(wait);
         let sent = Instant::now();
@@ -408,8 +443,23 @@ impl Client {
         attempt: &Attempt,
         ttl: Duration,
     ) -> Result<RenewOutcome, Error> {
+        self.renew_with(resource, attempt, ttl, None).await
+    }
+
+    /// [`Client::renew`], replacing the public holder label when `holder`
+    /// is given (etcd's Proclaim; the fencing token stays).
+    pub async fn renew_with(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Duration,
+        holder: Option<&HolderLabel>,
+    ) -> Result<RenewOutcome, Error> {
         let op = &attempt.operation_id;
-        let body = json!({ "ttlMs": millis(ttl) });
+        let mut body = json!({ "ttlMs": millis(ttl) });
+        if let Some(holder) = holder {
+            body["holder"] = json!(holder.as_str());
+        }
         let reply = self
             .call(
                 Method::PATCH,
@@ -505,9 +555,14 @@ impl Client {
         };
         Ok(Inspection {
             held: w.held.ok_or_else(|| reply.unexpected(op))?,
+            version: w.version.clone().ok_or_else(|| reply.unexpected(op))?,
             remaining_ms: w.remaining_ms,
             fencing_token: w.fencing_token,
             held_by,
+            holder: w.holder.clone(),
+            ttl_ms: w.ttl_ms,
+            acquired_at: w.acquired_at,
+            renewed_at: w.renewed_at,
         })
     }
 }

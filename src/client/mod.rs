@@ -49,7 +49,7 @@ mod watchdog;
 use std::fmt;
 use std::time::Duration;
 
-pub use self::api::{Acquire, BuildError, Client, ClientSettings};
+pub use self::api::{Acquire, AcquireOptions, BuildError, Client, ClientSettings};
 pub use self::handle::LeaseHandle;
 pub use self::machine::{HandleCore, LeaseState, Refused, ReleaseReply, RenewReply};
 pub use self::tls::{ClientIdentity, TlsSettings};

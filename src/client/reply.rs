@@ -7,7 +7,8 @@ use serde::Deserialize;
 
 use super::{Cause, Error, Rejection};
 use crate::domain::{
-    Guarantee, Lease, OperationId, Purpose, Replication, ResourceDigest, ResourceId,
+    Guarantee, HolderLabel, Lease, OperationId, Purpose, Replication, ResourceDigest, ResourceId,
+    StoreTime,
 };
 use crate::http::problem::FieldError;
 
@@ -24,6 +25,11 @@ pub(super) struct Wire {
     pub(super) remaining_ms: Option<u64>,
     pub(super) fencing_token: Option<u64>,
     pub(super) held_by: Option<String>,
+    pub(super) version: Option<String>,
+    pub(super) holder: Option<HolderLabel>,
+    pub(super) ttl_ms: Option<u64>,
+    pub(super) acquired_at: Option<StoreTime>,
+    pub(super) renewed_at: Option<StoreTime>,
     pub(super) owner_token: Option<String>,
     pub(super) operation_id: Option<String>,
     pub(super) detail: Option<String>,
@@ -41,6 +47,10 @@ struct WireLease {
     guarantee: String,
     #[serde(default)]
     replication: Option<Replication>,
+    #[serde(default)]
+    holder: Option<HolderLabel>,
+    acquired_at: StoreTime,
+    renewed_at: StoreTime,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,6 +84,11 @@ impl Reply {
             remaining_ms: None,
             fencing_token: None,
             held_by: None,
+            version: None,
+            holder: None,
+            ttl_ms: None,
+            acquired_at: None,
+            renewed_at: None,
             owner_token: None,
             operation_id: None,
             detail: None,
@@ -150,6 +165,9 @@ impl Reply {
             remaining_ms: w.remaining_ms,
             guarantee: Guarantee::Fenced,
             replication: w.replication,
+            holder: w.holder.clone(),
+            acquired_at: w.acquired_at,
+            renewed_at: w.renewed_at,
         })
     }
 

@@ -3,10 +3,14 @@
 mod bounds;
 mod names;
 mod outcome;
+mod time;
 
 pub use bounds::{Bounds, Ttl, WaitMs};
-pub use names::{Attempt, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId};
+pub use names::{
+    Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
+};
 pub use outcome::{
     AcquireOutcome, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason, OutcomeName,
     ReleaseOutcome, RenewOutcome, Replication,
 };
+pub use time::StoreTime;

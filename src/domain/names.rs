@@ -147,6 +147,53 @@ impl fmt::Display for OperationId {
     }
 }
 
+/// A public label for whoever holds a lease (a pod name, `host:port`):
+/// 1–256 characters, no control characters. Shown to anyone the purpose is
+/// open to, so never a secret.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HolderLabel(String);
+
+impl HolderLabel {
+    /// Longest label, in characters.
+    pub const MAX_CHARS: usize = 256;
+
+    /// Parses a holder label.
+    pub fn parse(raw: &str) -> Result<Self, NameError> {
+        let n = raw.chars().count();
+        if n == 0 || n > Self::MAX_CHARS {
+            return Err(NameError("must be 1 to 256 characters"));
+        }
+        if raw.chars().any(char::is_control) {
+            return Err(NameError("must not contain control characters"));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The label as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for HolderLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl serde::Serialize for HolderLabel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for HolderLabel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::parse(&raw).map_err(|e| serde::de::Error::custom(e.0))
+    }
+}
+
 /// A bearer secret naming the holder: 24 random bytes from the OS CSPRNG,
 /// base64url without padding (32 characters).
 ///
@@ -236,6 +283,19 @@ impl ResourceId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holder_labels_are_1_to_256_characters_without_control_characters() {
+        assert!(HolderLabel::parse("pod-7:8080").is_ok());
+        assert!(HolderLabel::parse("ünïcode | pipes").is_ok());
+        assert!(HolderLabel::parse(&"é".repeat(256)).is_ok());
+        assert!(HolderLabel::parse(&"é".repeat(257)).is_err());
+        assert!(HolderLabel::parse("").is_err());
+        assert!(HolderLabel::parse("a\nb").is_err());
+        assert!(HolderLabel::parse("a\u{7f}").is_err());
+        let json: Result<HolderLabel, _> = serde_json::from_str("\"a\\tb\"");
+        assert!(json.is_err());
+    }
 
     #[test]
     fn purpose_accepts_the_documented_shape_only() {

@@ -8,7 +8,8 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::names::{OperationId, Purpose, ResourceDigest};
+use super::names::{HolderLabel, OperationId, Purpose, ResourceDigest};
+use super::time::StoreTime;
 
 /// What a lease answer promises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -37,7 +38,8 @@ pub struct Lease {
         example = 1764686400000000_i64
     )]
     pub fencing_token: u64,
-    /// The TTL this lease was granted or last renewed with.
+    /// The TTL this lease was granted or last renewed with (a replay
+    /// reports the TTL of the acquisition it replays).
     #[schema(minimum = 1, example = 30000)]
     pub ttl_ms: u64,
     /// The store's remaining time to live, read in the same script run.
@@ -45,6 +47,16 @@ pub struct Lease {
     /// counted from when you *sent* the request.
     #[schema(minimum = 0, example = 30000)]
     pub remaining_ms: u64,
+    /// The public holder label, when one was given (acquire or renew).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, example = "worker-7:8080")]
+    pub holder: Option<HolderLabel>,
+    /// When this lease was acquired (RFC 3339, UTC, ms; the store's clock).
+    #[schema(value_type = String, format = DateTime, example = "2026-12-03T14:55:00.123Z")]
+    pub acquired_at: StoreTime,
+    /// When it was last renewed (the acquisition, if never).
+    #[schema(value_type = String, format = DateTime, example = "2026-12-03T14:55:10.456Z")]
+    pub renewed_at: StoreTime,
     /// What this answer promises.
     pub guarantee: Guarantee,
     /// Present only when replica acknowledgements are configured
@@ -157,6 +169,9 @@ pub enum HeldBy {
 pub struct Inspection {
     /// Whether any lease is held.
     pub held: bool,
+    /// Opaque; changes when the resource is acquired, released, expires or
+    /// its holder label changes (renewals alone do not change it).
+    pub version: String,
     /// The holder's remaining time to live.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining_ms: Option<u64>,
@@ -166,6 +181,18 @@ pub struct Inspection {
     /// Who holds it, present only when the attempt headers were sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_by: Option<HeldBy>,
+    /// The holder's public label, when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<HolderLabel>,
+    /// The TTL the holder was granted or last renewed with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// When the holder acquired it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acquired_at: Option<StoreTime>,
+    /// When the holder last renewed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewed_at: Option<StoreTime>,
 }
 
 /// The outcomes any verb can meet: the request failed, and how sure we are

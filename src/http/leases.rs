@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::extract::{self, Asker, Headers, HeadersAndBody, Problems};
 use super::problem::{respond, ApiError};
 use super::AppState;
-use crate::domain::{Attempt, ResourceId};
+use crate::domain::{Attempt, HolderLabel, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
     AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
@@ -24,7 +24,7 @@ use crate::openapi::{
 /// Body of an acquire.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-#[schema(example = json!({"ttlMs": 30000, "waitMs": 5000}))]
+#[schema(example = json!({"ttlMs": 30000, "waitMs": 5000, "holder": "worker-7:8080"}))]
 pub struct AcquireBody {
     /// Lease time to live in milliseconds, from twice the drift budget (20 by
     /// default) to the largest TTL (3600000 by default).
@@ -42,6 +42,12 @@ pub struct AcquireBody {
     #[serde(default, deserialize_with = "whole_ms")]
     #[schema(minimum = 0, maximum = 30000, example = 5000)]
     pub wait_ms: u64,
+    /// Optional: a public label for the holder (a pod name, `host:port`),
+    /// 1–256 characters, no control characters. Anyone the purpose is open
+    /// to sees it (inspect, list, watch): never put a secret here.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, example = "worker-7:8080")]
+    pub holder: Option<HolderLabel>,
 }
 
 /// Body of a renew.
@@ -53,6 +59,11 @@ pub struct RenewBody {
     #[serde(deserialize_with = "whole_ms")]
     #[schema(minimum = 20, maximum = 3600000, example = 30000)]
     pub ttl_ms: u64,
+    /// Optional: a new public holder label (etcd's Proclaim); the fencing
+    /// token stays. Left out: the label stays as it is.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, example = "worker-7:8080")]
+    pub holder: Option<HolderLabel>,
 }
 
 /// A non-negative whole number of milliseconds. JSON Schema counts `611.0`
@@ -215,8 +226,11 @@ pub async fn acquire(
             parsed(wait)?,
         );
         app.authorize(&headers, &resource)?;
+        let holder = body.as_ref().and_then(|b| b.holder.as_ref());
         Ok::<_, ApiError>(respond(
-            &app.service.acquire(&resource, &attempt, ttl, wait).await,
+            &app.service
+                .acquire(&resource, &attempt, ttl, wait, holder)
+                .await,
         ))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -292,7 +306,10 @@ pub async fn renew(
         problems.finish()?;
         let (resource, attempt, ttl) = (parsed(resource)?, parsed(attempt)?, parsed(ttl)?);
         app.authorize(&headers, &resource)?;
-        Ok::<_, ApiError>(respond(&app.service.renew(&resource, &attempt, ttl).await))
+        let holder = body.as_ref().and_then(|b| b.holder.as_ref());
+        Ok::<_, ApiError>(respond(
+            &app.service.renew(&resource, &attempt, ttl, holder).await,
+        ))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }

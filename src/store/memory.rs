@@ -7,21 +7,29 @@
 //! It serves one instance only: two processes each with their own map would
 //! both grant the same lease. Startup logs a warning saying so.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Readiness, StoreAcquire, StoreError, StoreInspect, StoreRelease, StoreRenew};
-use crate::domain::{Attempt, HeldBy, ResourceId, Ttl};
-use crate::wait::WaitRegistry;
+use super::{
+    Probe, Readiness, StoreAcquire, StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew,
+};
+use crate::domain::{Attempt, HeldBy, HolderLabel, ResourceId, StoreTime, Ttl};
+use crate::wait::{Change, WaitRegistry};
 
 struct Entry {
     owner_token: String,
     operation_id: String,
     fencing_token: u64,
     expires_at: Instant,
+    ttl_ms: u64,
+    acquired_at: StoreTime,
+    renewed_at: StoreTime,
+    holder: Option<HolderLabel>,
+    /// The change stamp of the acquisition or last holder change.
+    changes: u64,
 }
 
 impl Entry {
@@ -40,11 +48,42 @@ impl Entry {
             HeldBy::Caller
         }
     }
+
+    fn probed(&self, probe: Probe<'_>) -> Option<HeldBy> {
+        match probe {
+            Probe::Anyone => None,
+            Probe::Owner(token) if self.owner_token == token.expose() => {
+                Some(HeldBy::CallerOtherOperation)
+            }
+            Probe::Owner(_) => Some(HeldBy::Other),
+            Probe::Attempt(a) => Some(self.held_by(a)),
+        }
+    }
+
+    fn record(&self, now: Instant) -> StoreLease {
+        StoreLease {
+            fencing_token: self.fencing_token,
+            remaining_ms: self.remaining_ms(now),
+            ttl_ms: self.ttl_ms,
+            acquired_at: self.acquired_at,
+            renewed_at: self.renewed_at,
+            holder: self.holder.clone(),
+        }
+    }
 }
 
 struct State {
-    leases: HashMap<String, Entry>,
+    /// Ordered by `<purpose>:<digest>`, so a purpose's leases are a range.
+    leases: BTreeMap<String, Entry>,
     last_fence: u64,
+    /// One counter for every change in this process: a resource's version
+    /// is `<stamp of its last change>.<live holders>`.
+    changes: u64,
+    /// The change stamps of resources that are free again, so their version
+    /// stays put; bounded (cleared when it outgrows the lease cap, which at
+    /// worst makes a free resource's version `0.0`, still different from
+    /// any held version).
+    freed: HashMap<String, u64>,
 }
 
 /// In-process lease store for a single instance.
@@ -54,13 +93,24 @@ pub struct MemoryStore {
     waiters: Arc<WaitRegistry>,
 }
 
+fn wall_ms() -> StoreTime {
+    StoreTime(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0),
+    )
+}
+
 impl MemoryStore {
     /// A store holding at most `max_leases` live leases; releases wake `waiters`.
     pub fn new(max_leases: usize, waiters: Arc<WaitRegistry>) -> Self {
         Self {
             state: Mutex::new(State {
-                leases: HashMap::new(),
+                leases: BTreeMap::new(),
                 last_fence: 0,
+                changes: 0,
+                freed: HashMap::new(),
             }),
             max_leases,
             waiters,
@@ -77,9 +127,19 @@ impl MemoryStore {
     fn live<'a>(state: &'a mut State, key: &str, now: Instant) -> Option<&'a mut Entry> {
         let expired = state.leases.get(key).is_some_and(|e| e.expires_at <= now);
         if expired {
-            state.leases.remove(key);
+            Self::forget(state, key);
         }
         state.leases.get_mut(key)
+    }
+
+    /// Removes an entry, keeping its change stamp for the version.
+    fn forget(state: &mut State, key: &str) {
+        if let Some(entry) = state.leases.remove(key) {
+            if state.freed.len() >= state.leases.len().max(1024) * 2 {
+                state.freed.clear();
+            }
+            state.freed.insert(key.to_owned(), entry.changes);
+        }
     }
 
     fn next_fence(state: &mut State) -> u64 {
@@ -96,6 +156,7 @@ impl MemoryStore {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<StoreAcquire, StoreError> {
         let key = resource.tag();
         let now = Instant::now();
@@ -103,10 +164,7 @@ impl MemoryStore {
         if let Some(entry) = Self::live(&mut state, &key, now) {
             let remaining_ms = entry.remaining_ms(now);
             return Ok(match entry.held_by(attempt) {
-                HeldBy::Caller => StoreAcquire::Replayed {
-                    fencing_token: entry.fencing_token,
-                    remaining_ms,
-                },
+                HeldBy::Caller => StoreAcquire::Replayed(entry.record(now)),
                 HeldBy::CallerOtherOperation => StoreAcquire::OwnerOperationConflict {
                     remaining_ms: Some(remaining_ms),
                 },
@@ -116,25 +174,43 @@ impl MemoryStore {
             });
         }
         if state.leases.len() >= self.max_leases {
-            state.leases.retain(|_, e| e.expires_at > now);
+            let expired: Vec<String> = state
+                .leases
+                .iter()
+                .filter(|(_, e)| e.expires_at <= now)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in expired {
+                Self::forget(&mut state, &k);
+            }
             if state.leases.len() >= self.max_leases {
                 return Err(StoreError::Unavailable("embedded store is full"));
             }
         }
         let fencing_token = Self::next_fence(&mut state);
-        state.leases.insert(
-            key,
-            Entry {
-                owner_token: attempt.owner_token.expose().to_owned(),
-                operation_id: attempt.operation_id.as_str().to_owned(),
-                fencing_token,
-                expires_at: now + ttl.duration(),
-            },
-        );
-        Ok(StoreAcquire::Acquired {
+        state.changes += 1;
+        let changes = state.changes;
+        state.freed.remove(&key);
+        let at = wall_ms();
+        let entry = Entry {
+            owner_token: attempt.owner_token.expose().to_owned(),
+            operation_id: attempt.operation_id.as_str().to_owned(),
             fencing_token,
+            expires_at: now + ttl.duration(),
+            ttl_ms: ttl.ms(),
+            acquired_at: at,
+            renewed_at: at,
+            holder: holder.cloned(),
+            changes,
+        };
+        let record = StoreLease {
             remaining_ms: ttl.ms(),
-        })
+            ..entry.record(now)
+        };
+        state.leases.insert(key.clone(), entry);
+        drop(state);
+        self.waiters.changed(&key, Change::Acquired);
+        Ok(StoreAcquire::Acquired(record))
     }
 
     pub(super) async fn renew(
@@ -142,21 +218,41 @@ impl MemoryStore {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<StoreRenew, StoreError> {
         let key = resource.tag();
         let now = Instant::now();
         let mut state = self.lock();
-        Ok(match Self::live(&mut state, &key, now) {
-            None => StoreRenew::Absent,
-            Some(entry) if entry.held_by(attempt) != HeldBy::Caller => StoreRenew::NotOwner,
+        let stamp = state.changes + 1;
+        let (answer, relabelled) = match Self::live(&mut state, &key, now) {
+            None => (StoreRenew::Absent, false),
+            Some(entry) if entry.held_by(attempt) != HeldBy::Caller => {
+                (StoreRenew::NotOwner, false)
+            }
             Some(entry) => {
                 entry.expires_at = now + ttl.duration();
-                StoreRenew::Renewed {
-                    fencing_token: entry.fencing_token,
-                    remaining_ms: ttl.ms(),
+                entry.ttl_ms = ttl.ms();
+                entry.renewed_at = wall_ms();
+                let relabelled = holder.is_some_and(|h| entry.holder.as_ref() != Some(h));
+                if relabelled {
+                    entry.holder = holder.cloned();
+                    entry.changes = stamp;
                 }
+                let record = StoreLease {
+                    remaining_ms: ttl.ms(),
+                    ..entry.record(now)
+                };
+                (StoreRenew::Renewed(record), relabelled)
             }
-        })
+        };
+        if relabelled {
+            state.changes = stamp;
+        }
+        drop(state);
+        if relabelled {
+            self.waiters.changed(&key, Change::HolderChanged);
+        }
+        Ok(answer)
     }
 
     pub(super) async fn release(
@@ -172,13 +268,13 @@ impl MemoryStore {
                 None => StoreRelease::AlreadyAbsent,
                 Some(entry) if entry.held_by(attempt) != HeldBy::Caller => StoreRelease::NotOwner,
                 Some(_) => {
-                    state.leases.remove(&key);
+                    Self::forget(&mut state, &key);
                     StoreRelease::Released
                 }
             }
         };
         if outcome == StoreRelease::Released {
-            self.waiters.wake(&key);
+            self.waiters.changed(&key, Change::Released);
         }
         Ok(outcome)
     }
@@ -186,17 +282,20 @@ impl MemoryStore {
     pub(super) async fn inspect(
         &self,
         resource: &ResourceId,
-        attempt: Option<&Attempt>,
+        probe: Probe<'_>,
+        _watching: bool,
     ) -> Result<StoreInspect, StoreError> {
         let key = resource.tag();
         let now = Instant::now();
         let mut state = self.lock();
         Ok(match Self::live(&mut state, &key, now) {
-            None => StoreInspect::Free,
+            None => StoreInspect::Free {
+                version: format!("{}.0", state.freed.get(&key).copied().unwrap_or(0)),
+            },
             Some(entry) => StoreInspect::Held {
-                remaining_ms: entry.remaining_ms(now),
-                fencing_token: entry.fencing_token,
-                held_by: attempt.map(|a| entry.held_by(a)),
+                lease: entry.record(now),
+                held_by: entry.probed(probe),
+                version: format!("{}.1", entry.changes),
             },
         })
     }
@@ -236,7 +335,16 @@ impl MemoryStore {
                 }
                 let Some(store) = weak.upgrade() else { break };
                 let now = Instant::now();
-                store.lock().leases.retain(|_, e| e.expires_at > now);
+                let mut state = store.lock();
+                let expired: Vec<String> = state
+                    .leases
+                    .iter()
+                    .filter(|(_, e)| e.expires_at <= now)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in expired {
+                    Self::forget(&mut state, &k);
+                }
             }
         });
     }

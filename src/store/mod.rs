@@ -16,25 +16,33 @@ pub mod redis;
 
 use std::sync::Arc;
 
-use crate::domain::{Attempt, HeldBy, ResourceId, Ttl};
+use crate::domain::{Attempt, HeldBy, HolderLabel, OwnerToken, ResourceId, StoreTime, Ttl};
+
+/// A live lease as the store holds it: the public record of its holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreLease {
+    /// The lease's fencing token.
+    pub fencing_token: u64,
+    /// Remaining time to live, read in the same script run.
+    pub remaining_ms: u64,
+    /// The TTL granted by the acquisition or the last renewal.
+    pub ttl_ms: u64,
+    /// When it was acquired (store clock).
+    pub acquired_at: StoreTime,
+    /// When it was last renewed (store clock; the acquisition if never).
+    pub renewed_at: StoreTime,
+    /// The public holder label, if one was given.
+    pub holder: Option<HolderLabel>,
+}
 
 /// What an acquire script found and did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreAcquire {
-    /// The lease was free and is now the caller's.
-    Acquired {
-        /// The new fencing token.
-        fencing_token: u64,
-        /// Remaining time to live (the granted TTL).
-        remaining_ms: u64,
-    },
+    /// The lease was free and is now the caller's (`remaining_ms` = the
+    /// granted TTL).
+    Acquired(StoreLease),
     /// The same attempt already held it; nothing changed.
-    Replayed {
-        /// The lease's fencing token.
-        fencing_token: u64,
-        /// The PTTL read in the same script run.
-        remaining_ms: u64,
-    },
+    Replayed(StoreLease),
     /// Held by the same owner token for another operation.
     OwnerOperationConflict {
         /// The holder's remaining time to live.
@@ -48,15 +56,10 @@ pub enum StoreAcquire {
 }
 
 /// What a renew script found and did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreRenew {
     /// The caller's lease now lives for the new TTL.
-    Renewed {
-        /// The lease's (unchanged) fencing token.
-        fencing_token: u64,
-        /// Remaining time to live (the new TTL).
-        remaining_ms: u64,
-    },
+    Renewed(StoreLease),
     /// No lease.
     Absent,
     /// Someone else's lease.
@@ -74,20 +77,43 @@ pub enum StoreRelease {
     NotOwner,
 }
 
+/// Who asks an inspect, for `heldBy`.
+#[derive(Debug, Clone, Copy)]
+pub enum Probe<'a> {
+    /// Nobody in particular: no `heldBy`.
+    Anyone,
+    /// An owner token alone: compared by token only.
+    Owner(&'a OwnerToken),
+    /// A whole attempt.
+    Attempt(&'a Attempt),
+}
+
 /// What an inspect script read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreInspect {
     /// No lease.
-    Free,
+    Free {
+        /// The resource's version (`<changes>.0`).
+        version: String,
+    },
     /// A lease is held.
     Held {
-        /// The holder's remaining time to live.
-        remaining_ms: u64,
-        /// The holder's fencing token.
-        fencing_token: u64,
-        /// Relative to the attempt given, if one was.
+        /// The holder's record.
+        lease: StoreLease,
+        /// Relative to the prober, if one asked.
         held_by: Option<HeldBy>,
+        /// The resource's version.
+        version: String,
     },
+}
+
+impl StoreInspect {
+    /// The resource's version.
+    pub fn version(&self) -> &str {
+        match self {
+            StoreInspect::Free { version } | StoreInspect::Held { version, .. } => version,
+        }
+    }
 }
 
 /// A store call that did not produce an answer.
@@ -176,8 +202,9 @@ impl Store {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<StoreAcquire, StoreError> {
-        self.acquire_replicated(resource, attempt, ttl)
+        self.acquire_replicated(resource, attempt, ttl, holder)
             .await
             .map(|r| r.value)
     }
@@ -188,24 +215,26 @@ impl Store {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         match self {
             Store::Memory(s) => s
-                .acquire(resource, attempt, ttl)
+                .acquire(resource, attempt, ttl, holder)
                 .await
                 .map(Replicated::unreplicated),
-            Store::Redis(s) => s.acquire(resource, attempt, ttl).await,
+            Store::Redis(s) => s.acquire(resource, attempt, ttl, holder).await,
         }
     }
 
-    /// Resets the TTL of the caller's lease.
+    /// Resets the TTL of the caller's lease; `holder` replaces its label.
     pub async fn renew(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<StoreRenew, StoreError> {
-        self.renew_replicated(resource, attempt, ttl)
+        self.renew_replicated(resource, attempt, ttl, holder)
             .await
             .map(|r| r.value)
     }
@@ -216,13 +245,14 @@ impl Store {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<Replicated<StoreRenew>, StoreError> {
         match self {
             Store::Memory(s) => s
-                .renew(resource, attempt, ttl)
+                .renew(resource, attempt, ttl, holder)
                 .await
                 .map(Replicated::unreplicated),
-            Store::Redis(s) => s.renew(resource, attempt, ttl).await,
+            Store::Redis(s) => s.renew(resource, attempt, ttl, holder).await,
         }
     }
 
@@ -252,13 +282,16 @@ impl Store {
         }
     }
 
-    /// Reads the lease without changing it.
+    /// Reads the lease without changing it. `watching`: this instance
+    /// follows the resource, so its acquires and holder changes must
+    /// publish events (Redis: renews the sequence's "watched until").
     pub async fn inspect(
         &self,
         resource: &ResourceId,
-        attempt: Option<&Attempt>,
+        probe: Probe<'_>,
+        watching: bool,
     ) -> Result<StoreInspect, StoreError> {
-        dispatch!(self, s => s.inspect(resource, attempt).await)
+        dispatch!(self, s => s.inspect(resource, probe, watching).await)
     }
 
     /// Pool occupancy (connections open, idle), for stores that pool.

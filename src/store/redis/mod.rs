@@ -31,15 +31,15 @@ use self::cluster::ClusterBackend;
 use self::exec::{send, RunError};
 use self::node::{NodeTemplate, Tls};
 use self::pool::{Conn, NodePool};
-use self::reply::{bad_reply, ints};
+use self::reply::{bad_reply, ints, label};
 use self::scripts::{Script, SCRIPTS};
 use self::sentinel::{Master, SentinelBackend};
 use super::{
-    Readiness, Replicated, Replication, StoreAcquire, StoreError, StoreInspect, StoreRelease,
-    StoreRenew,
+    Probe, Readiness, Replicated, Replication, StoreAcquire, StoreError, StoreInspect, StoreLease,
+    StoreRelease, StoreRenew,
 };
-use crate::domain::{Attempt, HeldBy, ResourceId, Ttl};
-use crate::wait::WaitRegistry;
+use crate::domain::{Attempt, HeldBy, HolderLabel, ResourceId, StoreTime, Ttl};
+use crate::wait::{Change, WaitRegistry};
 
 /// Which Redis deployment to talk to. URLs may carry credentials and are
 /// never logged.
@@ -195,14 +195,14 @@ struct Acks {
     budget: Duration,
 }
 
-/// The key of a resource's lease: `<ns>:lease:v1:{<purpose>:<digest>}`.
+/// The key of a resource's lease: `<ns>:lease:v2:{<purpose>:<digest>}`.
 pub fn lease_key(namespace: &str, resource: &ResourceId) -> String {
     key(namespace, "lease", resource)
 }
 
-/// The key of a resource's fencing counter: `<ns>:fence:v1:{<purpose>:<digest>}`.
-pub fn fence_key(namespace: &str, resource: &ResourceId) -> String {
-    key(namespace, "fence", resource)
+/// The key of a resource's fencing counter: `<ns>:seq:v2:{<purpose>:<digest>}`.
+pub fn seq_key(namespace: &str, resource: &ResourceId) -> String {
+    key(namespace, "seq", resource)
 }
 
 /// `<ns>:<kind>:v1:{<purpose>:<digest>}`, built in one allocation (keys are
@@ -211,7 +211,7 @@ fn key(namespace: &str, kind: &str, resource: &ResourceId) -> String {
     let (purpose, digest) = (resource.purpose.as_str(), resource.digest.as_str());
     let mut key =
         String::with_capacity(namespace.len() + kind.len() + purpose.len() + digest.len() + 8);
-    for part in [namespace, ":", kind, ":v1:{", purpose, ":", digest, "}"] {
+    for part in [namespace, ":", kind, ":v2:{", purpose, ":", digest, "}"] {
         key.push_str(part);
     }
     key
@@ -219,7 +219,12 @@ fn key(namespace: &str, kind: &str, resource: &ResourceId) -> String {
 
 /// How long a fencing counter outlives its last acquisition. Losing it is
 /// safe (the server clock floors the next token); keeping it bounds memory.
-const FENCE_KEY_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+const SEQ_KEY_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+/// [`SEQ_KEY_TTL_MS`] as a script argument.
+const SEQ_KEY_TTL_TEXT: &str = "604800000";
+/// How far ahead an instance that follows a resource marks it watched; its
+/// watch group re-reads (and so re-marks) well within this.
+const WATCH_MARK_MS: &str = "30000";
 
 /// One script call: what to run, for which resource, and whether a write
 /// must be followed by `WAIT`.
@@ -404,7 +409,7 @@ impl RedisStore {
         };
         Ok(Self {
             backend,
-            wake_channel: format!("{}:wake:v1", settings.namespace),
+            wake_channel: format!("{}:wake:v2", settings.namespace),
             namespace: settings.namespace.clone(),
             command_timeout: timeout,
             acks: settings
@@ -468,42 +473,61 @@ impl RedisStore {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         let lease = lease_key(&self.namespace, resource);
-        let fence = fence_key(&self.namespace, resource);
+        let seq = seq_key(&self.namespace, resource);
         let tag = resource.tag();
         let ttl_text = ttl.ms().to_string();
-        let fence_ttl = FENCE_KEY_TTL_MS.max(ttl.ms()).to_string();
+        let seq_ttl = SEQ_KEY_TTL_MS.max(ttl.ms()).to_string();
         let done = self
             .run(Call {
                 script: &SCRIPTS.acquire,
                 tag: &tag,
-                keys: &[&lease, &fence],
+                keys: &[&lease, &seq],
                 args: &[
                     attempt.owner_token.expose(),
                     attempt.operation_id.as_str(),
                     &ttl_text,
-                    &fence_ttl,
+                    &seq_ttl,
+                    holder.map_or("", HolderLabel::as_str),
+                    &self.wake_channel,
+                    &tag,
                 ],
                 acks: self.acks,
             })
             .await?;
-        let [status, pttl, token] = ints::<3>(&done.value)?;
-        let remaining = non_negative(pttl);
+        let items = &done.value;
+        let [status] = ints::<1>(items)?;
         let value = match status {
-            1 => StoreAcquire::Acquired {
-                fencing_token: token_of(token)?,
-                remaining_ms: ttl.ms(),
-            },
-            2 => StoreAcquire::Replayed {
-                fencing_token: token_of(token)?,
-                remaining_ms: remaining.unwrap_or(0),
-            },
+            1 => {
+                let [_, token, now] = ints::<3>(items)?;
+                let now = store_time(now)?;
+                StoreAcquire::Acquired(StoreLease {
+                    fencing_token: token_of(token)?,
+                    remaining_ms: ttl.ms(),
+                    ttl_ms: ttl.ms(),
+                    acquired_at: now,
+                    renewed_at: now,
+                    holder: holder.cloned(),
+                })
+            }
+            2 => {
+                let [_, remaining, token, acquired, renewed, granted] = ints::<6>(items)?;
+                StoreAcquire::Replayed(StoreLease {
+                    fencing_token: token_of(token)?,
+                    remaining_ms: non_negative(remaining).unwrap_or(0),
+                    ttl_ms: non_negative(granted).ok_or_else(bad_reply)?,
+                    acquired_at: store_time(acquired)?,
+                    renewed_at: store_time(renewed)?,
+                    holder: label(items, 6)?,
+                })
+            }
             3 => StoreAcquire::OwnerOperationConflict {
-                remaining_ms: remaining,
+                remaining_ms: non_negative(ints::<2>(items)?[1]),
             },
             0 => StoreAcquire::Contended {
-                remaining_ms: remaining,
+                remaining_ms: non_negative(ints::<2>(items)?[1]),
             },
             _ => return Err(bad_reply()),
         };
@@ -518,19 +542,26 @@ impl RedisStore {
         resource: &ResourceId,
         attempt: &Attempt,
         ttl: Ttl,
+        holder: Option<&HolderLabel>,
     ) -> Result<Replicated<StoreRenew>, StoreError> {
         let lease = lease_key(&self.namespace, resource);
+        let seq = seq_key(&self.namespace, resource);
         let tag = resource.tag();
         let ttl_text = ttl.ms().to_string();
+        let seq_ttl = SEQ_KEY_TTL_MS.max(ttl.ms()).to_string();
         let done = self
             .run(Call {
                 script: &SCRIPTS.renew,
                 tag: &tag,
-                keys: &[&lease],
+                keys: &[&lease, &seq],
                 args: &[
                     attempt.owner_token.expose(),
                     attempt.operation_id.as_str(),
                     &ttl_text,
+                    holder.map_or("", HolderLabel::as_str),
+                    &seq_ttl,
+                    &self.wake_channel,
+                    &tag,
                 ],
                 acks: self.acks,
             })
@@ -538,11 +569,16 @@ impl RedisStore {
         let [status] = ints::<1>(&done.value)?;
         let value = match status {
             1 => {
-                let [_, remaining, token] = ints::<3>(&done.value)?;
-                StoreRenew::Renewed {
+                let [_, token, acquired, now] = ints::<4>(&done.value)?;
+                let _ = holder; // sent; the script answers the label now held
+                StoreRenew::Renewed(StoreLease {
                     fencing_token: token_of(token)?,
-                    remaining_ms: non_negative(remaining).unwrap_or(0),
-                }
+                    remaining_ms: ttl.ms(),
+                    ttl_ms: ttl.ms(),
+                    acquired_at: store_time(acquired)?,
+                    renewed_at: store_time(now)?,
+                    holder: label(&done.value, 4)?,
+                })
             }
             0 => StoreRenew::Absent,
             -1 => StoreRenew::NotOwner,
@@ -560,12 +596,13 @@ impl RedisStore {
         attempt: &Attempt,
     ) -> Result<Replicated<StoreRelease>, StoreError> {
         let lease = lease_key(&self.namespace, resource);
+        let seq = seq_key(&self.namespace, resource);
         let tag = resource.tag();
         let done = self
             .run(Call {
                 script: &SCRIPTS.release,
                 tag: &tag,
-                keys: &[&lease],
+                keys: &[&lease, &seq],
                 args: &[
                     attempt.owner_token.expose(),
                     attempt.operation_id.as_str(),
@@ -591,37 +628,55 @@ impl RedisStore {
     pub(super) async fn inspect(
         &self,
         resource: &ResourceId,
-        attempt: Option<&Attempt>,
+        probe: Probe<'_>,
+        watching: bool,
     ) -> Result<StoreInspect, StoreError> {
         let lease = lease_key(&self.namespace, resource);
+        let seq = seq_key(&self.namespace, resource);
         let tag = resource.tag();
-        let (token, op) = attempt.map_or(("", ""), |a| {
-            (a.owner_token.expose(), a.operation_id.as_str())
-        });
+        let (token, op) = match probe {
+            Probe::Anyone => ("", ""),
+            Probe::Owner(token) => (token.expose(), ""),
+            Probe::Attempt(a) => (a.owner_token.expose(), a.operation_id.as_str()),
+        };
+        let watch = if watching { WATCH_MARK_MS } else { "0" };
         let done = self
             .run(Call {
                 script: &SCRIPTS.inspect,
                 tag: &tag,
-                keys: &[&lease],
-                args: &[token, op],
+                keys: &[&lease, &seq],
+                args: &[token, op, watch, SEQ_KEY_TTL_TEXT],
                 acks: None,
             })
             .await?;
-        let reply = done.value;
-        let [status] = ints::<1>(&reply)?;
+        let items = done.value;
+        let [status, changes] = ints::<2>(&items)?;
+        let changes = non_negative(changes).ok_or_else(bad_reply)?;
         if status == 0 {
-            return Ok(StoreInspect::Free);
+            return Ok(StoreInspect::Free {
+                version: format!("{changes}.0"),
+            });
         }
-        let [_, pttl, fence, held_by] = ints::<4>(&reply)?;
+        if status != 1 {
+            return Err(bad_reply());
+        }
+        let [_, _, remaining, fence, held_by, acquired, renewed, granted] = ints::<8>(&items)?;
         Ok(StoreInspect::Held {
-            remaining_ms: non_negative(pttl).unwrap_or(0),
-            fencing_token: token_of(fence)?,
+            lease: StoreLease {
+                fencing_token: token_of(fence)?,
+                remaining_ms: non_negative(remaining).unwrap_or(0),
+                ttl_ms: non_negative(granted).ok_or_else(bad_reply)?,
+                acquired_at: store_time(acquired)?,
+                renewed_at: store_time(renewed)?,
+                holder: label(&items, 8)?,
+            },
             held_by: match held_by {
                 1 => Some(HeldBy::Caller),
                 2 => Some(HeldBy::CallerOtherOperation),
                 3 => Some(HeldBy::Other),
                 _ => None,
             },
+            version: format!("{changes}.1"),
         })
     }
 
@@ -784,7 +839,7 @@ async fn subscribe_wakeups(
                             break;
                         };
                         match message.get_payload::<String>() {
-                            Ok(tag) => waiters.wake(&tag),
+                            Ok(payload) => on_event(&waiters, &payload),
                             Err(_) => waiters.wake_all(),
                         }
                     }
@@ -807,8 +862,23 @@ async fn subscribe_wakeups(
     }
 }
 
+/// One wake-up channel message: `<tag>\t<version>\t<kind>` (a bare
+/// `<tag>` is read as "something changed").
+fn on_event(waiters: &WaitRegistry, payload: &str) {
+    let mut parts = payload.split('\t');
+    let tag = parts.next().unwrap_or_default();
+    match parts.nth(1).and_then(Change::parse) {
+        Some(change) => waiters.changed(tag, change),
+        None => waiters.changed_somehow(tag),
+    }
+}
+
 fn non_negative(pttl: i64) -> Option<u64> {
     u64::try_from(pttl).ok()
+}
+
+fn store_time(ms: i64) -> Result<StoreTime, StoreError> {
+    u64::try_from(ms).map(StoreTime).map_err(|_| bad_reply())
 }
 
 fn token_of(v: i64) -> Result<u64, StoreError> {

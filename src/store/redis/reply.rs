@@ -170,6 +170,22 @@ pub fn ints<const N: usize>(items: &[Value]) -> Result<[i64; N], StoreError> {
     Ok(out)
 }
 
+/// The holder label at `items[at]`: `''` is none; anything that is not a
+/// label the service could have written is a bad reply.
+pub fn label(items: &[Value], at: usize) -> Result<Option<crate::domain::HolderLabel>, StoreError> {
+    let text = match items.get(at) {
+        Some(Value::BulkString(b)) => std::str::from_utf8(b).map_err(|_| bad_reply())?,
+        Some(Value::SimpleString(s)) => s.as_str(),
+        _ => return Err(bad_reply()),
+    };
+    if text.is_empty() {
+        return Ok(None);
+    }
+    crate::domain::HolderLabel::parse(text)
+        .map(Some)
+        .map_err(|_| bad_reply())
+}
+
 /// A tagged reply of a shape no script returns.
 pub fn bad_reply() -> StoreError {
     StoreError::Indeterminate("unexpected reply shape from a lease script")
@@ -244,6 +260,18 @@ mod tests {
         let a = next_nonce();
         let b = next_nonce();
         assert_ne!(a.as_str(), b.as_str());
+    }
+
+    #[test]
+    fn labels_are_empty_or_valid() {
+        assert_eq!(label(&[bulk("")], 0), Ok(None));
+        assert_eq!(
+            label(&[bulk("pod-1|a")], 0).map(|l| l.map(|l| l.as_str().to_owned())),
+            Ok(Some("pod-1|a".to_owned()))
+        );
+        assert!(label(&[bulk("a\nb")], 0).is_err());
+        assert!(label(&[Value::Int(1)], 0).is_err());
+        assert!(label(&[], 0).is_err());
     }
 
     #[test]
