@@ -71,6 +71,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::leases::renew,
         crate::http::leases::release,
         crate::http::leases::inspect,
+        crate::http::list::list,
         crate::http::health::livez,
         crate::http::health::readyz,
         crate::http::health::metrics,
@@ -87,6 +88,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         IndeterminateProblem, InvalidRequestProblem, FieldError,
         PayloadTooLargeProblem, HeadersTooLargeProblem, UnsupportedMediaTypeProblem, UnauthorizedProblem, ForbiddenProblem,
         NotFoundProblem, LeaseNotFound, NotReadyProblem, Live, Ready, ProblemType,
+        crate::http::list::Listed, crate::domain::ListedLease,
     )),
     modifiers(&Meta),
     tags(

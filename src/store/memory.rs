@@ -14,9 +14,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Probe, Readiness, StoreAcquire, StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew,
+    Probe, Readiness, StoreAcquire, StoreError, StoreInspect, StoreLease, StorePage, StoreRelease,
+    StoreRenew,
 };
-use crate::domain::{Attempt, HeldBy, HolderLabel, ResourceId, StoreTime, Ttl};
+use crate::domain::{
+    Attempt, HeldBy, HolderLabel, ListCursor, Purpose, ResourceDigest, ResourceId, StoreTime, Ttl,
+};
 use crate::wait::{Change, WaitRegistry};
 
 struct Entry {
@@ -298,6 +301,44 @@ impl MemoryStore {
                 version: format!("{}.1", entry.changes),
             },
         })
+    }
+
+    /// A purpose's leases are the key range `<purpose>:…`, in digest order;
+    /// the cursor is the last digest returned, so a lease held throughout a
+    /// listing is on exactly one page. Expired entries not yet swept are
+    /// skipped (not removed: a listing takes no write path).
+    pub(super) async fn list(
+        &self,
+        purpose: &Purpose,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<StorePage, StoreError> {
+        use std::ops::Bound;
+        let prefix = format!("{purpose}:");
+        let start = match cursor {
+            Some(ListCursor::After(digest)) => Bound::Excluded(format!("{prefix}{digest}")),
+            // `Store::accepts` keeps other cursors out; start over if one came.
+            _ => Bound::Included(prefix.clone()),
+        };
+        let now = Instant::now();
+        let state = self.lock();
+        let mut live = state
+            .leases
+            .range::<String, _>((start, Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(&prefix))
+            .filter(|(_, entry)| entry.expires_at > now);
+        let mut leases = Vec::with_capacity(limit.min(1000));
+        for (key, entry) in live.by_ref().take(limit) {
+            let digest = ResourceDigest::parse(&key[prefix.len()..])
+                .map_err(|_| StoreError::Unavailable("embedded store key is not a digest"))?;
+            leases.push((digest, entry.record(now)));
+        }
+        let more = live.next().is_some();
+        let next = match leases.last() {
+            Some((digest, _)) if more => Some(ListCursor::After(digest.clone())),
+            _ => None,
+        };
+        Ok(StorePage { leases, next })
     }
 
     pub(super) async fn readiness(&self) -> Readiness {
