@@ -1,0 +1,516 @@
+//! `GET /leases/{purpose}`: listing a purpose's leases, a page at a time,
+//! on the embedded store and on real `redis-server`s (standalone, Cluster,
+//! Sentinel).
+//!
+//! - every listed lease carries its public record, and no answer carries
+//!   an owner token or operation id;
+//! - `limit`, `cursor` and the purpose are validated, naming the field;
+//!   a forged cursor is a 400, never a 500;
+//! - paging with limits 1..=7 returns every lease exactly once;
+//! - leases coming and going between pages: every lease held throughout
+//!   appears exactly once, none released before the listing began appears;
+//! - API keys scope listings by purpose;
+//! - Cluster: every master's leases; Sentinel: the master's.
+
+#[macro_use]
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use common::app::{args, digest, unique, Backend, Reply, TestApp, TestAttempt};
+use common::redis::{RedisCluster, RedisSentinelSet};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const PROBLEM: &str = "application/problem+json";
+
+both_stores!(
+    listed_leases_carry_their_public_record_and_no_secrets,
+    limit_cursor_and_purpose_are_validated,
+    paging_returns_every_lease_exactly_once,
+    leases_coming_and_going_between_pages,
+);
+
+async fn list(app: &TestApp, purpose: &str, query: &str) -> Reply {
+    app.get(&format!("/leases/{purpose}?{query}")).await
+}
+
+/// Every page of a listing with `limit`: the digests of each page.
+async fn all_pages(app: &TestApp, purpose: &str, limit: usize) -> Vec<Vec<String>> {
+    let mut pages = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10_000 {
+        let query = match &cursor {
+            Some(c) => format!("limit={limit}&cursor={c}"),
+            None => format!("limit={limit}"),
+        };
+        let r = list(app, purpose, &query).await;
+        assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+        let page = digests(&r);
+        assert!(
+            page.len() <= limit,
+            "a page of {} for limit {limit}",
+            page.len()
+        );
+        pages.push(page);
+        match r.body["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return pages,
+        }
+    }
+    panic!("the listing did not end");
+}
+
+fn digests(r: &Reply) -> Vec<String> {
+    r.body["leases"]
+        .as_array()
+        .expect("leases array")
+        .iter()
+        .map(|l| l["digest"].as_str().expect("digest").to_owned())
+        .collect()
+}
+
+/// How often each digest was listed.
+fn counts(pages: &[Vec<String>]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for d in pages.iter().flatten() {
+        *counts.entry(d.clone()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// `n` leases on `purpose`, each held by its own attempt.
+async fn hold(app: &TestApp, purpose: &str, n: usize) -> Vec<(String, TestAttempt)> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (d, a) = (digest(), app.attempt().await);
+        let r = app.acquire(purpose, &d, &a, 60_000).await;
+        assert_eq!(r.outcome(), "acquired", "{:#}", r.body);
+        held.push((d, a));
+    }
+    held
+}
+
+fn problem_naming(r: &Reply, field: &str) {
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:#}", r.body);
+    assert_eq!(r.headers["content-type"].to_str().expect("ascii"), PROBLEM);
+    assert_eq!(r.outcome(), "invalid_request");
+    let fields: Vec<&str> = r.body["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .filter_map(|e| e["field"].as_str())
+        .collect();
+    assert_eq!(fields, [field], "{:#}", r.body);
+}
+
+async fn listed_leases_carry_their_public_record_and_no_secrets(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let p = unique("record-");
+    let held = hold(&app, &p, 2).await;
+    let (labelled, labeller) = (digest(), app.attempt().await);
+    let r = app
+        .acquire_body(
+            &p,
+            &labelled,
+            &labeller,
+            &json!({"ttlMs": 30_000, "holder": "worker-7:8080"}),
+        )
+        .await;
+    assert_eq!(r.outcome(), "acquired", "{:#}", r.body);
+    // Gone before the listing: released, and another purpose's.
+    let (gone, goner) = (digest(), app.attempt().await);
+    app.acquire(&p, &gone, &goner, 30_000).await;
+    assert_eq!(app.release(&p, &gone, &goner).await.outcome(), "released");
+    let elsewhere = hold(&app, &format!("{p}-other"), 1).await;
+
+    let r = app.get(&format!("/leases/{p}")).await;
+    assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+    assert_eq!(r.content_type(), "application/json");
+    assert_eq!(r.outcome(), "listed");
+    assert!(r.body.get("nextCursor").is_none(), "one page: {:#}", r.body);
+    let listed: BTreeMap<String, &Value> = r.body["leases"]
+        .as_array()
+        .expect("leases")
+        .iter()
+        .map(|l| (l["digest"].as_str().expect("digest").to_owned(), l))
+        .collect();
+    let want: BTreeSet<String> = held
+        .iter()
+        .map(|(d, _)| d.clone())
+        .chain([labelled.clone()])
+        .collect();
+    assert_eq!(listed.keys().cloned().collect::<BTreeSet<_>>(), want);
+    for (d, lease) in &listed {
+        let inspected = app.inspect(&p, d, None).await.body;
+        assert_eq!(lease["fencingToken"], inspected["fencingToken"]);
+        assert!(lease["remainingMs"].as_u64().is_some_and(|ms| ms <= 60_000));
+        assert!(lease["ttlMs"].as_u64().is_some());
+        for at in ["acquiredAt", "renewedAt"] {
+            let text = lease[at].as_str().expect("a time");
+            assert!(text.ends_with('Z') && text.len() == 24, "{at}: {text}");
+            assert_eq!(lease[at], inspected[at]);
+        }
+        let members: BTreeSet<&str> = lease
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = BTreeSet::from([
+            "digest",
+            "fencingToken",
+            "remainingMs",
+            "ttlMs",
+            "acquiredAt",
+            "renewedAt",
+        ]);
+        if *d == labelled {
+            expected.insert("holder");
+            assert_eq!(lease["holder"], "worker-7:8080");
+            assert_eq!(lease["ttlMs"], 30_000);
+        }
+        assert_eq!(members, expected);
+    }
+    let text = r.body.to_string();
+    for (_, a) in held.iter().chain(&elsewhere) {
+        assert!(!text.contains(&a.token) && !text.contains(&a.op));
+    }
+    assert!(!text.contains(&labeller.token) && !text.contains(&labeller.op));
+}
+
+async fn limit_cursor_and_purpose_are_validated(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let p = unique("valid-");
+    hold(&app, &p, 3).await;
+    for query in [
+        "limit=0",
+        "limit=1001",
+        "limit=abc",
+        "limit=",
+        "limit=-1",
+        "limit=1.5",
+        "limit=2&limit=3",
+    ] {
+        problem_naming(&list(&app, &p, query).await, "limit");
+    }
+    assert_eq!(list(&app, &p, "limit=1000").await.status, StatusCode::OK);
+    let enc = |s: &str| URL_SAFE_NO_PAD.encode(s);
+    let d = digest();
+    let other_store = match backend {
+        Backend::Memory => enc(&format!("{p}/s/0/abc/5")),
+        Backend::Redis(_) => enc(&format!("{p}/a/{d}")),
+    };
+    for cursor in [
+        String::new(),
+        "not base64!".into(),
+        "%ff".into(),
+        enc("garbage"),
+        enc(&format!("{p}/a/{d}/extra")),
+        enc(&format!("{p}/s/99999/abc/5")),
+        enc(&format!("{p}/s/0/XYZ/5")),
+        enc(&format!("{p}-other/a/{d}")),
+        "A".repeat(7000),
+        other_store,
+    ] {
+        problem_naming(&list(&app, &p, &format!("cursor={cursor}")).await, "cursor");
+    }
+    // A real cursor, sent back for another purpose.
+    let first = list(&app, &p, "limit=1").await;
+    let next = first.body["nextCursor"].as_str().expect("a next cursor");
+    problem_naming(
+        &list(&app, "another", &format!("cursor={next}")).await,
+        "cursor",
+    );
+    for bad in ["Upper", "1abc", "a_b", &"a".repeat(64)] {
+        problem_naming(&app.get(&format!("/leases/{bad}")).await, "purpose");
+    }
+    // A well-formed cursor this store issues but no listing did: never a
+    // 5xx (Redis: a SCAN of an unknown process starts that node over).
+    let forged = match backend {
+        Backend::Memory => enc(&format!("{p}/a/{d}")),
+        Backend::Redis(_) => enc(&format!("{p}/s/0/0123456789abcdef/12345")),
+    };
+    let r = list(&app, &p, &format!("cursor={forged}")).await;
+    assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+    // Unknown parameters are ignored.
+    assert_eq!(list(&app, &p, "nope=1").await.status, StatusCode::OK);
+}
+
+async fn paging_returns_every_lease_exactly_once(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let p = unique("paging-");
+    let held: BTreeSet<String> = hold(&app, &p, 23)
+        .await
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    hold(&app, &format!("{p}x"), 3).await;
+    for limit in 1..=7 {
+        let pages = all_pages(&app, &p, limit).await;
+        let counts = counts(&pages);
+        assert_eq!(
+            counts.keys().cloned().collect::<BTreeSet<_>>(),
+            held,
+            "limit {limit}"
+        );
+        assert!(
+            counts.values().all(|n| *n == 1),
+            "limit {limit}: repeated {counts:?}"
+        );
+    }
+    // The default page holds them all.
+    let r = app.get(&format!("/leases/{p}")).await;
+    assert_eq!(digests(&r).len(), 23);
+    assert!(r.body.get("nextCursor").is_none());
+}
+
+/// Leases held throughout appear exactly once across the pages, those
+/// released before the listing began never, whatever else comes and goes
+/// between pages. (On Redis, SCAN may repeat a key when the keyspace
+/// shrinks to a tenth of its table; here it never falls that low.)
+async fn leases_coming_and_going_between_pages(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let p = unique("churn-");
+    let stable: BTreeSet<String> = hold(&app, &p, 30)
+        .await
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    let mut transient = hold(&app, &p, 12).await;
+    let released_before = hold(&app, &p, 5).await;
+    for (d, a) in &released_before {
+        assert_eq!(app.release(&p, d, a).await.outcome(), "released");
+    }
+    let mut pages = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut arrived = BTreeSet::new();
+    loop {
+        let query = match &cursor {
+            Some(c) => format!("limit=4&cursor={c}"),
+            None => "limit=4".to_owned(),
+        };
+        let r = list(&app, &p, &query).await;
+        assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+        pages.push(digests(&r));
+        // Between pages: one lease goes, another comes.
+        if let Some((d, a)) = transient.pop() {
+            assert_eq!(app.release(&p, &d, &a).await.outcome(), "released");
+        }
+        for (d, _) in hold(&app, &p, 1).await {
+            arrived.insert(d);
+        }
+        match r.body["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let counts = counts(&pages);
+    for d in &stable {
+        assert_eq!(counts.get(d), Some(&1), "held throughout: {d}");
+    }
+    for (d, _) in &released_before {
+        assert!(!counts.contains_key(d), "released before the listing: {d}");
+    }
+    assert!(
+        counts.values().all(|n| *n == 1),
+        "nothing listed twice: {counts:?}"
+    );
+    assert!(pages.len() >= 8, "{} pages", pages.len());
+    let _ = arrived; // may or may not be listed: they came during the listing
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_scope_listings_by_purpose() {
+    let dir = std::env::temp_dir().join(unique("leasehold-list-keys-"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("keys");
+    let (scoped, admin) = (
+        unique("scoped-key-0123456789-"),
+        unique("admin-key-0123456789-"),
+    );
+    std::fs::write(&file, format!("{scoped} mine\n{admin} *\n")).expect("write keys");
+    let app = TestApp::spawn_with(args(
+        &Backend::Memory,
+        &["--api-keys-file", file.to_str().expect("utf-8 path")],
+    ))
+    .await;
+    let get = |purpose: &str, key: Option<&str>| {
+        let mut rb = app.http.get(format!("{}/leases/{purpose}", app.base));
+        if let Some(key) = key {
+            rb = rb.header("authorization", format!("Bearer {key}"));
+        }
+        rb
+    };
+    let send = |rb: reqwest::RequestBuilder| async move {
+        TestApp::reply(rb.send().await.expect("send")).await
+    };
+    let r = send(get("mine", None)).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.outcome(), "unauthorized");
+    let r = send(get("theirs", Some(&scoped))).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:#}", r.body);
+    assert_eq!(r.outcome(), "forbidden");
+    assert_eq!(send(get("mine", Some(&scoped))).await.outcome(), "listed");
+    assert_eq!(send(get("theirs", Some(&admin))).await.outcome(), "listed");
+    // A bad query is refused only once the caller is known.
+    let r = send(app.http.get(format!("{}/leases/mine?limit=0", app.base))).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_lists_every_masters_leases() {
+    let cluster = RedisCluster::start(3, 0);
+    let app = TestApp::spawn_with(args(
+        &Backend::Memory,
+        &["--redis-cluster-nodes", &cluster.seed_urls()[0]],
+    ))
+    .await;
+    let p = unique("cluster-");
+    let held: BTreeSet<String> = hold(&app, &p, 30)
+        .await
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    let pattern = format!("{}:lease:v2:*", app.namespace);
+    for master in cluster.masters() {
+        let keys = master.cli(&["KEYS", &pattern]);
+        assert!(
+            keys.lines().any(|l| !l.is_empty()),
+            "master {} holds none of 30 leases",
+            master.port()
+        );
+    }
+    for limit in [1, 4, 7, 100] {
+        let pages = all_pages(&app, &p, limit).await;
+        let counts = counts(&pages);
+        assert_eq!(
+            counts.keys().cloned().collect::<BTreeSet<_>>(),
+            held,
+            "limit {limit}"
+        );
+        assert!(
+            counts.values().all(|n| *n == 1),
+            "limit {limit}: {counts:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_lists_the_masters_leases() {
+    let set = RedisSentinelSet::start(0, 1);
+    let app = TestApp::spawn_with(args(
+        &Backend::Memory,
+        &[
+            "--redis-sentinels",
+            &set.sentinel_urls().join(","),
+            "--redis-sentinel-master",
+            set.master_name(),
+        ],
+    ))
+    .await;
+    let p = unique("sentinel-");
+    let held: BTreeSet<String> = hold(&app, &p, 9)
+        .await
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    let pages = all_pages(&app, &p, 2).await;
+    let counts = counts(&pages);
+    assert_eq!(counts.keys().cloned().collect::<BTreeSet<_>>(), held);
+    assert!(counts.values().all(|n| *n == 1), "{counts:?}");
+}
+
+/// Answers of an app whose Redis just restarted: the first calls on dead
+/// connections are `unavailable`; retried (bounded) until a lease is held.
+async fn hold_after_restart(app: &TestApp, purpose: &str, n: usize) -> Vec<String> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (d, a) = (digest(), app.attempt().await);
+        let mut tries = 0;
+        loop {
+            let r = app.acquire(purpose, &d, &a, 60_000).await;
+            if r.outcome() == "acquired" {
+                break;
+            }
+            tries += 1;
+            assert!(tries < 50, "no lease after the restart: {:#}", r.body);
+            assert_eq!(r.outcome(), "unavailable", "{:#}", r.body);
+        }
+        held.push(d);
+    }
+    held
+}
+
+/// A SCAN cursor means nothing to another process: after a restart the
+/// listing goes on (no 5xx), that node's SCAN starts over, and every lease
+/// held there now is listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_resumed_on_a_restarted_redis_starts_its_scan_over() {
+    let mut server = common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let p = unique("restart-");
+    let before: BTreeSet<String> = hold(&app, &p, 60)
+        .await
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    let mut cursor = None;
+    for _ in 0..3 {
+        let query = match &cursor {
+            Some(c) => format!("limit=5&cursor={c}"),
+            None => "limit=5".to_owned(),
+        };
+        let r = list(&app, &p, &query).await;
+        cursor = Some(
+            r.body["nextCursor"]
+                .as_str()
+                .expect("more pages")
+                .to_owned(),
+        );
+    }
+    tokio::task::block_in_place(|| server.restart());
+    let after: BTreeSet<String> = hold_after_restart(&app, &p, 20).await.into_iter().collect();
+    let mut listed = BTreeMap::new();
+    while let Some(c) = cursor.take() {
+        let r = list(&app, &p, &format!("limit=5&cursor={c}")).await;
+        assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+        for d in digests(&r) {
+            *listed.entry(d).or_insert(0) += 1;
+        }
+        cursor = r.body["nextCursor"].as_str().map(str::to_owned);
+    }
+    assert_eq!(listed.keys().cloned().collect::<BTreeSet<_>>(), after);
+    assert!(before.is_disjoint(&after));
+}
+
+/// A purpose with few leases among many other keys: pages do bounded work
+/// (some come back short, with a cursor), and the listing still ends with
+/// every lease exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_do_bounded_work_among_many_other_keys() {
+    let server = common::redis::RedisServer::start();
+    server.cli(&[
+        "EVAL",
+        "for i = 1, 20000 do redis.call('SET', 'filler:' .. i, 'x') end",
+        "0",
+    ]);
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let p = unique("sparse-");
+    let held: BTreeSet<String> = hold(&app, &p, 5)
+        .await
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    let pages = all_pages(&app, &p, 100).await;
+    let counts = counts(&pages);
+    assert_eq!(counts.keys().cloned().collect::<BTreeSet<_>>(), held);
+    assert!(counts.values().all(|n| *n == 1), "{counts:?}");
+    assert!(
+        pages.len() > 1,
+        "20 000 keys need more than one page's SCAN budget"
+    );
+}
