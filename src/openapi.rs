@@ -987,6 +987,52 @@ mod tests {
         for response in attempts {
             check(&doc, "/attempts", "post", response).await;
         }
+
+        // Listing: a page with and without a next cursor, and every refusal.
+        let listed = |holder: Option<&str>, next: Option<&str>| {
+            respond_one(&crate::domain::Listing {
+                leases: vec![crate::domain::ListedLease {
+                    digest: ResourceDigest::of_raw_id("order-42"),
+                    holder: holder.and_then(|h| crate::domain::HolderLabel::parse(h).ok()),
+                    fencing_token: 7,
+                    remaining_ms: 10,
+                    ttl_ms: 30_000,
+                    acquired_at: crate::domain::StoreTime(1_764_686_400_000),
+                    renewed_at: crate::domain::StoreTime(1_764_686_401_000),
+                }],
+                next_cursor: next.map(str::to_owned),
+            })
+        };
+        let mut list = vec![
+            listed(None, None),
+            listed(Some("pod-1"), Some("aW52b2ljZS1leHBvcnQvYS92MQ")),
+            ApiError::Forbidden.into_response(),
+            ApiError::NotFound.into_response(),
+        ];
+        list.extend(failures().into_iter().skip(3));
+        list.extend(refusals(false));
+        for failure in [
+            Failure::Unavailable {
+                retry_after_ms: 1000,
+            },
+            Failure::Overloaded { retry_after_ms: 50 },
+        ] {
+            list.push(respond_one(&failure));
+        }
+        let mut statuses = std::collections::BTreeSet::new();
+        for response in list {
+            statuses.insert(check(&doc, "/leases/{purpose}", "get", response).await.0);
+        }
+        for status in doc["paths"]["/leases/{purpose}"]["get"]["responses"]
+            .as_object()
+            .expect("responses")
+            .keys()
+        {
+            assert!(
+                statuses.iter().any(|s| s.as_str() == status),
+                "list {status} never checked"
+            );
+        }
     }
 
     /// openapi-typescript (and other generators) make a member with a

@@ -19,7 +19,7 @@ use crate::openapi::{
 /// The route template.
 pub const ROUTE: &str = "/leases/{purpose}";
 
-/// The outcome tag of a listing.
+/// The outcome tag.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ListedTag {
@@ -39,7 +39,6 @@ pub enum ListedTag {
     "nextCursor": "aW52b2ljZS1leHBvcnQvcy8wLzQ1YzM5ZWQ2MGY3ZTk5YjAvMTc"
 }))]
 pub struct Listed {
-    /// The outcome tag.
     #[schema(inline)]
     pub outcome: ListedTag,
     /// The leases of this page: at most `limit`, possibly fewer (even none)
