@@ -42,6 +42,14 @@ impl LeaseService {
             Ok(Err(err)) => Err(self.failure(err, None)),
             Err(overloaded) => Err(overloaded),
         };
+        if let Ok(listing) = &result {
+            let listed = u64::try_from(listing.leases.len()).unwrap_or(u64::MAX);
+            // One process-wide recorder, installed before any request.
+            static LISTED: std::sync::OnceLock<metrics::Counter> = std::sync::OnceLock::new();
+            LISTED
+                .get_or_init(|| metrics::counter!(crate::telemetry::LIST_LEASES))
+                .increment(listed);
+        }
         self.meters.record(
             "list",
             result.outcome_name(),
