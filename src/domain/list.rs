@@ -185,7 +185,7 @@ pub struct ListedLease {
     pub digest: ResourceDigest,
     /// The holder's public label, when it gave one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>, nullable = false, min_length = 1, max_length = 256, example = "worker-7:8080")]
+    #[schema(value_type = Option<String>, nullable = false, min_length = 1, max_length = 256, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$", example = "worker-7:8080")]
     pub holder: Option<HolderLabel>,
     /// The holder's fencing token.
     #[schema(
