@@ -17,6 +17,7 @@ use crate::domain::{
     Attempt, HeldBy, HolderLabel, Inspection, LostReason, OperationId, OwnerToken, ReleaseOutcome,
     RenewOutcome, ResourceId,
 };
+use crate::domain::{ListLimit, Listing, Purpose};
 
 const OWNER_TOKEN_HEADER: &str = "Lease-Owner-Token";
 const OPERATION_ID_HEADER: &str = "Lease-Operation-Id";
@@ -563,6 +564,59 @@ impl Client {
             ttl_ms: w.ttl_ms,
             acquired_at: w.acquired_at,
             renewed_at: w.renewed_at,
+        })
+    }
+}
+
+impl Client {
+    /// One page of the leases held on `purpose` (`GET /leases/{purpose}`):
+    /// `limit` leases at most (the service's default, 100, when `None`),
+    /// from `cursor` (a previous page's `next_cursor`; the start when
+    /// `None`). A read: whatever fails, nothing changed (an uncertain
+    /// reply is `Indeterminate` with the operation id `list`).
+    pub async fn list(
+        &self,
+        purpose: &Purpose,
+        limit: Option<ListLimit>,
+        cursor: Option<&str>,
+    ) -> Result<Listing, Error> {
+        let op = OperationId::parse("list").map_err(|_| Error::Unavailable {
+            retry_after: None,
+            cause: Cause::Connect,
+        })?;
+        let mut url =
+            Url::parse(&format!("{}/leases/{purpose}", self.inner.base)).map_err(|_| {
+                Error::Unavailable {
+                    retry_after: None,
+                    cause: Cause::Connect,
+                }
+            })?;
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(limit) = limit {
+                query.append_pair("limit", &limit.get().to_string());
+            }
+            if let Some(cursor) = cursor {
+                query.append_pair("cursor", cursor);
+            }
+        }
+        let url = String::from(url).trim_end_matches('?').to_owned();
+        let reply = self
+            .call(
+                Method::GET,
+                url,
+                None,
+                None,
+                self.inner.settings.request_timeout,
+                &op,
+            )
+            .await?;
+        if reply.outcome() != "listed" {
+            return Err(reply.failure(&op));
+        }
+        Ok(Listing {
+            leases: reply.listed(&op)?,
+            next_cursor: reply.wire().next_cursor.clone(),
         })
     }
 }

@@ -7,8 +7,8 @@ use serde::Deserialize;
 
 use super::{Cause, Error, Rejection};
 use crate::domain::{
-    Guarantee, HolderLabel, Lease, OperationId, Purpose, Replication, ResourceDigest, ResourceId,
-    StoreTime,
+    Guarantee, HolderLabel, Lease, ListedLease, OperationId, Purpose, Replication, ResourceDigest,
+    ResourceId, StoreTime,
 };
 use crate::http::problem::FieldError;
 
@@ -34,6 +34,22 @@ pub(super) struct Wire {
     pub(super) operation_id: Option<String>,
     pub(super) detail: Option<String>,
     errors: Option<Vec<WireFieldError>>,
+    leases: Option<Vec<WireListed>>,
+    pub(super) next_cursor: Option<String>,
+}
+
+/// One lease of a `listed` answer.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireListed {
+    digest: String,
+    #[serde(default)]
+    holder: Option<HolderLabel>,
+    fencing_token: u64,
+    remaining_ms: u64,
+    ttl_ms: u64,
+    acquired_at: StoreTime,
+    renewed_at: StoreTime,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,6 +109,8 @@ impl Reply {
             operation_id: None,
             detail: None,
             errors: None,
+            leases: None,
+            next_cursor: None,
         };
         self.wire.as_ref().unwrap_or(&EMPTY)
     }
@@ -169,6 +187,29 @@ impl Reply {
             acquired_at: w.acquired_at,
             renewed_at: w.renewed_at,
         })
+    }
+
+    /// The `leases` of a `listed` answer, each digest checked.
+    pub(super) fn listed(&self, op: &OperationId) -> Result<Vec<ListedLease>, Error> {
+        let leases = self
+            .wire()
+            .leases
+            .as_ref()
+            .ok_or_else(|| self.unexpected(op))?;
+        leases
+            .iter()
+            .map(|w| {
+                Ok(ListedLease {
+                    digest: ResourceDigest::parse(&w.digest).map_err(|_| self.unexpected(op))?,
+                    holder: w.holder.clone(),
+                    fencing_token: w.fencing_token,
+                    remaining_ms: w.remaining_ms,
+                    ttl_ms: w.ttl_ms,
+                    acquired_at: w.acquired_at,
+                    renewed_at: w.renewed_at,
+                })
+            })
+            .collect()
     }
 
     pub(super) fn retry_after_ms(&self, op: &OperationId) -> Result<u64, Error> {
