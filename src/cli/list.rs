@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{service_error, Connection, Exit, EXIT_USAGE};
-use crate::domain::{ListLimit, ListedLease, Purpose};
+use crate::domain::{ListLimit, ListedLease, Mode, Purpose};
 
 /// `leasehold list [OPTIONS] PURPOSE`
 #[derive(Debug, Args)]
@@ -77,19 +77,25 @@ async fn list(args: &ListArgs) -> Result<Vec<ListedLease>, Exit> {
     }
 }
 
-/// One row per lease under a header; `-` for no holder label.
+/// One row per resource under a header (its oldest holder's record, and
+/// how many hold it of how many may); `-` for no holder label.
 fn table(leases: &[ListedLease]) -> String {
     let mut rows = vec![format!(
-        "{:<67}  {:>16}  {:>12}  {:<24}  {}",
-        "DIGEST", "FENCING TOKEN", "REMAINING", "RENEWED AT", "HOLDER"
+        "{:<67}  {:>16}  {:>12}  {:<24}  {:>9}  {}",
+        "DIGEST", "FENCING TOKEN", "REMAINING", "RENEWED AT", "HOLDERS", "HOLDER"
     )];
     for l in leases {
+        let holders = match l.mode {
+            Mode::Exclusive => format!("{}/{}", l.holders, l.limit),
+            Mode::Shared => format!("{} shared", l.holders),
+        };
         rows.push(format!(
-            "{:<67}  {:>16}  {:>12}  {:<24}  {}",
+            "{:<67}  {:>16}  {:>12}  {:<24}  {:>9}  {}",
             l.digest,
             l.fencing_token,
             format!("{} ms", l.remaining_ms),
             l.renewed_at,
+            holders,
             l.holder.as_ref().map_or("-", |h| h.as_str()),
         ));
     }
@@ -111,6 +117,10 @@ mod tests {
             ttl_ms: 30_000,
             acquired_at: StoreTime(1_764_686_400_000),
             renewed_at: StoreTime(1_764_686_410_000),
+            holders: 1,
+            limit: 1,
+            mode: Mode::Exclusive,
+            permits: None,
         };
         let text = table(&[lease("a", Some("pod-7")), lease("b", None)]);
         let lines: Vec<&str> = text.lines().collect();

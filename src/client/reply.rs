@@ -7,8 +7,8 @@ use serde::Deserialize;
 
 use super::{Cause, Error, Rejection};
 use crate::domain::{
-    Guarantee, HolderLabel, Lease, ListedLease, OperationId, Purpose, Replication, ResourceDigest,
-    ResourceId, StoreTime,
+    Guarantee, HolderLabel, Lease, ListedLease, Mode, OperationId, PermitView, Purpose,
+    Replication, ResourceDigest, ResourceId, StoreTime,
 };
 use crate::http::problem::FieldError;
 
@@ -30,6 +30,11 @@ pub(super) struct Wire {
     pub(super) ttl_ms: Option<u64>,
     pub(super) acquired_at: Option<StoreTime>,
     pub(super) renewed_at: Option<StoreTime>,
+    pub(super) limit: Option<u32>,
+    pub(super) mode: Option<Mode>,
+    pub(super) holders: Option<u32>,
+    pub(super) permits: Option<Vec<PermitView>>,
+    pub(super) lock_delay_remaining_ms: Option<u64>,
     pub(super) owner_token: Option<String>,
     pub(super) operation_id: Option<String>,
     pub(super) detail: Option<String>,
@@ -50,6 +55,11 @@ struct WireListed {
     ttl_ms: u64,
     acquired_at: StoreTime,
     renewed_at: StoreTime,
+    holders: u32,
+    limit: u32,
+    mode: Mode,
+    #[serde(default)]
+    permits: Option<Vec<PermitView>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +115,11 @@ impl Reply {
             ttl_ms: None,
             acquired_at: None,
             renewed_at: None,
+            limit: None,
+            mode: None,
+            holders: None,
+            permits: None,
+            lock_delay_remaining_ms: None,
             owner_token: None,
             operation_id: None,
             detail: None,
@@ -207,6 +222,10 @@ impl Reply {
                     ttl_ms: w.ttl_ms,
                     acquired_at: w.acquired_at,
                     renewed_at: w.renewed_at,
+                    holders: w.holders,
+                    limit: w.limit,
+                    mode: w.mode,
+                    permits: w.permits.clone(),
                 })
             })
             .collect()

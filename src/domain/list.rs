@@ -16,7 +16,9 @@ use base64::Engine as _;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::bounds::Mode;
 use super::names::{HolderLabel, NameError, Purpose, ResourceDigest};
+use super::outcome::PermitView;
 use super::time::StoreTime;
 
 /// Leases per page: 1–1000, 100 when not given.
@@ -175,8 +177,9 @@ fn decimal(text: &str) -> Option<u64> {
     canonical.then(|| text.parse().ok()).flatten()
 }
 
-/// One lease of a listing: the public record of its holder. Never an owner
-/// token or operation id.
+/// One held resource of a listing: the public record of its holder (the
+/// oldest, when several hold it, as inspect shows it). Never an owner token
+/// or operation id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListedLease {
@@ -206,6 +209,19 @@ pub struct ListedLease {
     /// When the holder last renewed it (the acquisition, if never).
     #[schema(value_type = String, format = DateTime, example = "2026-12-03T14:55:18.120Z")]
     pub renewed_at: StoreTime,
+    /// How many hold it now (more than one: a counting or shared lease).
+    #[schema(minimum = 1, maximum = 10000, example = 1)]
+    pub holders: u32,
+    /// The limit its holders agreed on (1: a plain lease).
+    #[schema(minimum = 1, maximum = 10000, example = 1)]
+    pub limit: u32,
+    /// The holders' mode.
+    pub mode: Mode,
+    /// Every holder, oldest first; present only when more than one holds
+    /// it (the top-level members are the first one's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub permits: Option<Vec<PermitView>>,
 }
 
 /// One page of a purpose's leases.

@@ -5,8 +5,9 @@ use std::time::Instant;
 
 use super::LeaseService;
 use crate::domain::{
-    Failure, ListCursor, ListLimit, ListedLease, Listing, OutcomeName as _, Purpose,
+    Failure, ListCursor, ListLimit, ListedLease, Listing, OutcomeName as _, PermitView, Purpose,
 };
+use crate::store::StoreListed;
 
 impl LeaseService {
     /// One page of the live leases of `purpose`, from `cursor` (the start
@@ -24,19 +25,7 @@ impl LeaseService {
             .await
         {
             Ok(Ok(page)) => Ok(Listing {
-                leases: page
-                    .leases
-                    .into_iter()
-                    .map(|(digest, lease)| ListedLease {
-                        digest,
-                        holder: lease.holder,
-                        fencing_token: lease.fencing_token,
-                        remaining_ms: lease.remaining_ms,
-                        ttl_ms: lease.ttl_ms,
-                        acquired_at: lease.acquired_at,
-                        renewed_at: lease.renewed_at,
-                    })
-                    .collect(),
+                leases: page.leases.into_iter().filter_map(listed).collect(),
                 next_cursor: page.next.map(|next| next.encode(purpose)),
             }),
             Ok(Err(err)) => Err(self.failure(err, None)),
@@ -64,4 +53,24 @@ impl LeaseService {
     pub fn accepts_cursor(&self, cursor: &ListCursor) -> bool {
         self.store.accepts(cursor)
     }
+}
+
+/// A held resource as the API lists it: its oldest holder's record on top
+/// (as inspect answers), every holder when there are several.
+fn listed(found: StoreListed) -> Option<ListedLease> {
+    let first = found.permits.first()?.clone();
+    let holders = u32::try_from(found.permits.len()).unwrap_or(u32::MAX);
+    Some(ListedLease {
+        digest: found.digest,
+        holder: first.holder,
+        fencing_token: first.fencing_token,
+        remaining_ms: first.remaining_ms,
+        ttl_ms: first.ttl_ms,
+        acquired_at: first.acquired_at,
+        renewed_at: first.renewed_at,
+        holders,
+        limit: found.limit,
+        mode: found.mode,
+        permits: (holders > 1).then(|| found.permits.into_iter().map(PermitView::from).collect()),
+    })
 }

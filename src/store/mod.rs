@@ -16,7 +16,9 @@ pub mod redis;
 
 use std::sync::Arc;
 
-use crate::domain::{Attempt, HeldBy, HolderLabel, OwnerToken, ResourceId, StoreTime, Ttl};
+use crate::domain::{
+    Attempt, HeldBy, HolderLabel, LeaseShape, Mode, OwnerToken, ResourceId, StoreTime, Ttl,
+};
 use crate::domain::{ListCursor, Purpose, ResourceDigest};
 
 /// A live lease as the store holds it: the public record of its holder.
@@ -36,6 +38,57 @@ pub struct StoreLease {
     pub holder: Option<HolderLabel>,
 }
 
+/// What an acquire asks the store for.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireSpec<'a> {
+    /// The TTL to grant.
+    pub ttl: Ttl,
+    /// The public holder label.
+    pub holder: Option<&'a HolderLabel>,
+    /// Limit, mode and lock-delay.
+    pub shape: LeaseShape,
+    /// The caller's entry in the resource's fair queue, when it waits
+    /// ([`Store::queue_member`]); `None`: it goes only when nobody waits.
+    pub queued_as: Option<&'a str>,
+}
+
+impl<'a> AcquireSpec<'a> {
+    /// A plain lease for `ttl`, not queued.
+    pub fn plain(ttl: Ttl) -> Self {
+        Self {
+            ttl,
+            holder: None,
+            shape: LeaseShape::default(),
+            queued_as: None,
+        }
+    }
+}
+
+/// Why an acquire found no permit for the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contention {
+    /// Every permit is taken, or holders of the other mode hold it.
+    Held,
+    /// A lock-delay runs after a holder's expiry.
+    LockDelay,
+    /// Free, but waiters queued earlier go first.
+    Queued,
+    /// The caller's queue entry is gone (its instance missed heartbeats):
+    /// it must enter again.
+    Requeue,
+}
+
+/// A fair-queue operation for one resource.
+#[derive(Debug, Clone, Copy)]
+pub enum QueueOp<'a> {
+    /// Take a place at the back (the store's clock orders places).
+    Enter(&'a str),
+    /// This instance is alive and its entries still wait.
+    Beat,
+    /// Leave the queue (deadline, disconnect, shutdown).
+    Leave(&'a str),
+}
+
 /// What an acquire script found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreAcquire {
@@ -49,10 +102,18 @@ pub enum StoreAcquire {
         /// The holder's remaining time to live.
         remaining_ms: Option<u64>,
     },
-    /// Held by someone else.
+    /// No permit for the caller now.
     Contended {
-        /// The holder's remaining time to live, when known.
+        /// When to look again: the soonest holder expiry, the lock-delay
+        /// left, or when the first queued waiter's heartbeat lapses.
         remaining_ms: Option<u64>,
+        /// Why.
+        why: Contention,
+    },
+    /// Live holders agreed on another limit.
+    LimitMismatch {
+        /// Their limit.
+        limit: u32,
     },
 }
 
@@ -92,15 +153,21 @@ pub enum Probe<'a> {
 /// What an inspect script read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreInspect {
-    /// No lease.
+    /// No live holder.
     Free {
         /// The resource's version (`<changes>.0`).
         version: String,
+        /// A lock-delay that runs: how long it has left.
+        lock_delay_ms: Option<u64>,
     },
-    /// A lease is held.
+    /// Held by one or more.
     Held {
-        /// The holder's record.
-        lease: StoreLease,
+        /// Every live permit, oldest (smallest fencing token) first.
+        permits: Vec<StoreLease>,
+        /// The limit its holders agreed on.
+        limit: u32,
+        /// Their mode.
+        mode: Mode,
         /// Relative to the prober, if one asked.
         held_by: Option<HeldBy>,
         /// The resource's version.
@@ -112,16 +179,29 @@ impl StoreInspect {
     /// The resource's version.
     pub fn version(&self) -> &str {
         match self {
-            StoreInspect::Free { version } | StoreInspect::Held { version, .. } => version,
+            StoreInspect::Free { version, .. } | StoreInspect::Held { version, .. } => version,
         }
     }
+}
+
+/// A held resource as a listing reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreListed {
+    /// The resource.
+    pub digest: ResourceDigest,
+    /// Every live permit, oldest (smallest fencing token) first; never empty.
+    pub permits: Vec<StoreLease>,
+    /// The limit its holders agreed on.
+    pub limit: u32,
+    /// Their mode.
+    pub mode: Mode,
 }
 
 /// One page of a purpose's leases, as a store read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorePage {
-    /// The live leases of this page, each resource at most once.
-    pub leases: Vec<(ResourceDigest, StoreLease)>,
+    /// The held resources of this page, each at most once.
+    pub leases: Vec<StoreListed>,
     /// Where the next page starts; `None` when the listing is complete.
     pub next: Option<ListCursor>,
 }
@@ -211,10 +291,9 @@ impl Store {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        holder: Option<&HolderLabel>,
+        spec: &AcquireSpec<'_>,
     ) -> Result<StoreAcquire, StoreError> {
-        self.acquire_replicated(resource, attempt, ttl, holder)
+        self.acquire_replicated(resource, attempt, spec)
             .await
             .map(|r| r.value)
     }
@@ -224,15 +303,14 @@ impl Store {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        holder: Option<&HolderLabel>,
+        spec: &AcquireSpec<'_>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         match self {
             Store::Memory(s) => s
-                .acquire(resource, attempt, ttl, holder)
+                .acquire(resource, attempt, spec)
                 .await
                 .map(Replicated::unreplicated),
-            Store::Redis(s) => s.acquire(resource, attempt, ttl, holder).await,
+            Store::Redis(s) => s.acquire(resource, attempt, spec).await,
         }
     }
 
@@ -324,6 +402,16 @@ impl Store {
             Store::Memory(_) => matches!(cursor, ListCursor::After(_)),
             Store::Redis(s) => s.accepts(cursor),
         }
+    }
+
+    /// A new entry name for the fair queue of this instance's waiters.
+    pub fn queue_member(&self, mode: Mode) -> String {
+        dispatch!(self, s => s.queue_member(mode))
+    }
+
+    /// Enters, keeps or leaves `resource`'s fair queue.
+    pub async fn queue(&self, resource: &ResourceId, op: QueueOp<'_>) -> Result<(), StoreError> {
+        dispatch!(self, s => s.queue(resource, op).await)
     }
 
     /// Pool occupancy (connections open, idle), for stores that pool.

@@ -45,14 +45,10 @@ use tokio::time::{timeout_at, Instant};
 
 use super::exec::{self, SendError};
 use super::pool::Conn;
-use super::reply::{self, bad_reply, ints, label};
-use super::scripts::SCRIPTS;
-use super::{
-    lease_key, non_negative, seq_key, store_time, token_of, Backend, Call, RedisStore,
-    SEQ_KEY_TTL_TEXT,
-};
+use super::reply;
+use super::{Backend, RedisStore};
 use crate::domain::{ListCursor, Purpose, ResourceDigest, ResourceId, ScanPosition, NODE_ID_LEN};
-use crate::store::{StoreError, StoreLease, StorePage};
+use crate::store::{Probe, StoreError, StoreInspect, StoreListed, StorePage};
 
 /// SCAN calls one page may make (its work budget).
 const SCAN_CALLS_PER_PAGE: usize = 10;
@@ -242,65 +238,51 @@ impl RedisStore {
         .map_err(unavailable)
     }
 
-    /// Reads each resource with the inspect script (as `inspect` does, with
-    /// no prober), in order, keeping those held. The first read goes alone
+    /// Reads each resource with the inspect script, in order, keeping
+    /// those held. The first read goes alone
     /// so that a server without the script loads it once, not once per key.
     async fn read_all(
         &self,
         purpose: &Purpose,
         digests: &[ResourceDigest],
-    ) -> Result<Vec<(ResourceDigest, StoreLease)>, StoreError> {
+    ) -> Result<Vec<StoreListed>, StoreError> {
         let Some((first, rest)) = digests.split_first() else {
             return Ok(Vec::new());
         };
         let mut read = vec![self.read_one(purpose, first).await];
         read.extend(join_all(rest.iter().map(|d| self.read_one(purpose, d))).await);
         let mut leases = Vec::with_capacity(digests.len());
-        for (digest, lease) in digests.iter().zip(read) {
-            if let Some(lease) = lease.map_err(unavailable)? {
-                leases.push((digest.clone(), lease));
-            }
+        for listed in read {
+            leases.extend(listed.map_err(unavailable)?);
         }
         Ok(leases)
     }
 
+    /// One resource read exactly as `GET /leases/{purpose}/{digest}` reads
+    /// it (the inspect script, no prober, no watch mark): `None` when free.
     async fn read_one(
         &self,
         purpose: &Purpose,
         digest: &ResourceDigest,
-    ) -> Result<Option<StoreLease>, StoreError> {
+    ) -> Result<Option<StoreListed>, StoreError> {
         let resource = ResourceId {
             purpose: purpose.clone(),
             digest: digest.clone(),
         };
-        let lease = lease_key(&self.namespace, &resource);
-        let seq = seq_key(&self.namespace, &resource);
-        let tag = resource.tag();
-        let done = self
-            .run(Call {
-                script: &SCRIPTS.inspect,
-                tag: &tag,
-                keys: &[&lease, &seq],
-                args: &["", "", "0", SEQ_KEY_TTL_TEXT],
-                acks: None,
-            })
-            .await?;
-        let items = done.value;
-        match ints::<1>(&items)? {
-            [0] => Ok(None),
-            [1] => {
-                let [_, _, remaining, fence, _, acquired, renewed, granted] = ints::<8>(&items)?;
-                Ok(Some(StoreLease {
-                    fencing_token: token_of(fence)?,
-                    remaining_ms: non_negative(remaining).unwrap_or(0),
-                    ttl_ms: non_negative(granted).ok_or_else(bad_reply)?,
-                    acquired_at: store_time(acquired)?,
-                    renewed_at: store_time(renewed)?,
-                    holder: label(&items, 8)?,
-                }))
-            }
-            _ => Err(bad_reply()),
-        }
+        Ok(match self.inspect(&resource, Probe::Anyone, false).await? {
+            StoreInspect::Free { .. } => None,
+            StoreInspect::Held {
+                permits,
+                limit,
+                mode,
+                ..
+            } => Some(StoreListed {
+                digest: resource.digest,
+                permits,
+                limit,
+                mode,
+            }),
+        })
     }
 }
 
