@@ -166,7 +166,15 @@ async fn listed_leases_carry_their_public_record_and_no_secrets(backend: Backend
             "ttlMs",
             "acquiredAt",
             "renewedAt",
+            "holders",
+            "limit",
+            "mode",
         ]);
+        assert_eq!(
+            (lease["holders"].as_u64(), lease["limit"].as_u64()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(lease["mode"], "exclusive");
         if *d == labelled {
             expected.insert("holder");
             assert_eq!(lease["holder"], "worker-7:8080");
@@ -174,7 +182,62 @@ async fn listed_leases_carry_their_public_record_and_no_secrets(backend: Backend
         }
         assert_eq!(members, expected);
     }
+    // A counting lease held twice: one entry, the oldest holder on top,
+    // every holder in `permits`; a shared one likewise.
+    let (counted, shared) = (digest(), digest());
+    let mut sharers = Vec::new();
+    for (d, body) in [
+        (
+            &counted,
+            json!({"ttlMs": 30_000, "limit": 3, "holder": "first"}),
+        ),
+        (&counted, json!({"ttlMs": 30_000, "limit": 3})),
+        (&shared, json!({"ttlMs": 30_000, "mode": "shared"})),
+        (&shared, json!({"ttlMs": 30_000, "mode": "shared"})),
+    ] {
+        let a = app.attempt().await;
+        let r = app.acquire_body(&p, d, &a, &body).await;
+        assert_eq!(r.outcome(), "acquired", "{:#}", r.body);
+        sharers.push((r.fencing_token(), a));
+    }
+    let r = app.get(&format!("/leases/{p}")).await;
+    let all = r.body["leases"].as_array().expect("leases");
+    assert_eq!(all.len(), 5, "{:#}", r.body);
+    let entry = |d: &str| {
+        all.iter()
+            .find(|l| l["digest"] == d)
+            .unwrap_or_else(|| panic!("{d} listed"))
+    };
+    let c = entry(&counted);
+    assert_eq!(
+        (c["holders"].as_u64(), c["limit"].as_u64()),
+        (Some(2), Some(3))
+    );
+    assert_eq!(c["mode"], "exclusive");
+    assert_eq!(
+        c["fencingToken"].as_u64(),
+        Some(sharers[0].0),
+        "the oldest on top"
+    );
+    assert_eq!(c["holder"], "first");
+    let tokens: Vec<u64> = c["permits"]
+        .as_array()
+        .expect("permits")
+        .iter()
+        .filter_map(|p| p["fencingToken"].as_u64())
+        .collect();
+    assert_eq!(tokens, [sharers[0].0, sharers[1].0]);
+    let s = entry(&shared);
+    assert_eq!(
+        (s["holders"].as_u64(), s["mode"].as_str()),
+        (Some(2), Some("shared"))
+    );
+    assert_eq!(s["permits"].as_array().map(Vec::len), Some(2));
+
     let text = r.body.to_string();
+    for (_, a) in sharers.iter() {
+        assert!(!text.contains(&a.token) && !text.contains(&a.op));
+    }
     for (_, a) in held.iter().chain(&elsewhere) {
         assert!(!text.contains(&a.token) && !text.contains(&a.op));
     }
