@@ -323,11 +323,11 @@ const lease: Schemas["Lease"] = {
 };
 const listedLease: Schemas["ListedLease"] = {
   digest: lease.digest, fencingToken: 1, remainingMs: 30000, ttlMs: 30000,
-  acquiredAt: lease.acquiredAt, renewedAt: lease.renewedAt,
+  acquiredAt: lease.acquiredAt, renewedAt: lease.renewedAt, holders: 1, limit: 1, mode: "exclusive",
 };
 const minimal: [Schemas["Acquired"], Schemas["Inspected"], Schemas["Listed"], Schemas["ContendedProblem"], Schemas["AcquireBody"]] = [
   { outcome: "acquired", lease },
-  { outcome: "inspected", held: false, version: "0.0" },
+  { outcome: "inspected", held: false, version: "0.0", holders: 0 },
   { outcome: "listed", leases: [listedLease] },
   { type: "/problems/contended", title: "t", status: 409, detail: "d", outcome: "contended", retryAfterMs: 50 },
   { ttlMs: 30000 },
