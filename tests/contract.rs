@@ -185,7 +185,7 @@ async fn version_moves_on_acquire_release_and_expiry_and_never_comes_back(backen
     let app = TestApp::spawn(&backend).await;
     let d = digest();
     let mut seen = vec![app.inspect(P, &d, None).await.body["version"].clone()];
-    let mut record = |v: Value, seen: &mut Vec<Value>, what: &str| {
+    let record = |v: Value, seen: &mut Vec<Value>, what: &str| {
         assert!(
             !seen.contains(&v),
             "{what}: version {v} seen before: {seen:?}"
