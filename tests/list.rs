@@ -10,7 +10,10 @@
 //! - leases coming and going between pages: every lease held throughout
 //!   appears exactly once, none released before the listing began appears;
 //! - API keys scope listings by purpose;
-//! - Cluster: every master's leases; Sentinel: the master's.
+//! - Cluster: every master's leases, and a listing that goes on through a
+//!   failover of every master; Sentinel: the master's;
+//! - Redis: a listing resumed on a restarted server starts its SCAN over;
+//!   among many other keys, pages do bounded work.
 
 #[macro_use]
 mod common;
@@ -576,4 +579,73 @@ async fn pages_do_bounded_work_among_many_other_keys() {
         pages.len() > 1,
         "20 000 keys need more than one page's SCAN budget"
     );
+}
+
+/// One page, retried while the service answers `unavailable` (a Cluster
+/// failover: the old master's connections fail until the slot map is read
+/// again); bounded.
+async fn page_through_failover(app: &TestApp, p: &str, query: &str) -> Reply {
+    for _ in 0..200 {
+        let r = list(app, p, query).await;
+        if r.status != StatusCode::SERVICE_UNAVAILABLE {
+            assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+            return r;
+        }
+        assert_eq!(r.outcome(), "unavailable", "{:#}", r.body);
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("the listing stayed unavailable after the failover");
+}
+
+/// Every master fails over once while a listing runs (the masters are
+/// listed in the order of their lowest slot, which a failover keeps; the
+/// promoted replica is another process, so its SCAN starts over): the
+/// listing goes on, ends, and lists every lease held throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_listing_goes_on_through_failovers() {
+    let cluster = RedisCluster::start(3, 1);
+    let app = TestApp::spawn_with(args(
+        &Backend::Memory,
+        &["--redis-cluster-nodes", &cluster.seed_urls().join(",")],
+    ))
+    .await;
+    let p = unique("failover-");
+    let held: BTreeSet<String> = hold(&app, &p, 45)
+        .await
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    let replicas: Vec<u16> = cluster.replicas().iter().map(|r| r.port()).collect();
+    let mut listed = BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let query = match &cursor {
+            Some(c) => format!("limit=4&cursor={c}"),
+            None => "limit=4".to_owned(),
+        };
+        let r = page_through_failover(&app, &p, &query).await;
+        for d in digests(&r) {
+            *listed.entry(d).or_insert(0) += 1;
+        }
+        pages += 1;
+        // After pages 2, 5 and 8: the next replica takes over its master.
+        if pages % 3 == 2 && pages / 3 < replicas.len() {
+            let port = replicas[pages / 3];
+            tokio::task::block_in_place(|| {
+                let at = cluster
+                    .replicas()
+                    .iter()
+                    .position(|r| r.port() == port)
+                    .expect("still a replica");
+                cluster.failover_replica(at);
+            });
+        }
+        match r.body["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert!(pages >= 9, "{pages} pages");
+    assert_eq!(listed.keys().cloned().collect::<BTreeSet<_>>(), held);
 }
