@@ -566,19 +566,26 @@ async fn pages_do_bounded_work_among_many_other_keys() {
     ]);
     let app = TestApp::spawn(&Backend::Redis(server.url())).await;
     let p = unique("sparse-");
-    let held: BTreeSet<String> = hold(&app, &p, 5)
+    let held: BTreeSet<String> = hold(&app, &p, 150)
         .await
         .into_iter()
         .map(|(d, _)| d)
         .collect();
-    let pages = all_pages(&app, &p, 100).await;
-    let counts = counts(&pages);
-    assert_eq!(counts.keys().cloned().collect::<BTreeSet<_>>(), held);
-    assert!(counts.values().all(|n| *n == 1), "{counts:?}");
-    assert!(
-        pages.len() > 1,
-        "20 000 keys need more than one page's SCAN budget"
-    );
+    // 1000: a page reads more keys than one batch of reads.
+    for limit in [100, 1000] {
+        let pages = all_pages(&app, &p, limit).await;
+        let counts = counts(&pages);
+        assert_eq!(counts.keys().cloned().collect::<BTreeSet<_>>(), held);
+        assert!(counts.values().all(|n| *n == 1), "{counts:?}");
+        assert!(
+            pages.len() > 1,
+            "20 000 keys need more than one page's SCAN budget"
+        );
+        assert!(
+            pages.iter().any(|p| p.len() < limit.min(held.len())),
+            "a page cut short by its budget"
+        );
+    }
 }
 
 /// One page, retried while the service answers `unavailable` (a Cluster

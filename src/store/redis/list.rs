@@ -11,8 +11,9 @@
 //!    until it has `limit` keys or the SCAN is done (no `KEYS`: the work per
 //!    page is bounded, so a page may hold fewer leases than `limit` and
 //!    still carry a cursor);
-//! 3. reads every key with the inspect script, concurrently on the shared
-//!    multiplexed connection (so pipelined), each call with its own nonce:
+//! 3. reads every key with the inspect script, in batches of
+//!    [`READS_IN_FLIGHT`] on the shared multiplexed connection (so
+//!    pipelined), each call with its own nonce:
 //!    remaining time and expiry come from the server's clock exactly as
 //!    `GET /leases/{purpose}/{digest}` reports them; keys that turn out
 //!    free are skipped.
@@ -55,6 +56,10 @@ const SCAN_CALLS_PER_PAGE: usize = 10;
 /// Smallest `COUNT` sent: a small page still examines a useful number of
 /// buckets per round trip.
 const MIN_SCAN_COUNT: usize = 32;
+/// Reads of one page sent together (a batch, then the next): pipelined on
+/// the shared connection, but never a thousand commands queued ahead of
+/// other requests' scripts.
+const READS_IN_FLIGHT: usize = 64;
 
 /// Why a listing read failed. A listing only reads, so an uncertain reply
 /// is as good as none: every failure is `Unavailable`.
@@ -239,8 +244,8 @@ impl RedisStore {
     }
 
     /// Reads each resource with the inspect script, in order, keeping
-    /// those held. The first read goes alone
-    /// so that a server without the script loads it once, not once per key.
+    /// those held. The first read goes alone so that a server without the
+    /// script loads it once, not once per key.
     async fn read_all(
         &self,
         purpose: &Purpose,
@@ -250,7 +255,9 @@ impl RedisStore {
             return Ok(Vec::new());
         };
         let mut read = vec![self.read_one(purpose, first).await];
-        read.extend(join_all(rest.iter().map(|d| self.read_one(purpose, d))).await);
+        for batch in rest.chunks(READS_IN_FLIGHT) {
+            read.extend(join_all(batch.iter().map(|d| self.read_one(purpose, d))).await);
+        }
         let mut leases = Vec::with_capacity(digests.len());
         for listed in read {
             leases.extend(listed.map_err(unavailable)?);
