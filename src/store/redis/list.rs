@@ -181,9 +181,10 @@ impl RedisStore {
             }
         }
         // One SCAN call returns whole hash buckets, so the last may bring
-        // more than the room left: those wait in the cursor. (Only while
-        // Redis rehashes can one call bring more than a cursor carries;
-        // then the page is longer than `limit` rather than lose a lease.)
+        // more than the room left: those wait in the cursor. (Over 64 more
+        // takes a rehash of a shrinking table, whose every step visits many
+        // buckets, or a very long bucket chain; then the page is longer
+        // than `limit` rather than lose a lease.)
         if found.len() > limit + ScanPosition::MAX_PENDING {
             tracing::debug!(
                 found = found.len(),
