@@ -41,9 +41,10 @@ pub enum ListedTag {
 pub struct Listed {
     #[schema(inline)]
     pub outcome: ListedTag,
-    /// The leases of this page: at most `limit`, possibly fewer (even none)
-    /// when the page's work budget ran out first; `nextCursor` says whether
-    /// more may follow.
+    /// The leases of this page: at most `limit` (on Redis, more only when
+    /// one SCAN call returned over 64 keys beyond it, rather than lose
+    /// one), possibly fewer, even none, when the page's work budget ran out
+    /// first; `nextCursor` says whether more may follow.
     pub leases: Vec<ListedLease>,
     /// Send it back as `cursor` for the next page; absent when the listing
     /// is complete. Opaque.
