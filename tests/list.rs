@@ -14,6 +14,8 @@
 //!   failover of every master; Sentinel: the master's;
 //! - Redis: a listing resumed on a restarted server starts its SCAN over;
 //!   among many other keys, pages do bounded work.
+//! - the page size and cursor parsers (proptest): exactly their rule, never
+//!   a panic, every issued cursor parses back to itself.
 
 #[macro_use]
 mod common;
@@ -655,4 +657,60 @@ async fn a_cluster_listing_goes_on_through_failovers() {
     }
     assert!(pages >= 9, "{pages} pages");
     assert_eq!(listed.keys().cloned().collect::<BTreeSet<_>>(), held);
+}
+
+mod parsers {
+    //! The page size and cursor parsers: exactly their rule, never a
+    //! panic, and every cursor the service issues parses back to itself.
+
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    use leasehold::domain::{ListCursor, ListLimit, Purpose, ResourceDigest, ScanPosition};
+    use proptest::prelude::*;
+
+    fn purpose() -> Purpose {
+        Purpose::parse("invoice-export").expect("purpose")
+    }
+
+    proptest! {
+        #[test]
+        fn limit_is_one_to_four_digits_from_1_to_1000(s in "[0-9+ -]{0,6}|[0-9]{1,5}") {
+            let rule = (1..=4).contains(&s.len())
+                && s.bytes().all(|b| b.is_ascii_digit())
+                && s.parse::<u32>().is_ok_and(|n| (1..=1000).contains(&n));
+            prop_assert_eq!(ListLimit::parse(&s).is_ok(), rule, "{:?}", s);
+        }
+
+        #[test]
+        fn any_text_or_bytes_as_a_cursor_is_parsed_or_refused(
+            text in any::<String>(),
+            bytes in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            for raw in [text, URL_SAFE_NO_PAD.encode(&bytes)] {
+                if let Ok(cursor) = ListCursor::parse(&raw, &purpose()) {
+                    // What parses is canonical: it encodes back to itself.
+                    prop_assert_eq!(cursor.encode(&purpose()), raw);
+                }
+            }
+        }
+
+        #[test]
+        fn scan_positions_round_trip(
+            shard in 0u16..=16384,
+            node in "[0-9a-f]{1,16}",
+            scan in any::<u64>(),
+            raw_ids in proptest::collection::vec(any::<String>(), 0..=64),
+        ) {
+            let cursor = ListCursor::Scan(ScanPosition {
+                shard,
+                node,
+                scan,
+                pending: raw_ids.iter().map(|r| ResourceDigest::of_raw_id(r)).collect(),
+            });
+            let text = cursor.encode(&purpose());
+            prop_assert_eq!(ListCursor::parse(&text, &purpose()), Ok(cursor));
+            let other = Purpose::parse("other").expect("purpose");
+            prop_assert!(ListCursor::parse(&text, &other).is_err());
+        }
+    }
 }
