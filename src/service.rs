@@ -627,6 +627,7 @@ pub fn inspection(found: StoreInspect) -> Inspection {
             mode,
             held_by,
             version,
+            lock_delay_ms,
         } => {
             let first = permits.first().cloned();
             Inspection {
@@ -643,7 +644,7 @@ pub fn inspection(found: StoreInspect) -> Inspection {
                 mode: Some(mode),
                 holders: u32::try_from(permits.len()).unwrap_or(u32::MAX),
                 permits: permits.into_iter().map(PermitView::from).collect(),
-                lock_delay_ms: None,
+                lock_delay_ms,
             }
         }
     }
