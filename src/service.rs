@@ -353,6 +353,13 @@ impl LeaseService {
             .acquire_inner(resource, attempt, request, started)
             .await;
         self.record("acquire", resource, started, &result);
+        if let Ok(AcquireOutcome::Contended { reason, .. }) = &result {
+            self.meters.contended(match reason {
+                None => "held",
+                Some(ContendedReason::LockDelay) => "lock_delay",
+                Some(ContendedReason::Queued) => "queued",
+            });
+        }
         result
     }
 

@@ -471,6 +471,11 @@ async fn expiry_starts_a_lock_delay_and_a_waiter_sleeps_to_its_end(backend: Back
         .parse()
         .expect("seconds");
     assert_eq!(header, retry.div_ceil(1000));
+    let metrics = app.metrics_text().await;
+    assert!(
+        metrics.contains("leasehold_lease_contended_total{reason=\"lock_delay\"}"),
+        "contended answers are counted by reason"
+    );
     // The delay's end, as the server saw it, is no later than this.
     let ends_by = sent + Duration::from_millis(retry);
 
