@@ -337,7 +337,7 @@ impl MemoryStore {
         // The owner's expired permits go: coming back ends their delay.
         entry
             .permits
-            .retain(|p| !(p.owner_token == owner && !p.live(now)));
+            .retain(|p| p.owner_token != owner || p.live(now));
         if entry.permits.iter().all(|p| !p.live(now)) {
             entry.limit = shape.limit;
             entry.mode = shape.mode;
