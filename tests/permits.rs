@@ -25,6 +25,8 @@ both_stores!(
     shared_and_exclusive_exclude_each_other,
     queued_writer_is_not_starved_by_readers,
     release_on_one_instance_wakes_a_counting_waiter_on_another,
+    counting_waiters_take_freed_permits_in_start_order,
+    shared_waiters_on_two_instances_all_go_when_the_writer_leaves,
 );
 
 /// Two instances sharing one store namespace (Redis), or one instance twice
@@ -473,4 +475,132 @@ async fn release_on_one_instance_wakes_a_counting_waiter_on_another(backend: Bac
     let seen = one.inspect(P, &d, None).await;
     assert_eq!(seen.body["holders"], 2, "{:?}", seen.body);
     two.until_waiters(0).await;
+}
+
+/// Polls until `app` has `n` waits registered, and the store's queue (on
+/// Redis) holds `queued` waiters: a waiter counts as started once it has
+/// its place.
+async fn until_queued(backend: &Backend, app: &TestApp, d: &str, queued: u64) {
+    let Backend::Redis(url) = backend else {
+        return app.until_waiters(queued).await;
+    };
+    let key = format!("{}:queue:v2:{{{P}:{d}}}", app.namespace);
+    let client = ::redis::Client::open(url.as_str()).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now: u64 = ::redis::cmd("ZCOUNT")
+            .arg(&key)
+            .arg("(0")
+            .arg("+inf")
+            .query_async(&mut conn)
+            .await
+            .expect("ZCOUNT");
+        if now == queued {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queue stuck at {now}, wanted {queued}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn counting_waiters_take_freed_permits_in_start_order(backend: Backend) {
+    let (one, two) = pair(&backend).await;
+    let d = digest();
+    let body = counting(30_000, 2);
+    let holders = [one.attempt().await, one.attempt().await];
+    for h in &holders {
+        assert_eq!(
+            one.acquire_body(P, &d, h, &body).await.outcome(),
+            "acquired"
+        );
+    }
+    // Six waiters, alternately on the two instances, each queued before
+    // the next starts; none of them releases.
+    let mut tasks = Vec::new();
+    let mut attempts = Vec::new();
+    for i in 0..6u64 {
+        let app = Arc::clone(if i % 2 == 0 { &one } else { &two });
+        let me = app.attempt().await;
+        attempts.push(me.clone());
+        let dd = d.clone();
+        tasks.push(tokio::spawn(async move {
+            app.acquire_body(
+                P,
+                &dd,
+                &me,
+                &json!({ "ttlMs": 30_000, "limit": 2, "waitMs": 20_000 }),
+            )
+            .await
+        }));
+        until_queued(&backend, &one, &d, i + 1).await;
+    }
+    // Each release frees one permit: the earliest waiter takes it, and
+    // only it. Then that waiter releases, and so on.
+    let mut releaser = (Arc::clone(&one), holders[0].clone());
+    let mut tokens = Vec::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        assert_eq!(
+            releaser.0.release(P, &d, &releaser.1).await.outcome(),
+            "released"
+        );
+        let got = task.await.expect("waiter");
+        assert_eq!(got.outcome(), "acquired", "waiter {i}: {:?}", got.body);
+        tokens.push(got.fencing_token());
+        until_queued(&backend, &one, &d, 5 - i as u64).await;
+        let seen = one.inspect(P, &d, None).await;
+        assert_eq!(seen.body["holders"], 2, "{:?}", seen.body);
+        let app = Arc::clone(if i % 2 == 0 { &one } else { &two });
+        releaser = (app, attempts[i].clone());
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+async fn shared_waiters_on_two_instances_all_go_when_the_writer_leaves(backend: Backend) {
+    let (one, two) = pair(&backend).await;
+    let d = digest();
+    let writer = one.attempt().await;
+    assert_eq!(
+        one.acquire(P, &d, &writer, 30_000).await.outcome(),
+        "acquired"
+    );
+    let mut tasks = Vec::new();
+    for i in 0..6u64 {
+        let app = Arc::clone(if i % 2 == 0 { &one } else { &two });
+        let me = app.attempt().await;
+        let dd = d.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = app
+                .acquire_body(
+                    P,
+                    &dd,
+                    &me,
+                    &json!({ "ttlMs": 30_000, "mode": "shared", "waitMs": 20_000 }),
+                )
+                .await;
+            (r, Instant::now())
+        }));
+        until_queued(&backend, &one, &d, i + 1).await;
+    }
+    assert_eq!(one.release(P, &d, &writer).await.outcome(), "released");
+    let released = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for t in tasks {
+        let (r, at) = t.await.expect("reader");
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+        slowest = slowest.max(at.saturating_duration_since(released));
+    }
+    println!(
+        "six queued readers on two instances all held within {slowest:?} of the writer's release"
+    );
+    assert!(slowest < Duration::from_millis(1_000), "{slowest:?}");
+    let seen = two.inspect(P, &d, None).await;
+    assert_eq!(seen.body["holders"], 6, "{:?}", seen.body);
+    assert_eq!(seen.body["mode"], "shared");
 }
