@@ -678,3 +678,67 @@ async fn inspect_shows_a_lock_delay_beside_live_permits(backend: Backend) {
     let refused = app.acquire_body(P, &d, &z, &long).await;
     assert_eq!(refused.body["reason"], "lock_delay", "{:?}", refused.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_instance_loses_its_place_and_takes_a_new_one_when_thawed() {
+    let server = RedisServer::start();
+    let backend = Backend::Redis(server.url());
+    let ns = unique("fqf");
+    let app = Arc::new(TestApp::spawn_with(args(&backend, &["--namespace", &ns])).await);
+    let frozen = tokio::task::block_in_place(|| Process::start(&server.url(), &ns));
+    let pid = frozen.child.id().to_string();
+    let signal = |name: &str| {
+        let sent = Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success());
+    };
+    let d = digest();
+    let queue = Queue::of(&app, &backend, &d);
+    let holder = app.attempt().await;
+    assert_eq!(
+        app.acquire(P, &d, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    let head = app.attempt().await;
+    let head_wait = {
+        let (http, url, head) = (
+            app.http.clone(),
+            format!("{}/leases/{P}/{d}", frozen.base),
+            head.clone(),
+        );
+        tokio::spawn(async move {
+            let resp = http
+                .put(url)
+                .header("Lease-Owner-Token", &head.token)
+                .header("Lease-Operation-Id", &head.op)
+                .json(&json!({ "ttlMs": 30_000, "waitMs": 25_000 }))
+                .send()
+                .await
+                .expect("the thawed instance answers");
+            TestApp::reply(resp).await
+        })
+    };
+    queue.until(1).await;
+    let next = app.attempt().await;
+    let next_wait = {
+        let (app, d, next) = (Arc::clone(&app), d.clone(), next.clone());
+        tokio::spawn(async move { app.acquire_wait(P, &d, &next, 30_000, 20_000).await })
+    };
+    queue.until(2).await;
+    signal("-STOP");
+    assert_eq!(app.release(P, &d, &holder).await.outcome(), "released");
+    let got = next_wait.await.expect("next waiter");
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    // Thawed, the old head finds its place gone (when the lease is next
+    // free), queues again at the back and acquires.
+    signal("-CONT");
+    let live = app.http.get(format!("{}/livez", frozen.base)).send().await;
+    assert!(live.is_ok_and(|r| r.status().is_success()), "thawed");
+    assert_eq!(app.release(P, &d, &next).await.outcome(), "released");
+    let back = head_wait.await.expect("old head");
+    assert_eq!(back.outcome(), "acquired", "{:?}", back.body);
+    assert!(back.fencing_token() > got.fencing_token());
+    drop(frozen);
+}
