@@ -27,6 +27,7 @@ both_stores!(
     release_on_one_instance_wakes_a_counting_waiter_on_another,
     counting_waiters_take_freed_permits_in_start_order,
     shared_waiters_on_two_instances_all_go_when_the_writer_leaves,
+    rust_client_speaks_limit_mode_and_reasons,
 );
 
 /// Two instances sharing one store namespace (Redis), or one instance twice
@@ -603,4 +604,119 @@ async fn shared_waiters_on_two_instances_all_go_when_the_writer_leaves(backend: 
     let seen = two.inspect(P, &d, None).await;
     assert_eq!(seen.body["holders"], 6, "{:?}", seen.body);
     assert_eq!(seen.body["mode"], "shared");
+}
+
+async fn rust_client_speaks_limit_mode_and_reasons(backend: Backend) {
+    use leasehold::client::{Acquire, AcquireOptions, Client, ClientSettings};
+    use leasehold::domain::{
+        ContendedReason, LeaseShape, Mode, OperationId, Purpose, ResourceDigest, ResourceId,
+    };
+    let app = TestApp::spawn(&backend).await;
+    let client = Client::new(ClientSettings::new(app.base.clone())).expect("client");
+    let resource = ResourceId {
+        purpose: Purpose::parse(P).expect("purpose"),
+        digest: ResourceDigest::parse(&digest()).expect("digest"),
+    };
+    let attempt = |op: &str| {
+        let client = client.clone();
+        let op = OperationId::parse(&unique(op)).expect("operation id");
+        async move { client.create_attempt(&op).await.expect("attempt") }
+    };
+    let ttl = Duration::from_secs(30);
+    let two = AcquireOptions {
+        shape: LeaseShape {
+            limit: 2,
+            ..LeaseShape::default()
+        },
+        ..AcquireOptions::new(ttl)
+    };
+    let (a, b, c) = (
+        attempt("a-").await,
+        attempt("b-").await,
+        attempt("c-").await,
+    );
+    for who in [&a, &b] {
+        let got = client
+            .acquire_with(&resource, who, &two)
+            .await
+            .expect("acquire");
+        assert!(matches!(got, Acquire::Acquired { .. }), "{got:?}");
+    }
+    let full = client
+        .acquire_with(&resource, &c, &two)
+        .await
+        .expect("acquire");
+    assert!(
+        matches!(full, Acquire::Contended { reason: None, retry_after_ms, .. } if retry_after_ms <= 30_000),
+        "{full:?}"
+    );
+    let three = AcquireOptions {
+        shape: LeaseShape {
+            limit: 3,
+            ..LeaseShape::default()
+        },
+        ..AcquireOptions::new(ttl)
+    };
+    let mismatch = client
+        .acquire_with(&resource, &c, &three)
+        .await
+        .expect("acquire");
+    assert!(
+        matches!(mismatch, Acquire::LimitMismatch { limit: 2 }),
+        "{mismatch:?}"
+    );
+    // A shared reader on another resource, then a lock-delay's reason.
+    let other = ResourceId {
+        purpose: Purpose::parse(P).expect("purpose"),
+        digest: ResourceDigest::parse(&digest()).expect("digest"),
+    };
+    let shared = AcquireOptions {
+        shape: LeaseShape {
+            mode: Mode::Shared,
+            ..LeaseShape::default()
+        },
+        ..AcquireOptions::new(ttl)
+    };
+    let got = client
+        .acquire_with(&other, &a, &shared)
+        .await
+        .expect("acquire");
+    assert!(matches!(got, Acquire::Acquired { .. }), "{got:?}");
+    let delayed = ResourceId {
+        purpose: Purpose::parse(P).expect("purpose"),
+        digest: ResourceDigest::parse(&digest()).expect("digest"),
+    };
+    let brief = AcquireOptions {
+        shape: LeaseShape {
+            lock_delay_ms: 30_000,
+            ..LeaseShape::default()
+        },
+        ..AcquireOptions::new(Duration::from_millis(100))
+    };
+    let got = client
+        .acquire_with(&delayed, &b, &brief)
+        .await
+        .expect("acquire");
+    assert!(matches!(got, Acquire::Acquired { .. }), "{got:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = client
+            .acquire_with(&delayed, &c, &AcquireOptions::new(ttl))
+            .await
+            .expect("acquire");
+        match got {
+            Acquire::Contended {
+                reason: Some(ContendedReason::LockDelay),
+                retry_after_ms,
+                ..
+            } => {
+                assert!(retry_after_ms <= 30_000);
+                break;
+            }
+            Acquire::Contended { reason: None, .. } => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(Instant::now() < deadline, "never saw the lock-delay");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
