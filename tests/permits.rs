@@ -392,7 +392,9 @@ async fn queued_writer_is_not_starved_by_readers(backend: Backend) {
         let (app, d, writer) = (Arc::clone(&app), Arc::clone(&d), writer.clone());
         tokio::spawn(async move { app.acquire_wait(P, &d, &writer, 30_000, 5_000).await })
     };
-    app.until_waiters(1).await;
+    // Queued in the store, not only registered: else the late reader below
+    // could look before the writer has its place, and rightly go first.
+    until_queued(&backend, &app, &d, 1).await;
     let late_reader = app.attempt().await;
     let lr = {
         let (app, d, late_reader) = (Arc::clone(&app), Arc::clone(&d), late_reader.clone());
@@ -406,7 +408,7 @@ async fn queued_writer_is_not_starved_by_readers(backend: Backend) {
             .await
         })
     };
-    app.until_waiters(2).await;
+    until_queued(&backend, &app, &d, 2).await;
     // The reader that held from the start leaves; the stream cannot refill.
     assert_eq!(
         app.release(P, &d, &first_reader).await.outcome(),
