@@ -321,6 +321,20 @@ impl LeaseService {
                 },
                 None,
             )),
+            // Refused for the queue without a place in it: nobody's expiry
+            // says when to come back (the store's hint, when the head's
+            // heartbeat lapses, is for waiters), so the fallback.
+            Ok(StoreAcquire::Contended {
+                why: Contention::Queued,
+                ..
+            }) if member.is_none() => Ok((
+                AcquireOutcome::Contended {
+                    retry_after_ms: fallback,
+                    waited_ms: waited,
+                    reason: Some(ContendedReason::Queued),
+                },
+                Some(Contention::Queued),
+            )),
             Ok(StoreAcquire::Contended { remaining_ms, why }) => Ok((
                 AcquireOutcome::Contended {
                     retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),

@@ -376,6 +376,8 @@ async fn queued_writer_is_not_starved_by_readers(backend: Backend) {
                     }
                     "contended" => {
                         if r.body["reason"] == "queued" {
+                            // No holder's expiry to point at: the fallback.
+                            assert_eq!(r.body["retryAfterMs"], 50, "{:?}", r.body);
                             refused_queued.fetch_add(1, Ordering::SeqCst);
                         }
                     }
