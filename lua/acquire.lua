@@ -132,7 +132,8 @@ end
 -- Fair queue (only while some instance keeps waiters there): waiters go in
 -- the order they entered; a caller without an entry goes only when nobody
 -- live waits; an exclusive waiter when fewer live waiters are ahead of it
--- than there are free permits; a shared waiter when no exclusive one is ahead.
+-- than there are free permits and no shared one; a shared waiter when no
+-- exclusive one is ahead.
 local member = ARGV[11]
 local wake_next = false
 if queued > now and not returning then
@@ -178,7 +179,9 @@ if queued > now and not returning then
   if member == '' or not found then
     blocked = ahead > 0 or (member ~= '' and not found)
   elseif mode == 'x' then
-    blocked = ahead >= free
+    -- (a shared waiter ahead waits for every exclusive permit to go: an
+    -- exclusive waiter behind it must not take a free one meanwhile)
+    blocked = ahead >= free or ahead > ahead_x
   else
     blocked = ahead_x > 0
   end

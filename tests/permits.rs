@@ -28,6 +28,7 @@ both_stores!(
     counting_waiters_take_freed_permits_in_start_order,
     shared_waiters_on_two_instances_all_go_when_the_writer_leaves,
     rust_client_speaks_limit_mode_and_reasons,
+    queued_reader_is_not_overtaken_by_counting_writers,
 );
 
 /// Two instances sharing one store namespace (Redis), or one instance twice
@@ -723,4 +724,60 @@ async fn rust_client_speaks_limit_mode_and_reasons(backend: Backend) {
         assert!(Instant::now() < deadline, "never saw the lock-delay");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+async fn queued_reader_is_not_overtaken_by_counting_writers(backend: Backend) {
+    let (one, two) = pair(&backend).await;
+    let d = digest();
+    let three = json!({ "ttlMs": 30_000, "limit": 3 });
+    let holder = one.attempt().await;
+    assert_eq!(
+        one.acquire_body(P, &d, &holder, &three).await.outcome(),
+        "acquired"
+    );
+    // A reader waits for the writer to go (head of the queue) ...
+    let reader = two.attempt().await;
+    let r = {
+        let (two, d, reader) = (Arc::clone(&two), d.clone(), reader.clone());
+        tokio::spawn(async move {
+            two.acquire_body(
+                P,
+                &d,
+                &reader,
+                &json!({ "ttlMs": 30_000, "mode": "shared", "waitMs": 20_000 }),
+            )
+            .await
+        })
+    };
+    until_queued(&backend, &two, &d, 1).await;
+    // ... and a second writer behind it may not take one of the two free
+    // permits ahead of it (else a stream of writers would starve it).
+    let writer = one.attempt().await;
+    let w = {
+        let (one, d, writer) = (Arc::clone(&one), d.clone(), writer.clone());
+        tokio::spawn(async move {
+            one.acquire_body(
+                P,
+                &d,
+                &writer,
+                &json!({ "ttlMs": 30_000, "limit": 3, "waitMs": 20_000 }),
+            )
+            .await
+        })
+    };
+    if matches!(backend, Backend::Memory) {
+        one.until_waiters(2).await;
+    } else {
+        until_queued(&backend, &one, &d, 2).await;
+    }
+    assert_eq!(one.release(P, &d, &holder).await.outcome(), "released");
+    let r = r.await.expect("reader");
+    assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    assert_eq!(two.release(P, &d, &reader).await.outcome(), "released");
+    let w = w.await.expect("writer");
+    assert_eq!(w.outcome(), "acquired", "{:?}", w.body);
+    assert!(
+        w.fencing_token() > r.fencing_token(),
+        "the writer went before the reader queued ahead of it"
+    );
 }
