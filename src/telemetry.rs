@@ -20,6 +20,8 @@ pub const POOL_CONNECTIONS: &str = "leasehold_store_pool_connections";
 pub const POOL_WAIT: &str = "leasehold_store_pool_wait_seconds";
 /// Acquire requests currently waiting server-side.
 pub const WAITERS: &str = "leasehold_waiters";
+/// Acquires answered `contended`, by why (`held`, `lock_delay`, `queued`).
+pub const CONTENDED: &str = "leasehold_lease_contended_total";
 /// HTTP requests by method, route template and status.
 pub const HTTP_REQUESTS: &str = "leasehold_http_requests_total";
 /// HTTP request latency by method and route template.
@@ -83,6 +85,11 @@ fn describe() {
         WAITERS,
         Unit::Count,
         "Acquire requests currently waiting server-side."
+    );
+    describe_counter!(
+        CONTENDED,
+        Unit::Count,
+        "Acquires answered contended, by reason: held (every permit taken, or the other mode holds it), lock_delay (a lock-delay after an expiry runs), queued (waiters that started earlier go first)."
     );
     describe_counter!(
         HTTP_REQUESTS,
@@ -199,6 +206,7 @@ pub struct OperationMeters {
     purposes: PurposeLabels,
     counters: Handles<(&'static str, &'static str, u32), Counter>,
     durations: Handles<&'static str, Histogram>,
+    contended: Handles<&'static str, Counter>,
 }
 
 impl OperationMeters {
@@ -208,7 +216,16 @@ impl OperationMeters {
             purposes: PurposeLabels::new(max_purposes),
             counters: Handles::new(),
             durations: Handles::new(),
+            contended: Handles::new(),
         }
+    }
+
+    /// Counts one acquire answered `contended` for `reason` (`held`,
+    /// `lock_delay` or `queued`: a fixed set, so the label stays bounded).
+    pub fn contended(&self, reason: &'static str) {
+        self.contended
+            .get(reason, || metrics::counter!(CONTENDED, "reason" => reason))
+            .increment(1);
     }
 
     /// Counts one `verb` with `outcome` on `purpose` and records how long it took.
