@@ -1,23 +1,512 @@
 //! Watches: who on this instance follows which resource, and how a change
 //! reaches them (DESIGN.md §9).
 //!
-//! Fed by the same events as waits ([`crate::wait::WaitRegistry::changed`]):
-//! the Redis scripts publish acquires (while watched), releases and holder
-//! changes on the wake-up channel; the embedded store reports them directly.
+//! Per watched resource this instance runs one *group*: a task that reads
+//! the store once per change and hands the new state to every watcher of
+//! the resource through a `tokio::sync::watch` channel, so a change costs
+//! one store read per instance, not one per watcher. A group reads
+//!
+//! - when it starts (the read marks the resource watched in the store, so
+//!   acquires and holder changes anywhere publish events);
+//! - on every event for its resource ([`WatchHub::changed`], fed by the
+//!   same wake-up channel as waits) and when events may have been missed
+//!   ([`WatchHub::changed_all`]);
+//! - at the holder's expiry (nothing publishes an expiry: a timer at
+//!   `remainingMs + 1`);
+//! - every [`REFRESH`] while it has watchers, which keeps the store's watch
+//!   mark alive (it lasts 30 s) and the countdown of `remainingMs` honest.
+//!
+//! It ends when its last watcher leaves (the map entry goes with it) or at
+//! shutdown. The kind of a change (`acquired`, `released`, `expired`,
+//! `holder_changed`) is derived from the old and new state, with the event
+//! names as hints, so a missed message never produces a wrong event: a new
+//! fencing token is an acquisition, a lease gone is a release or (when its
+//! time was up) an expiry, the same token with a new version is a holder
+//! change. A watcher that fell behind sees the latest state and the change
+//! from what it saw last (changes faster than a read coalesce).
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{Failure, Inspection, ResourceId};
+use crate::telemetry::{WATCHERS, WATCH_EVENTS, WATCH_GROUPS, WATCH_READS};
 use crate::wait::Change;
 
-/// The watchers of this instance.
+/// How often a group re-reads while it has watchers (the store's watch
+/// mark lasts 30 s and is renewed when less than half is left).
+pub const REFRESH: Duration = Duration::from_secs(10);
+
+/// After a failed read, a group tries again this much later.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// A lease whose countdown is this close to zero when it is found gone
+/// expired rather than being released (the countdown runs from the end of
+/// the read that saw it, a little after the store measured it).
+const EXPIRY_SLACK: Duration = Duration::from_millis(5);
+
+/// How a group reads its resource (the service's watcher read).
+pub type Read = Arc<
+    dyn Fn(ResourceId) -> Pin<Box<dyn Future<Output = Result<Inspection, Failure>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A state a group read, and when.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// What the store answered (no `heldBy`: a group reads as nobody).
+    pub inspection: Inspection,
+    /// When the read completed.
+    pub read_at: Instant,
+}
+
+impl Snapshot {
+    /// The version.
+    pub fn version(&self) -> &str {
+        &self.inspection.version
+    }
+
+    /// The inspection as of now: `remainingMs` counted down since the read.
+    pub fn now(&self) -> Inspection {
+        let mut inspection = self.inspection.clone();
+        let elapsed = u64::try_from(self.read_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+        inspection.remaining_ms = inspection.remaining_ms.map(|ms| ms.saturating_sub(elapsed));
+        inspection
+    }
+
+    /// When the holder's lease runs out, as far as this read knows.
+    fn expires_at(&self) -> Option<Instant> {
+        let remaining = self.inspection.remaining_ms?;
+        self.inspection
+            .held
+            .then(|| self.read_at + Duration::from_millis(remaining))
+    }
+}
+
+/// What a group publishes to its watchers.
+#[derive(Debug, Clone)]
+enum Published {
+    /// No read has completed yet.
+    Pending,
+    /// The group's first read failed (later failures keep the last state).
+    Failed(Failure),
+    /// The latest state, the change that led to it (`None` for the first
+    /// read), and the version it replaced.
+    State {
+        snapshot: Arc<Snapshot>,
+        change: Option<Change>,
+        previous: Option<Arc<Snapshot>>,
+    },
+}
+
+/// One watched resource on this instance.
+struct Group {
+    /// Signalled on an event for the resource; a signal with no one
+    /// waiting is kept, so an event during a read triggers another read.
+    wake: Notify,
+    /// The event names seen since the last read (bits of [`hint_bit`]).
+    hints: AtomicU8,
+    /// Watchers; changed only under the hub's map lock.
+    watchers: AtomicUsize,
+    /// Ends the group's task.
+    stop: CancellationToken,
+    /// A receiver to clone for each new watcher (the task owns the sender).
+    rx: watch::Receiver<Published>,
+}
+
+fn hint_bit(change: Option<Change>) -> u8 {
+    match change {
+        Some(Change::Acquired) => 1,
+        Some(Change::Released) => 2,
+        Some(Change::Expired) => 4,
+        Some(Change::HolderChanged) => 8,
+        None => 16,
+    }
+}
+
+/// The watchers of this instance (cheap to clone: one shared map).
+#[derive(Clone, Default)]
+pub struct WatchHub {
+    inner: Arc<Inner>,
+}
+
 #[derive(Default)]
-pub struct WatchHub {}
+struct Inner {
+    groups: Mutex<HashMap<String, Arc<Group>>>,
+    watchers: AtomicUsize,
+}
 
 impl WatchHub {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Group>>> {
+        self.inner.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// `change` (when known) happened to `tag` on some instance.
     pub fn changed(&self, tag: &str, change: Option<Change>) {
-        let _ = (tag, change);
+        if let Some(group) = self.map().get(tag) {
+            group.hints.fetch_or(hint_bit(change), Ordering::AcqRel);
+            group.wake.notify_one();
+        }
     }
 
     /// Events may have been missed (the subscription reconnected): every
     /// watched resource is read again.
-    pub fn changed_all(&self) {}
+    pub fn changed_all(&self) {
+        for group in self.map().values() {
+            group.hints.fetch_or(hint_bit(None), Ordering::AcqRel);
+            group.wake.notify_one();
+        }
+    }
+
+    /// Watchers on this instance.
+    pub fn watchers(&self) -> usize {
+        self.inner.watchers.load(Ordering::Acquire)
+    }
+
+    /// Resources with at least one watcher on this instance.
+    pub fn groups(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Registers a watcher of `resource`, or `None` when `max_watchers` are
+    /// watching already. The first watcher of a resource starts its group,
+    /// which reads with `read()` and ends at `shutdown` at the latest.
+    pub fn join(
+        &self,
+        resource: &ResourceId,
+        max_watchers: usize,
+        read: impl FnOnce() -> Read,
+        shutdown: &CancellationToken,
+    ) -> Option<Watcher> {
+        let admitted = self
+            .inner
+            .watchers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max_watchers).then_some(n + 1)
+            })
+            .is_ok();
+        if !admitted {
+            return None;
+        }
+        metrics::gauge!(WATCHERS).increment(1.0);
+        let tag = resource.tag();
+        let mut map = self.map();
+        let group = match map.get(&tag) {
+            Some(group) => Arc::clone(group),
+            None => {
+                let (tx, rx) = watch::channel(Published::Pending);
+                let group = Arc::new(Group {
+                    wake: Notify::new(),
+                    hints: AtomicU8::new(0),
+                    watchers: AtomicUsize::new(0),
+                    stop: shutdown.child_token(),
+                    rx,
+                });
+                map.insert(tag.clone(), Arc::clone(&group));
+                metrics::gauge!(WATCH_GROUPS).increment(1.0);
+                tokio::spawn(run_group(Arc::clone(&group), tx, resource.clone(), read()));
+                group
+            }
+        };
+        group.watchers.fetch_add(1, Ordering::Relaxed);
+        drop(map);
+        Some(Watcher {
+            hub: self.clone(),
+            tag,
+            rx: group.rx.clone(),
+            group,
+            last: None,
+        })
+    }
+}
+
+/// One watcher; leaving (drop) unregisters it, and the last one of a
+/// resource ends its group.
+pub struct Watcher {
+    hub: WatchHub,
+    tag: String,
+    group: Arc<Group>,
+    rx: watch::Receiver<Published>,
+    /// The state this watcher saw last.
+    last: Option<Arc<Snapshot>>,
+}
+
+impl Watcher {
+    /// The group's latest state (waiting for its first read); from here on
+    /// [`Watcher::next`] reports changes from it.
+    pub async fn current(&mut self) -> Result<Arc<Snapshot>, Failure> {
+        loop {
+            let published = self.rx.borrow_and_update().clone();
+            match published {
+                Published::State { snapshot, .. } => {
+                    self.last = Some(Arc::clone(&snapshot));
+                    return Ok(snapshot);
+                }
+                Published::Failed(failure) => return Err(failure),
+                Published::Pending => {
+                    if self.rx.changed().await.is_err() {
+                        // The group ended before its first read: shutdown.
+                        return Err(Failure::Unavailable {
+                            retry_after_ms: 1000,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next change from the state this watcher saw last, and the new
+    /// state; `None` when the group ended (shutdown). Cancel-safe.
+    pub async fn next(&mut self) -> Option<(Change, Arc<Snapshot>)> {
+        loop {
+            self.rx.changed().await.ok()?;
+            let Published::State {
+                snapshot,
+                change,
+                previous,
+            } = self.rx.borrow_and_update().clone()
+            else {
+                continue;
+            };
+            let change = match &self.last {
+                Some(last) if last.version() == snapshot.version() => continue,
+                // It saw the state the group's change started from.
+                Some(last)
+                    if previous
+                        .as_ref()
+                        .is_some_and(|p| p.version() == last.version()) =>
+                {
+                    change.unwrap_or_else(|| classify(last, &snapshot, 0))
+                }
+                Some(last) => classify(last, &snapshot, 0),
+                None => change.unwrap_or(Change::Acquired),
+            };
+            self.last = Some(Arc::clone(&snapshot));
+            metrics::counter!(WATCH_EVENTS, "kind" => change.as_str()).increment(1);
+            return Some((change, snapshot));
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let mut map = self.hub.map();
+        // The last watcher removes the group (if the map still holds this
+        // one). Counted under the lock: two leaving at once see each other.
+        if self.group.watchers.fetch_sub(1, Ordering::Relaxed) == 1 {
+            if map
+                .get(&self.tag)
+                .is_some_and(|g| Arc::ptr_eq(g, &self.group))
+            {
+                map.remove(&self.tag);
+                metrics::gauge!(WATCH_GROUPS).decrement(1.0);
+            }
+            self.group.stop.cancel();
+        }
+        drop(map);
+        self.hub.inner.watchers.fetch_sub(1, Ordering::AcqRel);
+        metrics::gauge!(WATCHERS).decrement(1.0);
+    }
+}
+
+/// `<changes>.<live permits>` as numbers, when a version has that shape.
+fn parts(version: &str) -> Option<(u64, u64)> {
+    let (changes, live) = version.split_once('.')?;
+    Some((changes.parse().ok()?, live.parse().ok()?))
+}
+
+/// Whether `version` comes after `than`: more changes, or as many with fewer
+/// live permits (for one change count the live count only falls). Versions
+/// of another shape are merely compared for difference.
+pub fn newer(version: &str, than: &str) -> bool {
+    match (parts(version), parts(than)) {
+        (Some((c, n)), Some((tc, tn))) => c > tc || (c == tc && n < tn),
+        _ => version != than,
+    }
+}
+
+/// The change from `old` to `new` (whose versions differ); `hints` are the
+/// event names seen in between (bits of [`hint_bit`]).
+fn classify(old: &Snapshot, new: &Snapshot, hints: u8) -> Change {
+    let (was, is) = (&old.inspection, &new.inspection);
+    match (was.held, is.held) {
+        (false, true) => Change::Acquired,
+        (true, true) if was.fencing_token != is.fencing_token => Change::Acquired,
+        (true, true) => Change::HolderChanged,
+        (true, false) => {
+            let released = hints & hint_bit(Some(Change::Released)) != 0
+                // A release counts as a change in the store, an expiry does not.
+                || matches!((parts(old.version()), parts(new.version())), (Some((a, _)), Some((b, _))) if b > a);
+            let time_was_up = old
+                .expires_at()
+                .is_some_and(|at| new.read_at + EXPIRY_SLACK >= at);
+            if !released && time_was_up {
+                Change::Expired
+            } else {
+                Change::Released
+            }
+        }
+        // Acquired and let go between two reads: the latest change.
+        (false, false) => Change::Released,
+    }
+}
+
+/// A group: read, publish, sleep until an event, the expiry, the refresh or
+/// the end.
+async fn run_group(
+    group: Arc<Group>,
+    tx: watch::Sender<Published>,
+    resource: ResourceId,
+    read: Read,
+) {
+    let mut current: Option<Arc<Snapshot>> = None;
+    loop {
+        // Taken before the read: an event during the read is a new hint and
+        // (through the Notify permit) another read.
+        let hints = group.hints.swap(0, Ordering::AcqRel);
+        let result = tokio::select! {
+            biased;
+            () = group.stop.cancelled() => return,
+            result = read(resource.clone()) => result,
+        };
+        metrics::counter!(WATCH_READS, "result" => if result.is_ok() { "ok" } else { "error" })
+            .increment(1);
+        let retry = result.is_err();
+        match result {
+            Ok(inspection) => {
+                let snapshot = Arc::new(Snapshot {
+                    inspection,
+                    read_at: Instant::now(),
+                });
+                match current.take() {
+                    None => {
+                        let _ = tx.send(Published::State {
+                            snapshot: Arc::clone(&snapshot),
+                            change: None,
+                            previous: None,
+                        });
+                    }
+                    Some(old) if old.version() != snapshot.version() => {
+                        let change = classify(&old, &snapshot, hints);
+                        tracing::debug!(tag = %resource.tag(), change = change.as_str(), version = snapshot.version(), "watched resource changed");
+                        let _ = tx.send(Published::State {
+                            snapshot: Arc::clone(&snapshot),
+                            change: Some(change),
+                            previous: Some(old),
+                        });
+                    }
+                    // Same version (a renewal, a refresh): the fresher
+                    // countdown is kept, nobody is woken.
+                    Some(_) => {
+                        tx.send_if_modified(|published| {
+                            if let Published::State { snapshot: s, .. } = published {
+                                *s = Arc::clone(&snapshot);
+                            }
+                            false
+                        });
+                    }
+                }
+                current = Some(snapshot);
+            }
+            Err(failure) => {
+                tracing::debug!(tag = %resource.tag(), ?failure, "watch read failed; retrying");
+                if current.is_none() {
+                    let _ = tx.send(Published::Failed(failure));
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut wake_at = now + if retry { RETRY } else { REFRESH };
+        if let Some(expiry) = current.as_ref().and_then(|s| s.expires_at()) {
+            // +1 ms: the remaining time is truncated to whole milliseconds.
+            wake_at = wake_at.min(expiry + Duration::from_millis(1));
+        }
+        tokio::select! {
+            biased;
+            () = group.stop.cancelled() => return,
+            () = group.wake.notified() => {}
+            () = tokio::time::sleep_until(wake_at) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(version: &str, fence: Option<u64>, remaining_ms: u64) -> Snapshot {
+        Snapshot {
+            inspection: Inspection {
+                held: fence.is_some(),
+                version: version.to_owned(),
+                remaining_ms: fence.map(|_| remaining_ms),
+                fencing_token: fence,
+                held_by: None,
+                holder: None,
+                ttl_ms: fence.map(|_| 30_000),
+                acquired_at: None,
+                renewed_at: None,
+            },
+            read_at: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn versions_order_by_changes_then_falling_live_count() {
+        assert!(newer("5.1", "4.1"));
+        assert!(newer("5.0", "5.1"));
+        assert!(!newer("5.1", "5.0"));
+        assert!(!newer("5.1", "5.1"));
+        assert!(!newer("4.0", "5.1"));
+        assert!(newer("x", "5.1"));
+        assert!(!newer("x", "x"));
+    }
+
+    #[test]
+    fn changes_follow_from_the_two_states() {
+        let free = snapshot("4.0", None, 0);
+        let held = snapshot("5.1", Some(7), 30_000);
+        assert_eq!(classify(&free, &held, 0), Change::Acquired);
+        assert_eq!(
+            classify(&held, &snapshot("7.1", Some(9), 30_000), 0),
+            Change::Acquired
+        );
+        assert_eq!(
+            classify(&held, &snapshot("6.1", Some(7), 30_000), 0),
+            Change::HolderChanged
+        );
+        // Gone long before its time, the count moved: a release.
+        assert_eq!(
+            classify(&held, &snapshot("6.0", None, 0), 0),
+            Change::Released
+        );
+        // Gone with the count unmoved, well before its time: a release
+        // (the embedded store counts no change for it).
+        assert_eq!(
+            classify(&held, &snapshot("5.0", None, 0), 0),
+            Change::Released
+        );
+        // Gone when its time was up: an expiry, unless a release was heard.
+        let ending = snapshot("5.1", Some(7), 0);
+        assert_eq!(
+            classify(&ending, &snapshot("5.0", None, 0), 0),
+            Change::Expired
+        );
+        assert_eq!(
+            classify(
+                &ending,
+                &snapshot("5.0", None, 0),
+                hint_bit(Some(Change::Released))
+            ),
+            Change::Released
+        );
+    }
 }
