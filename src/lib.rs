@@ -224,6 +224,10 @@ pub async fn run_with(
             + 3 * args.command_timeout()
             + Duration::from_secs(1),
         http_meters: telemetry::Handles::new(),
+        watch: http::watch::WatchSettings {
+            max_watchers: args.max_watchers,
+            keepalive: Duration::from_millis(args.sse_keepalive_ms),
+        },
     });
     // Histogram samples are buffered until a scrape or an upkeep drains them:
     // without a scraper they would grow memory by every request. Drain them

@@ -71,6 +71,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::leases::renew,
         crate::http::leases::release,
         crate::http::leases::inspect,
+        crate::http::watch::events,
         crate::http::health::livez,
         crate::http::health::readyz,
         crate::http::health::metrics,
