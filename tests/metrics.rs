@@ -106,6 +106,7 @@ const STORE_SECONDS: &str = "leasehold_store_command_duration_seconds";
 const HTTP: &str = "leasehold_http_requests_total";
 const HTTP_SECONDS: &str = "leasehold_http_request_duration_seconds";
 const LEASE_ROUTE: &str = "/leases/{purpose}/{digest}";
+const WATCH_ROUTE: &str = "/leases/{purpose}/{digest}/events";
 
 /// A histogram moved by exactly `n` observations: `_count` and the `+Inf`
 /// bucket by `n`, `_sum` by a positive amount, every bucket by at most `n`,
@@ -450,6 +451,30 @@ async fn route_labels_are_the_templates_the_router_matched() {
         ("GET", "/leases/route-label".into(), "unmatched"),
         ("GET", "/leases".into(), "unmatched"),
         ("GET", format!("/LEASES/route-label/{d}"), "unmatched"),
+        // The event stream (a valid one would stream for ever: 400 and 405 here).
+        (
+            "GET",
+            "/leases/route-label/v1.bad/events".into(),
+            WATCH_ROUTE,
+        ),
+        (
+            "POST",
+            format!("/leases/route-label/{d}/events"),
+            WATCH_ROUTE,
+        ),
+        ("GET", "/leases//v1.bad/events".into(), WATCH_ROUTE),
+        ("GET", "/leases/route-label//events".into(), WATCH_ROUTE),
+        (
+            "GET",
+            format!("/leases/route-label/{d}/events/"),
+            "unmatched",
+        ),
+        (
+            "GET",
+            format!("/leases/route-label/{d}/events/x"),
+            "unmatched",
+        ),
+        ("GET", format!("/leases/route-label/{d}/other"), "unmatched"),
         ("GET", "/livez".into(), "/livez"),
         ("GET", "/livez/".into(), "unmatched"),
         ("GET", "/readyz".into(), "/readyz"),
@@ -625,4 +650,57 @@ async fn metrics_can_move_to_their_own_listener() {
             .is_err(),
         "closed at shutdown"
     );
+}
+
+/// Watch metrics: a stream is one watcher and one group while open, an
+/// acquire is one delivered event and a group read, and a client that goes
+/// takes its watcher and group with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_gauges_and_counters_follow_a_stream() {
+    let _turn = SERIAL.lock().await;
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--sse-keepalive-ms", "50"])).await;
+    let p = unique("watch-");
+    let d = digest();
+    let before = scrape(&app).await;
+    let gauge = |s: &Scrape, name: &str| s.sum(name, &[]);
+    let mut stream = app
+        .http
+        .get(format!("{}/leases/{p}/{d}/events", app.base))
+        .send()
+        .await
+        .expect("open stream");
+    assert_eq!(stream.status(), StatusCode::OK);
+    let first = stream.chunk().await.expect("read").expect("state event");
+    assert!(first.starts_with(b"event: state\n"), "{first:?}");
+    let open = scrape(&app).await;
+    assert_eq!(
+        gauge(&open, "leasehold_watchers"),
+        gauge(&before, "leasehold_watchers") + 1.0
+    );
+    assert_eq!(
+        gauge(&open, "leasehold_watch_groups"),
+        gauge(&before, "leasehold_watch_groups") + 1.0
+    );
+    let a = app.attempt().await;
+    assert_eq!(app.acquire(&p, &d, &a, 30_000).await.outcome(), "acquired");
+    loop {
+        let chunk = stream.chunk().await.expect("read").expect("open");
+        if chunk.starts_with(b"event: acquired\n") {
+            break;
+        }
+    }
+    let heard = scrape(&app).await;
+    let events = |s: &Scrape| s.sum("leasehold_watch_events_total", &[("kind", "acquired")]);
+    assert_eq!(events(&heard) - events(&before), 1.0);
+    let reads = |s: &Scrape| s.sum("leasehold_watch_reads_total", &[("result", "ok")]);
+    assert!(
+        reads(&heard) - reads(&before) >= 2.0,
+        "the first read and the acquire's"
+    );
+    drop(stream);
+    scrape_until(&app, "watcher and group gone", |s| {
+        gauge(s, "leasehold_watchers") == gauge(&before, "leasehold_watchers")
+            && gauge(s, "leasehold_watch_groups") == gauge(&before, "leasehold_watch_groups")
+    })
+    .await;
 }
