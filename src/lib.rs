@@ -21,6 +21,11 @@
 //!    answers it with the outcome's status (`application/problem+json` for
 //!    every non-2xx, `Retry-After` where there is a retry hint).
 //!
+//! Watches (`GET …?changedSince=V&waitMs=N` and `GET …/events`, in
+//! [`http::watch`]) join [`watch::WatchHub`]: one reader per watched
+//! resource per instance, woken by the same store events as waits, fans
+//! each change out to every watcher.
+//!
 //! Underneath, [`http::server`] runs the listener loop (connection cap,
 //! header/idle timeout, graceful shutdown) and, with
 //! `LEASEHOLD_TLS_CERT_FILE`, the TLS handshake of [`http::tls`], whose
