@@ -351,7 +351,7 @@ async fn stream_sends_the_state_then_every_change_in_order(backend: Backend) {
     // A short lease: acquired, then expired at its TTL without anyone's help.
     let b = app.attempt().await;
     let acquired_at = Instant::now();
-    acquire_as(&app, &d, &b, 200, "worker-3").await;
+    acquire_as(&app, &d, &b, 500, "worker-3").await;
     let e = s.next().await;
     assert_eq!(e.kind, "acquired");
     let e = s.next().await;
@@ -539,4 +539,47 @@ async fn cluster_a_watcher_hears_changes_made_on_another_instance() {
     for _ in 0..3 {
         check_latency("cluster", heard_across(&a, &b).await);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_scope_streams_and_long_polls_like_inspect() {
+    let dir = std::env::temp_dir().join(unique("leasehold-keys-"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("keys");
+    let key = unique("watch-key-0123456789-");
+    std::fs::write(&file, format!("{key} {P}\n")).expect("write keys");
+    let app = TestApp::spawn_with(args(
+        &Backend::Memory,
+        &["--api-keys-file", file.to_str().expect("utf-8 path")],
+    ))
+    .await;
+    let d = digest();
+    let bearer = format!("Bearer {key}");
+    for (purpose, auth, status) in [
+        (P, None, StatusCode::UNAUTHORIZED),
+        ("elsewhere", Some(&bearer), StatusCode::FORBIDDEN),
+    ] {
+        for path in [
+            format!("/leases/{purpose}/{d}/events"),
+            format!("/leases/{purpose}/{d}?changedSince=0.0&waitMs=5000"),
+        ] {
+            let mut rb = app.http.get(format!("{}{path}", app.base));
+            if let Some(auth) = auth {
+                rb = rb.header("Authorization", auth);
+            }
+            let r = TestApp::reply(rb.send().await.expect("send")).await;
+            assert_eq!(r.status, status, "{path}: {:?}", r.body);
+            assert_eq!(r.content_type(), "application/problem+json");
+        }
+    }
+    let r = app
+        .http
+        .get(format!("{}/leases/{P}/{d}/events", app.base))
+        .header("Authorization", &bearer)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(readyz_watchers(&app).await, 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }
