@@ -319,10 +319,11 @@ const lease: Schemas["Lease"] = {
   purpose: "invoice-export",
   digest: "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
   fencingToken: 1, ttlMs: 30000, remainingMs: 30000, guarantee: "fenced",
+  acquiredAt: "2026-12-03T14:55:00.123Z", renewedAt: "2026-12-03T14:55:00.123Z",
 };
 const minimal: [Schemas["Acquired"], Schemas["Inspected"], Schemas["ContendedProblem"], Schemas["AcquireBody"]] = [
   { outcome: "acquired", lease },
-  { outcome: "inspected", held: false },
+  { outcome: "inspected", held: false, version: "0.0" },
   { type: "/problems/contended", title: "t", status: 409, detail: "d", outcome: "contended", retryAfterMs: 50 },
   { ttlMs: 30000 },
 ];

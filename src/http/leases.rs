@@ -46,7 +46,7 @@ pub struct AcquireBody {
     /// 1–256 characters, no control characters. Anyone the purpose is open
     /// to sees it (inspect, list, watch): never put a secret here.
     #[serde(default)]
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, example = "worker-7:8080")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$", example = "worker-7:8080")]
     pub holder: Option<HolderLabel>,
 }
 
@@ -62,7 +62,7 @@ pub struct RenewBody {
     /// Optional: a new public holder label (etcd's Proclaim); the fencing
     /// token stays. Left out: the label stays as it is.
     #[serde(default)]
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, example = "worker-7:8080")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$", example = "worker-7:8080")]
     pub holder: Option<HolderLabel>,
 }
 
