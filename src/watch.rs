@@ -66,9 +66,28 @@ pub struct Snapshot {
     pub inspection: Inspection,
     /// When the read completed.
     pub read_at: Instant,
+    /// The inspection as JSON, rendered once for every watcher.
+    json: std::sync::OnceLock<String>,
 }
 
 impl Snapshot {
+    /// A state read just now.
+    pub fn new(inspection: Inspection) -> Self {
+        Self {
+            inspection,
+            read_at: Instant::now(),
+            json: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The inspection as read, as JSON: serialized once, however many
+    /// watchers a change goes to (`remainingMs` as of the read, which for a
+    /// change event is a moment ago).
+    pub fn json(&self) -> &str {
+        self.json
+            .get_or_init(|| serde_json::to_string(&self.inspection).unwrap_or_default())
+    }
+
     /// The version.
     pub fn version(&self) -> &str {
         &self.inspection.version
@@ -382,10 +401,7 @@ async fn run_group(
         let retry = result.is_err();
         match result {
             Ok(inspection) => {
-                let snapshot = Arc::new(Snapshot {
-                    inspection,
-                    read_at: Instant::now(),
-                });
+                let snapshot = Arc::new(Snapshot::new(inspection));
                 match current.take() {
                     None => {
                         let _ = tx.send(Published::State {
@@ -443,20 +459,17 @@ mod tests {
     use super::*;
 
     fn snapshot(version: &str, fence: Option<u64>, remaining_ms: u64) -> Snapshot {
-        Snapshot {
-            inspection: Inspection {
-                held: fence.is_some(),
-                version: version.to_owned(),
-                remaining_ms: fence.map(|_| remaining_ms),
-                fencing_token: fence,
-                held_by: None,
-                holder: None,
-                ttl_ms: fence.map(|_| 30_000),
-                acquired_at: None,
-                renewed_at: None,
-            },
-            read_at: Instant::now(),
-        }
+        Snapshot::new(Inspection {
+            held: fence.is_some(),
+            version: version.to_owned(),
+            remaining_ms: fence.map(|_| remaining_ms),
+            fencing_token: fence,
+            held_by: None,
+            holder: None,
+            ttl_ms: fence.map(|_| 30_000),
+            acquired_at: None,
+            renewed_at: None,
+        })
     }
 
     /// A store of one resource for a hub: its state, and how often a group read it.

@@ -292,7 +292,7 @@ pub async fn events(
             Err(failure) => return Ok(respond(&Err::<Inspection, _>(failure))),
         };
         let first =
-            (last_event_id.as_deref() != Some(current.version())).then(|| event("state", &current));
+            (last_event_id.as_deref() != Some(current.version())).then(|| state_event(&current));
         Ok::<_, ApiError>(stream(
             watcher,
             first,
@@ -303,13 +303,19 @@ pub async fn events(
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// One event: `event:`, `id:` (the version) and `data:` (the state as of now).
-fn event(kind: &str, snapshot: &Snapshot) -> Bytes {
-    let data = serde_json::to_string(&snapshot.now()).unwrap_or_default();
+/// One event: `event:`, `id:` (the version) and `data:` (the state).
+fn event(kind: &str, snapshot: &Snapshot, data: &str) -> Bytes {
     Bytes::from(format!(
         "event: {kind}\nid: {}\ndata: {data}\n\n",
         snapshot.version()
     ))
+}
+
+/// The `state` event: the group's state may be seconds old, so its
+/// countdown is brought up to now.
+fn state_event(snapshot: &Snapshot) -> Bytes {
+    let data = serde_json::to_string(&snapshot.now()).unwrap_or_default();
+    event("state", snapshot, &data)
 }
 
 /// What the stream body keeps between events.
@@ -344,8 +350,9 @@ fn stream(
             biased;
             () = s.shutdown.cancelled() => return None,
             next = s.watcher.next() => {
+                // Just read: the JSON rendered once for every watcher.
                 let (change, snapshot) = next?;
-                event(change.as_str(), &snapshot)
+                event(change.as_str(), &snapshot, snapshot.json())
             }
             _ = s.keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
         };
