@@ -93,20 +93,49 @@ impl Snapshot {
         &self.inspection.version
     }
 
-    /// The inspection as of now: `remainingMs` counted down since the read.
+    /// The inspection as of now: every remaining time counted down since
+    /// the read.
     pub fn now(&self) -> Inspection {
         let mut inspection = self.inspection.clone();
         let elapsed = u64::try_from(self.read_at.elapsed().as_millis()).unwrap_or(u64::MAX);
-        inspection.remaining_ms = inspection.remaining_ms.map(|ms| ms.saturating_sub(elapsed));
+        let left = |ms: u64| ms.saturating_sub(elapsed);
+        inspection.remaining_ms = inspection.remaining_ms.map(left);
+        inspection.lock_delay_ms = inspection.lock_delay_ms.map(|ms| left(ms).max(1));
+        for permit in &mut inspection.permits {
+            permit.remaining_ms = left(permit.remaining_ms);
+        }
         inspection
     }
 
-    /// When the holder's lease runs out, as far as this read knows.
+    /// When the first of the holders' permits runs out, as far as this read
+    /// knows.
     fn expires_at(&self) -> Option<Instant> {
-        let remaining = self.inspection.remaining_ms?;
-        self.inspection
-            .held
-            .then(|| self.read_at + Duration::from_millis(remaining))
+        let i = &self.inspection;
+        let soonest = i
+            .permits
+            .iter()
+            .map(|p| p.remaining_ms)
+            .min()
+            .or(i.remaining_ms)?;
+        i.held
+            .then(|| self.read_at + Duration::from_millis(soonest))
+    }
+
+    /// The fencing tokens of the live permits, each with its end.
+    fn fences(&self) -> Vec<(u64, Instant)> {
+        let i = &self.inspection;
+        let at = |ms: u64| self.read_at + Duration::from_millis(ms);
+        if !i.permits.is_empty() {
+            return i
+                .permits
+                .iter()
+                .map(|p| (p.fencing_token, at(p.remaining_ms)))
+                .collect();
+        }
+        match (i.held, i.fencing_token) {
+            (true, Some(fence)) => vec![(fence, at(i.remaining_ms.unwrap_or(0)))],
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -353,28 +382,39 @@ pub fn newer(version: &str, than: &str) -> bool {
 }
 
 /// The change from `old` to `new` (whose versions differ); `hints` are the
-/// event names seen in between (bits of [`hint_bit`]).
+/// event names seen in between (bits of [`hint_bit`]). By the holders'
+/// fencing tokens: a new one is an acquisition; one gone is a release, or an
+/// expiry when its time was up (and no release was heard, and the store
+/// counted no change: an expiry is not one); the same ones under a new
+/// version are a holder change.
 fn classify(old: &Snapshot, new: &Snapshot, hints: u8) -> Change {
-    let (was, is) = (&old.inspection, &new.inspection);
-    match (was.held, is.held) {
-        (false, true) => Change::Acquired,
-        (true, true) if was.fencing_token != is.fencing_token => Change::Acquired,
-        (true, true) => Change::HolderChanged,
-        (true, false) => {
-            let released = hints & hint_bit(Some(Change::Released)) != 0
-                // A release counts as a change in the store, an expiry does not.
-                || matches!((parts(old.version()), parts(new.version())), (Some((a, _)), Some((b, _))) if b > a);
-            let time_was_up = old
-                .expires_at()
-                .is_some_and(|at| new.read_at + EXPIRY_SLACK >= at);
-            if !released && time_was_up {
-                Change::Expired
-            } else {
-                Change::Released
-            }
-        }
-        // Acquired and let go between two reads: the latest change.
-        (false, false) => Change::Released,
+    let (was, is) = (old.fences(), new.fences());
+    if is.iter().any(|(f, _)| !was.iter().any(|(g, _)| g == f)) {
+        return Change::Acquired;
+    }
+    let gone: Vec<Instant> = was
+        .iter()
+        .filter(|(f, _)| !is.iter().any(|(g, _)| g == f))
+        .map(|(_, end)| *end)
+        .collect();
+    if gone.is_empty() {
+        return if was.is_empty() {
+            // Acquired and let go between two reads: the latest change.
+            Change::Released
+        } else {
+            Change::HolderChanged
+        };
+    }
+    let released = hints & hint_bit(Some(Change::Released)) != 0
+        || matches!(
+            (parts(old.version()), parts(new.version())),
+            (Some((a, _)), Some((b, _))) if b > a
+        );
+    let time_was_up = gone.iter().any(|end| new.read_at + EXPIRY_SLACK >= *end);
+    if !released && time_was_up {
+        Change::Expired
+    } else {
+        Change::Released
     }
 }
 
@@ -469,6 +509,11 @@ mod tests {
             ttl_ms: fence.map(|_| 30_000),
             acquired_at: None,
             renewed_at: None,
+            limit: None,
+            mode: None,
+            holders: u32::from(fence.is_some()),
+            permits: Vec::new(),
+            lock_delay_ms: None,
         })
     }
 
