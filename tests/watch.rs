@@ -26,6 +26,7 @@ both_stores!(
     long_poll_refuses_bad_parameters_naming_them,
     stream_sends_the_state_then_every_change_in_order,
     stream_resumes_from_last_event_id,
+    stream_follows_every_permit_of_a_counting_lease,
     watches_beyond_the_cap_are_overloaded,
     a_client_that_leaves_leaves_no_watcher_behind,
     shutdown_ends_streams_and_long_polls,
@@ -365,6 +366,40 @@ async fn stream_sends_the_state_then_every_change_in_order(backend: Backend) {
         "expired after {after:?}"
     );
     println!("expired event {after:?} after a 200 ms acquire was sent");
+    check_ids(&app, &d, &e).await;
+}
+
+async fn stream_follows_every_permit_of_a_counting_lease(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let d = digest();
+    let (a, b) = (app.attempt().await, app.attempt().await);
+    let mut s = Stream::open(&app, &d, None).await;
+    assert_eq!(s.next().await.kind, "state");
+    for (who, n) in [(&a, 1), (&b, 2)] {
+        let r = app
+            .acquire_body(P, &d, who, &json!({"ttlMs": 30_000, "limit": 2}))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        let e = s.next().await;
+        assert_eq!(
+            (e.kind.as_str(), &e.data["holders"]),
+            ("acquired", &json!(n))
+        );
+        check_ids(&app, &d, &e).await;
+    }
+    release(&app, &d, &a).await;
+    let e = s.next().await;
+    assert_eq!(
+        (e.kind.as_str(), &e.data["holders"]),
+        ("released", &json!(1))
+    );
+    check_ids(&app, &d, &e).await;
+    release(&app, &d, &b).await;
+    let e = s.next().await;
+    assert_eq!(
+        (e.kind.as_str(), &e.data["held"]),
+        ("released", &json!(false))
+    );
     check_ids(&app, &d, &e).await;
 }
 
