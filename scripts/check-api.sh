@@ -323,7 +323,7 @@ const lease: Schemas["Lease"] = {
 };
 const minimal: [Schemas["Acquired"], Schemas["Inspected"], Schemas["ContendedProblem"], Schemas["AcquireBody"]] = [
   { outcome: "acquired", lease },
-  { outcome: "inspected", held: false, version: "0.0" },
+  { outcome: "inspected", held: false, version: "0.0", holders: 0 },
   { type: "/problems/contended", title: "t", status: 409, detail: "d", outcome: "contended", retryAfterMs: 50 },
   { ttlMs: 30000 },
 ];

@@ -53,17 +53,18 @@ pub struct AcquireBody {
     /// out: 1, a plain lease). Every holder must ask with the same limit
     /// (another while held: `limit_mismatch`).
     #[serde(default, deserialize_with = "whole_opt")]
-    #[schema(minimum = 1, maximum = 10000, example = 1)]
+    #[schema(minimum = 1, maximum = 10000, example = 1, nullable = false)]
     pub limit: Option<u64>,
     /// Optional: `exclusive` (left out; counted by `limit`) or `shared` (any
     /// number of shared holders, and no exclusive one meanwhile).
     #[serde(default)]
+    #[schema(nullable = false)]
     pub mode: Option<Mode>,
     /// Optional: when this lease *expires* (is not released), nobody else
     /// may acquire the resource for this long (0 to 60000 ms; left out: 0);
     /// its own owner token may.
     #[serde(default, deserialize_with = "whole_opt")]
-    #[schema(minimum = 0, maximum = 60000, example = 0)]
+    #[schema(minimum = 0, maximum = 60000, example = 0, nullable = false)]
     pub lock_delay_ms: Option<u64>,
 }
 
