@@ -652,53 +652,62 @@ async fn metrics_can_move_to_their_own_listener() {
     );
 }
 
-/// Watch metrics: a stream is one watcher and one group while open, an
-/// acquire is one delivered event and a group read, and a client that goes
-/// takes its watcher and group with it.
+/// Watch metrics: streams of one resource are as many watchers and one
+/// group while open; an acquire is one store read for all of them and one
+/// delivered event each; clients that go take watchers and group with them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_gauges_and_counters_follow_a_stream() {
+async fn watch_gauges_and_counters_follow_streams() {
+    const N: usize = 20;
     let _turn = SERIAL.lock().await;
     let app = TestApp::spawn_with(args(&Backend::Memory, &["--sse-keepalive-ms", "50"])).await;
     let p = unique("watch-");
     let d = digest();
     let before = scrape(&app).await;
     let gauge = |s: &Scrape, name: &str| s.sum(name, &[]);
-    let mut stream = app
-        .http
-        .get(format!("{}/leases/{p}/{d}/events", app.base))
-        .send()
-        .await
-        .expect("open stream");
-    assert_eq!(stream.status(), StatusCode::OK);
-    let first = stream.chunk().await.expect("read").expect("state event");
-    assert!(first.starts_with(b"event: state\n"), "{first:?}");
+    /// Reads `stream` until its text so far contains `what` (bounded).
+    async fn until(stream: &mut reqwest::Response, seen: &mut String, what: &str) {
+        while !seen.contains(what) {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), stream.chunk())
+                .await
+                .expect("stream stalled")
+                .expect("read")
+                .expect("stream open");
+            seen.push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+        }
+    }
+    let mut streams = Vec::new();
+    for _ in 0..N {
+        let mut stream = app
+            .http
+            .get(format!("{}/leases/{p}/{d}/events", app.base))
+            .send()
+            .await
+            .expect("open stream");
+        assert_eq!(stream.status(), StatusCode::OK);
+        let mut seen = String::new();
+        until(&mut stream, &mut seen, "event: state\n").await;
+        streams.push((stream, seen));
+    }
     let open = scrape(&app).await;
-    assert_eq!(
-        gauge(&open, "leasehold_watchers"),
-        gauge(&before, "leasehold_watchers") + 1.0
-    );
-    assert_eq!(
-        gauge(&open, "leasehold_watch_groups"),
-        gauge(&before, "leasehold_watch_groups") + 1.0
-    );
+    let more = |name: &str| gauge(&open, name) - gauge(&before, name);
+    assert_eq!(more("leasehold_watchers"), N as f64);
+    assert_eq!(more("leasehold_watch_groups"), 1.0);
     let a = app.attempt().await;
     assert_eq!(app.acquire(&p, &d, &a, 30_000).await.outcome(), "acquired");
-    loop {
-        let chunk = stream.chunk().await.expect("read").expect("open");
-        if chunk.starts_with(b"event: acquired\n") {
-            break;
-        }
+    for (stream, seen) in &mut streams {
+        until(stream, seen, "event: acquired\n").await;
     }
     let heard = scrape(&app).await;
     let events = |s: &Scrape| s.sum("leasehold_watch_events_total", &[("kind", "acquired")]);
-    assert_eq!(events(&heard) - events(&before), 1.0);
+    assert_eq!(events(&heard) - events(&before), N as f64);
     let reads = |s: &Scrape| s.sum("leasehold_watch_reads_total", &[("result", "ok")]);
-    assert!(
-        reads(&heard) - reads(&before) >= 2.0,
-        "the first read and the acquire's"
+    assert_eq!(
+        reads(&heard) - reads(&before),
+        2.0,
+        "one read when the group began, one for the acquire, for {N} watchers"
     );
-    drop(stream);
-    scrape_until(&app, "watcher and group gone", |s| {
+    drop(streams);
+    scrape_until(&app, "watchers and group gone", |s| {
         gauge(s, "leasehold_watchers") == gauge(&before, "leasehold_watchers")
             && gauge(s, "leasehold_watch_groups") == gauge(&before, "leasehold_watch_groups")
     })
