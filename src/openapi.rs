@@ -371,7 +371,8 @@ pub struct Inspected {
     #[schema(nullable = false)]
     pub permits: Option<Vec<crate::domain::PermitView>>,
     /// A lock-delay that runs after a holder's lease expired: how long it
-    /// has left; present only then.
+    /// has left; present only then (on a free resource, or beside the live
+    /// permits of a counting lease).
     #[schema(nullable = false, minimum = 1, maximum = 60000)]
     pub lock_delay_remaining_ms: Option<u64>,
     /// The holder's remaining time to live; present when held.

@@ -20,6 +20,8 @@ pub const POOL_CONNECTIONS: &str = "leasehold_store_pool_connections";
 pub const POOL_WAIT: &str = "leasehold_store_pool_wait_seconds";
 /// Acquire requests currently waiting server-side.
 pub const WAITERS: &str = "leasehold_waiters";
+/// Acquires answered `contended`, by why (`held`, `lock_delay`, `queued`).
+pub const CONTENDED: &str = "leasehold_lease_contended_total";
 /// HTTP requests by method, route template and status.
 pub const HTTP_REQUESTS: &str = "leasehold_http_requests_total";
 /// HTTP request latency by method and route template.
@@ -112,6 +114,11 @@ fn describe() {
         WATCH_READS,
         Unit::Count,
         "Store reads made by watch groups (once per change per instance, not per watcher), by result."
+    );
+    describe_counter!(
+        CONTENDED,
+        Unit::Count,
+        "Acquires answered contended, by reason: held (every permit taken, or the other mode holds it), lock_delay (a lock-delay after an expiry runs), queued (waiters that started earlier go first)."
     );
     describe_counter!(
         HTTP_REQUESTS,
@@ -223,6 +230,7 @@ pub struct OperationMeters {
     purposes: PurposeLabels,
     counters: Handles<(&'static str, &'static str, u32), Counter>,
     durations: Handles<&'static str, Histogram>,
+    contended: Handles<&'static str, Counter>,
 }
 
 impl OperationMeters {
@@ -232,7 +240,16 @@ impl OperationMeters {
             purposes: PurposeLabels::new(max_purposes),
             counters: Handles::new(),
             durations: Handles::new(),
+            contended: Handles::new(),
         }
+    }
+
+    /// Counts one acquire answered `contended` for `reason` (`held`,
+    /// `lock_delay` or `queued`: a fixed set, so the label stays bounded).
+    pub fn contended(&self, reason: &'static str) {
+        self.contended
+            .get(reason, || metrics::counter!(CONTENDED, "reason" => reason))
+            .increment(1);
     }
 
     /// Counts one `verb` with `outcome` on `purpose` and records how long it took.

@@ -62,7 +62,8 @@ pub struct AcquireBody {
     pub mode: Option<Mode>,
     /// Optional: when this lease *expires* (is not released), nobody else
     /// may acquire the resource for this long (0 to 60000 ms; left out: 0);
-    /// its own owner token may.
+    /// its own owner token may, at once and ahead of any waiters, which
+    /// ends the delay.
     #[serde(default, deserialize_with = "whole_opt")]
     #[schema(minimum = 0, maximum = 60000, example = 0, nullable = false)]
     pub lock_delay_ms: Option<u64>,
