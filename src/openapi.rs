@@ -52,6 +52,11 @@ relative to the attempt, `Lease-Owner-Token` alone compares the owner token only
 both), `Lease-Operation-Id` alone names no one and gives no `heldBy`. The other lease verbs require \
 both headers.
 
+**Watching.** Every inspect answer carries `version`, which changes when the resource is acquired, \
+released, expires or its holder label changes. Inspect with `changedSince=<version>&waitMs=<ms>` \
+long-polls for the next change; `GET /leases/{purpose}/{digest}/events` streams every change as \
+server-sent events (`Last-Event-ID` resumes). Both count against the service's watch cap.
+
 **Validity.** Treat a lease as yours for at most `remainingMs` minus the drift budget (10 ms by \
 default), counted from when you *sent* the request.
 
@@ -72,6 +77,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::leases::release,
         crate::http::leases::inspect,
         crate::http::list::list,
+        crate::http::watch::events,
         crate::http::health::livez,
         crate::http::health::readyz,
         crate::http::health::metrics,

@@ -179,6 +179,11 @@ impl LeaseService {
         &self.waiters
     }
 
+    /// Cancelled when shutdown begins: waits and watches end.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
     fn record<T: OutcomeName>(
         &self,
         verb: &'static str,
@@ -211,7 +216,8 @@ impl LeaseService {
         }
     }
 
-    fn overloaded(&self) -> Failure {
+    /// `overloaded`, with the configured retry hint.
+    pub fn overloaded(&self) -> Failure {
         Failure::Overloaded {
             retry_after_ms: self.settings.retry_after_ms,
         }

@@ -26,6 +26,15 @@ pub const CONTENDED: &str = "leasehold_lease_contended_total";
 pub const HTTP_REQUESTS: &str = "leasehold_http_requests_total";
 /// HTTP request latency by method and route template.
 pub const HTTP_DURATION: &str = "leasehold_http_request_duration_seconds";
+// Watches (DESIGN.md §9).
+/// Watches (long-polls and event streams) open on this instance.
+pub const WATCHERS: &str = "leasehold_watchers";
+/// Resources with at least one watcher on this instance (one store reader each).
+pub const WATCH_GROUPS: &str = "leasehold_watch_groups";
+/// Changes delivered to watchers, by kind.
+pub const WATCH_EVENTS: &str = "leasehold_watch_events_total";
+/// Store reads made by watch groups, by result (`ok`, `error`).
+pub const WATCH_READS: &str = "leasehold_watch_reads_total";
 /// Constant 1, labelled with the version.
 pub const BUILD_INFO: &str = "leasehold_build_info";
 /// Leases returned by listing pages (`GET /leases/{purpose}`).
@@ -54,6 +63,8 @@ pub fn install_metrics() -> PrometheusHandle {
             describe();
             metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
             metrics::gauge!(WAITERS).set(0.0);
+            metrics::gauge!(WATCHERS).set(0.0);
+            metrics::gauge!(WATCH_GROUPS).set(0.0);
             handle
         })
         .clone()
@@ -85,6 +96,26 @@ fn describe() {
         WAITERS,
         Unit::Count,
         "Acquire requests currently waiting server-side."
+    );
+    describe_gauge!(
+        WATCHERS,
+        Unit::Count,
+        "Watches (long-polls and event streams) open on this instance."
+    );
+    describe_gauge!(
+        WATCH_GROUPS,
+        Unit::Count,
+        "Resources with at least one watcher on this instance; each has one store reader."
+    );
+    describe_counter!(
+        WATCH_EVENTS,
+        Unit::Count,
+        "Changes delivered to watchers, by kind (acquired, released, expired, holder_changed)."
+    );
+    describe_counter!(
+        WATCH_READS,
+        Unit::Count,
+        "Store reads made by watch groups (once per change per instance, not per watcher), by result."
     );
     describe_counter!(
         CONTENDED,
