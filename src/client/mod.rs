@@ -40,8 +40,10 @@
 //! ```
 
 mod api;
+mod election;
 mod handle;
 mod machine;
+mod observe;
 mod reply;
 mod tls;
 mod watchdog;
@@ -50,6 +52,10 @@ use std::fmt;
 use std::time::Duration;
 
 pub use self::api::{Acquire, AcquireOptions, BuildError, Client, ClientSettings};
+pub use self::election::{
+    Election, ElectionError, ElectionEvent, ElectionSettings, Leader, Leadership, Observer,
+    StopReason,
+};
 pub use self::handle::LeaseHandle;
 pub use self::machine::{HandleCore, LeaseState, Refused, ReleaseReply, RenewReply};
 pub use self::tls::{ClientIdentity, TlsSettings};
