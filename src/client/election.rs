@@ -250,12 +250,13 @@ struct Inner {
     settings: ElectionSettings,
     holder: Mutex<HolderLabel>,
     events: mpsc::Sender<ElectionEvent>,
-    /// Cancelled by `resign`; replaced when a campaign ends.
-    resign: Mutex<CancellationToken>,
     /// The current term, while leading.
     term: Mutex<Option<Term>>,
-    /// Whether a campaign runs.
-    running: watch::Sender<bool>,
+    /// The running campaign, if any: its number and the token `resign`
+    /// cancels. Set and cleared inside the watch's own lock.
+    running: watch::Sender<Option<(u64, CancellationToken)>>,
+    /// Numbers campaigns.
+    campaigns: AtomicU64,
     /// Counts attempts, for their operation ids.
     rounds: AtomicU64,
 }
@@ -333,14 +334,13 @@ fn after_acquire(settings: &ElectionSettings, answer: &Result<Acquire, Error>) -
     }
 }
 
-/// Sets `running` back to false however the campaign ends (abort included).
+/// Clears `running` however the campaign ends (abort included).
 struct Running<'a>(&'a Inner);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         *lock(&self.0.term) = None;
-        *lock(&self.0.resign) = CancellationToken::new();
-        self.0.running.send_replace(false);
+        self.0.running.send_replace(None);
     }
 }
 
@@ -361,9 +361,9 @@ impl Election {
                 settings,
                 holder: Mutex::new(holder),
                 events,
-                resign: Mutex::new(CancellationToken::new()),
                 term: Mutex::new(None),
-                running: watch::channel(false).0,
+                running: watch::channel(None).0,
+                campaigns: AtomicU64::new(0),
                 rounds: AtomicU64::new(0),
             }),
         };
@@ -410,18 +410,20 @@ impl Election {
     /// nothing: the others take over when the lease expires.
     pub async fn campaign(&self, cancel: CancellationToken) -> Result<(), ElectionError> {
         let inner = &*self.inner;
-        let mut was_running = true;
-        inner.running.send_if_modified(|running| {
-            was_running = *running;
-            *running = true;
-            !was_running
+        let resign = CancellationToken::new();
+        let number = inner.campaigns.fetch_add(1, Ordering::Relaxed);
+        let started = inner.running.send_if_modified(|running| {
+            if running.is_some() {
+                return false;
+            }
+            *running = Some((number, resign.clone()));
+            true
         });
-        if was_running {
+        if !started {
             return Err(ElectionError::AlreadyCampaigning);
         }
         let _running = Running(inner);
         let stop = cancel.child_token();
-        let resign = lock(&inner.resign).clone();
         let follow_stop = stop.clone();
         let lead = async {
             let result = tokio::select! {
@@ -461,12 +463,15 @@ impl Election {
     /// running campaign, returns at once. A later `campaign` starts afresh.
     pub async fn resign(&self) {
         let mut running = self.inner.running.subscribe();
-        if !*running.borrow_and_update() {
+        let Some((number, resign)) = running.borrow_and_update().clone() else {
             return;
-        }
-        lock(&self.inner.resign).cancel();
-        // An error means the election is gone, and so is its campaign.
-        let _ = running.wait_for(|running| !running).await;
+        };
+        resign.cancel();
+        // Until that campaign is over (a later one may have started). An
+        // error means the election is gone, and so is its campaign.
+        let _ = running
+            .wait_for(|running| running.as_ref().is_none_or(|(n, _)| *n != number))
+            .await;
     }
 
     /// Changes the label: renews the lease with `holder` = `new_label` (the
