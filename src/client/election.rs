@@ -911,6 +911,40 @@ mod tests {
         assert_eq!(after_acquire(&settings(), &answer), Next::Fail);
     }
 
+    fn inspection(held: bool, holder: Option<&str>, fencing_token: Option<u64>) -> Inspection {
+        Inspection {
+            held,
+            version: "3.1".into(),
+            remaining_ms: fencing_token.map(|_| 400),
+            fencing_token,
+            held_by: None,
+            holder: holder.map(|h| HolderLabel::parse(h).expect("label")),
+            ttl_ms: None,
+            acquired_at: None,
+            renewed_at: None,
+        }
+    }
+
+    #[test]
+    fn the_leader_is_the_inspected_holder_and_term() {
+        assert_eq!(
+            Leader::of(&inspection(true, Some("pod-a"), Some(7))),
+            Leader {
+                holder: Some("pod-a".into()),
+                fencing_token: Some(7),
+            }
+        );
+        let unlabelled = Leader::of(&inspection(true, None, Some(8)));
+        assert!(unlabelled.is_held());
+        assert_eq!(unlabelled.holder, None);
+        // Whatever else an answer carries, not held is nobody.
+        assert_eq!(
+            Leader::of(&inspection(false, Some("pod-a"), Some(7))),
+            Leader::NONE
+        );
+        assert!(!Leader::NONE.is_held());
+    }
+
     #[test]
     fn watchdog_ends_map_to_stop_reasons() {
         assert_eq!(StopReason::of(EndReason::Lost), StopReason::Lost);

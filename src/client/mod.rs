@@ -17,6 +17,11 @@
 //! * [`Watchdog`] renews registered handles below their TTL and hands each
 //!   registration a [`CancellationToken`](tokio_util::sync::CancellationToken)
 //!   that is cancelled once, when the lease stops protecting the work.
+//! * [`Election`] campaigns for one lease with a public holder label and
+//!   tells, on a bounded channel, when this candidate starts and stops
+//!   leading (with a [`Leadership`] token cancelled before the lease's local
+//!   validity ends) and every change of leader; [`Observer`] follows the
+//!   leader without campaigning ([`Client::inspect_changed`], the long-poll).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
