@@ -508,3 +508,54 @@ async fn a_lost_acquire_answer_is_retried_with_the_same_attempt() {
     assert!(!after.held, "cancel released the lease");
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_store_stops_before_its_validity_ends() {
+    // Redis freezes mid-term: the renew hangs (the service's command
+    // timeout is 2 s, far beyond the 600 ms TTL). The term's token must fire
+    // while the lease is still locally valid, leading_margin before the end.
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(redis.url())).await;
+    let resource = resource();
+    let (mut inbox, tx) = Inbox::new();
+    let quiet = ElectionSettings {
+        follow: false,
+        ..settings()
+    };
+    let margin = quiet.leading_margin;
+    let c = candidate(0, &app.base, &resource, quiet, &tx);
+    let (_, _, term) = inbox.started(0).await;
+    tokio::task::block_in_place(|| redis.freeze());
+    let over = inbox
+        .until(0, "the cut-off term's token fired", |t| {
+            matches!(t.note, Note::TermOver { fencing_token, .. } if fencing_token == term.fencing_token())
+        })
+        .await;
+    let Note::TermOver { valid_until, .. } = over.note else {
+        unreachable!("matched above")
+    };
+    assert!(
+        over.at <= valid_until,
+        "token fired {:?} after the validity ended",
+        over.at - valid_until
+    );
+    assert!(
+        valid_until - over.at >= margin / 2,
+        "token fired only {:?} before the validity ended (margin {margin:?})",
+        valid_until - over.at
+    );
+    tokio::task::block_in_place(|| redis.thaw());
+    inbox
+        .until(0, "StoppedLeading after the cut-off", |t| {
+            matches!(&t.note, Note::Event(ElectionEvent::StoppedLeading { fencing_token, reason })
+                if *fencing_token == term.fencing_token() && *reason == StopReason::Expiring)
+        })
+        .await;
+    c.cancel.cancel();
+    let returned = timeout(PATIENCE, c.task)
+        .await
+        .expect("campaign returns")
+        .expect("campaign task");
+    assert_eq!(returned, Ok(()));
+    app.shutdown().await;
+}
