@@ -252,8 +252,8 @@ struct Inner {
     events: mpsc::Sender<ElectionEvent>,
     /// The current term, while leading.
     term: Mutex<Option<Term>>,
-    /// The running campaign, if any: its number and the token `resign`
-    /// cancels. Set and cleared inside the watch's own lock.
+    /// The running campaign, if any: its number and the token that stops
+    /// it (`resign` cancels it). Set and cleared inside the watch's own lock.
     running: watch::Sender<Option<(u64, CancellationToken)>>,
     /// Numbers campaigns.
     campaigns: AtomicU64,
@@ -410,34 +410,24 @@ impl Election {
     /// nothing: the others take over when the lease expires.
     pub async fn campaign(&self, cancel: CancellationToken) -> Result<(), ElectionError> {
         let inner = &*self.inner;
-        let resign = CancellationToken::new();
+        // Fired by `cancel`, by `resign`, or when the lead loop ends (which
+        // stops the follower).
+        let stop = cancel.child_token();
         let number = inner.campaigns.fetch_add(1, Ordering::Relaxed);
         let started = inner.running.send_if_modified(|running| {
             if running.is_some() {
                 return false;
             }
-            *running = Some((number, resign.clone()));
+            *running = Some((number, stop.clone()));
             true
         });
         if !started {
             return Err(ElectionError::AlreadyCampaigning);
         }
         let _running = Running(inner);
-        let stop = cancel.child_token();
-        let follow_stop = stop.clone();
         let lead = async {
-            let result = tokio::select! {
-                biased;
-                result = self.lead_loop(&stop) => result,
-                // Resigning stops the loop through `stop`; the loop still
-                // releases before it returns.
-                _ = async {
-                    resign.cancelled().await;
-                    stop.cancel();
-                    std::future::pending::<()>().await;
-                } => Ok(()),
-            };
-            follow_stop.cancel();
+            let result = self.lead_loop(&stop).await;
+            stop.cancel();
             result
         };
         let follow = async {
@@ -463,10 +453,10 @@ impl Election {
     /// running campaign, returns at once. A later `campaign` starts afresh.
     pub async fn resign(&self) {
         let mut running = self.inner.running.subscribe();
-        let Some((number, resign)) = running.borrow_and_update().clone() else {
+        let Some((number, stop)) = running.borrow_and_update().clone() else {
             return;
         };
-        resign.cancel();
+        stop.cancel();
         // Until that campaign is over (a later one may have started). An
         // error means the election is gone, and so is its campaign.
         let _ = running
