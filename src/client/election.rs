@@ -58,7 +58,9 @@ pub struct ElectionSettings {
     /// takes the client's drift budget off, see
     /// [`ClientSettings::drift_budget`](super::ClientSettings::drift_budget))
     /// the leadership token is cancelled when no renew extended it
-    /// meanwhile: time for the leader's work to stop. Default TTL / 10.
+    /// meanwhile: time for the leader's work to stop. Default TTL / 10;
+    /// at most TTL / 2 is used. Zero: the token fires when the validity
+    /// ends, not before.
     pub leading_margin: Duration,
     /// The bound of the event channel. Default 64.
     pub event_capacity: usize,
@@ -646,7 +648,9 @@ impl Election {
             started_at: Instant::now(),
             handle: Arc::clone(&handle),
         };
-        let margin = inner.settings.leading_margin;
+        // Never more than half the TTL: a margin that swallowed the whole
+        // validity would end every term as it began.
+        let margin = inner.settings.leading_margin.min(inner.settings.ttl / 2);
         let announce = self.emit(ElectionEvent::StartedLeading(leadership));
         tokio::pin!(announce);
         let mut announced = false;
