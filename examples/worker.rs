@@ -109,6 +109,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             println!("worker: someone else holds it; try again in {retry_after_ms} ms");
             return Ok(());
         }
+        Acquire::LimitMismatch { limit } => {
+            println!("worker: held as a counting lease with limit {limit}, not a plain lease");
+            return Ok(());
+        }
     };
 
     let watchdog = Watchdog::new(8);

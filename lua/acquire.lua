@@ -1,71 +1,191 @@
--- acquire: take the lease if it is free, in one script run (storage v2,
--- docs/storage-v2.md).
--- KEYS[1] record    <ns>:lease:v2:{<purpose>:<digest>}  hash, one field per permit
--- KEYS[2] sequence  <ns>:seq:v2:{<purpose>:<digest>}    "<last fence>:<changes>:<watched until ms>"
+-- acquire: take a permit of the resource if one is free, in one script run
+-- (storage v2, docs/storage-v2.md).
+-- KEYS[1] record    <ns>:lease:v2:{<purpose>:<digest>}  hash
+-- KEYS[2] sequence  <ns>:seq:v2:{<purpose>:<digest>}    "<last fence>:<changes>:<watched until>:<queue until>"
+-- KEYS[3] queue     <ns>:queue:v2:{<purpose>:<digest>}  sorted set (see queue.lua)
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms  ARGV[4] sequence key ttl ms
 -- ARGV[5] holder label or ''  ARGV[6] event channel  ARGV[7] resource tag
--- ARGV[8] nonce, a 32-bit integer. Every reply starts with the tag
+-- ARGV[8] limit (1 = a plain lease)  ARGV[9] mode: 'x' exclusive, 's' shared
+-- ARGV[10] lock-delay ms  ARGV[11] the caller's queue member, '' when not queued
+-- ARGV[12] nonce, a 32-bit integer. Every reply starts with the tag
 --         nonce * 16 + status + 9 (status -9..6 in the low 4 bits; exact as a
 --         Lua number): the caller proves the reply answers its own request (a
 --         pipelined connection one reply short would otherwise hand it
 --         another request's reply). One element, not two: redis-rs spends
 --         ~900 instructions per reply element.
--- A permit is the field "p:<owner token>:<operation id>" (neither contains
--- ':') with the value
+--
+-- The record: field 'l' the limit its holders agreed on (absent: 1), 'm'
+-- their mode (absent: 'x'), and one field per permit "p:<owner token>:<operation
+-- id>" (neither contains ':') with the value
 --   "<fence>|<expiresAt>|<acquiredAt>|<renewedAt>|<ttlMs>|<lockDelayMs>|<holder>"
 -- (times in ms of the server clock; the label last, as it may contain '|').
--- The record's PTTL is its permit's expiry, so Redis deletes it at the TTL.
+-- A permit is live while expiresAt > now. An expired permit with a lock-delay
+-- stays in the record until expiresAt + lockDelayMs: the delay. The record's
+-- PTTL is the latest expiresAt + lockDelayMs of its permits, so Redis deletes
+-- it when the last permit and delay are over, with nobody's help.
+--
 -- Returns:
 --   {tag(1), fence, now}  acquired (acquiredAt = renewedAt = now)
 --   {tag(2), remaining, fence, acquiredAt, renewedAt, ttlMs, holder}  the
---     same attempt already holds it (TTL not extended)
---   {tag(3), remaining}   the same owner token holds it for another operation
---   {tag(0), remaining}   someone else holds it
---   {tag(-9), error}      Redis refused a write; no lease was written (the
+--     same attempt already holds a permit (TTL not extended)
+--   {tag(3), remaining}   the same owner token holds the plain lease for
+--                         another operation
+--   {tag(0), retry, why}  contended: why 0 no free permit (or the other
+--     mode holds it; retry = the soonest expiry), 1 lock-delay (retry = the
+--     delay left), 2 queued behind waiters (retry = when the first waiter's
+--     heartbeat lapses), 3 the caller's queue entry is gone (re-enter)
+--   {tag(4), limit}       limit_mismatch: live holders agreed on another limit
+--   {tag(-9), error}      Redis refused a write; no permit was written (the
 --                         first write, the sequence, is harmless alone)
-local tag = tonumber(ARGV[8]) * 16 + 9
+local tag = tonumber(ARGV[12]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+local limit, mode, delay = tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
+local owner = 'p:' .. ARGV[1] .. ':'
+local mine = owner .. ARGV[2]
 local rec = redis.call('HGETALL', KEYS[1])
-local stale
+local l, m = 1, 'x'
+local live, soonest, same_owner, latest = 0, nil, false, 0
+local stale, delay_end, delay_owner
 for i = 1, #rec, 2 do
   local field = rec[i]
-  if string.byte(field, 1) == 112 then -- 'p'
+  local b = string.byte(field, 1)
+  if b == 112 then -- 'p'
     local v = rec[i + 1]
-    local fence, exp, acq, ren, ttl, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|%d+|()')
+    local fence, exp, acq, ren, ttl, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
     exp = tonumber(exp)
     if exp > now then
       if field == mine then
         return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(ttl), string.sub(v, at)}
       end
-      if string.sub(field, 1, #ARGV[1] + 3) == 'p:' .. ARGV[1] .. ':' then
-        return {tag + 3, exp - now}
+      live = live + 1
+      if not soonest or exp < soonest then
+        soonest = exp
       end
-      return {tag, exp - now}
+      if string.sub(field, 1, #owner) == owner then
+        same_owner = true
+      end
+      local ends = exp + tonumber(ld)
+      if ends > latest then
+        latest = ends
+      end
+    else
+      local ends = exp + tonumber(ld)
+      if ends > now then
+        -- A lock-delay runs: the permit stays until it is over.
+        if ends > latest then
+          latest = ends
+        end
+        if not delay_end or ends > delay_end then
+          delay_end, delay_owner = ends, string.sub(field, 1, string.find(field, ':', 3, true))
+        end
+      else
+        stale = stale or {}
+        stale[#stale + 1] = field
+      end
     end
-    stale = stale or {}
-    stale[#stale + 1] = field
+  elseif b == 108 then -- 'l'
+    l = tonumber(rec[i + 1])
+  elseif b == 109 then -- 'm'
+    m = rec[i + 1]
   end
+end
+if delay_end and delay_owner ~= owner then
+  return {tag, delay_end - now, 1}
+end
+if live > 0 then
+  if limit == 1 and l == 1 and mode == 'x' and m == 'x' and same_owner then
+    return {tag + 3, soonest - now}
+  end
+  if m ~= mode then
+    return {tag, soonest - now, 0}
+  end
+  if mode == 'x' then
+    if l ~= limit then
+      return {tag + 4, l}
+    end
+    if live >= limit then
+      return {tag, soonest - now, 0}
+    end
+  elseif live >= 10000 then
+    return {tag, soonest - now, 0}
+  end
+end
+-- The sequence: fencing, the change count, watch and queue marks.
+local last, changes, watched, queued = 0, 0, 0, 0
+local seq = redis.call('GET', KEYS[2])
+if seq then
+  local a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
+  if a then
+    last, changes, watched, queued = tonumber(a), tonumber(b), tonumber(c), tonumber(d) or 0
+  end
+end
+-- Fair queue (only while some instance keeps waiters there): waiters go in
+-- the order they entered; a caller without an entry goes only when nobody
+-- live waits; an exclusive waiter when fewer live waiters are ahead of it
+-- than there are free permits; a shared waiter when no exclusive one is ahead.
+local member = ARGV[11]
+local wake_next = false
+if queued > now then
+  local free = (mode == 'x') and (limit - live) or 10000
+  local entries = redis.call('ZRANGEBYSCORE', KEYS[3], 0, '+inf', 'LIMIT', 0, 64)
+  local alive, dead = {}, nil
+  local ahead, ahead_x, found, lapse = 0, 0, false, nil
+  for i = 1, #entries do
+    local e = entries[i]
+    if e == member then
+      found = true
+      break
+    end
+    local inst = string.match(e, '^%a:([^:]+):')
+    local until_ms = alive[inst]
+    if until_ms == nil then
+      local s = redis.call('ZSCORE', KEYS[3], '~' .. (inst or ''))
+      until_ms = s and -tonumber(s) or 0
+      alive[inst or ''] = until_ms
+    end
+    if until_ms > now then
+      ahead = ahead + 1
+      if string.byte(e, 1) == 120 then
+        ahead_x = ahead_x + 1
+      end
+      if not lapse or until_ms < lapse then
+        lapse = until_ms
+      end
+    else
+      dead = dead or {}
+      dead[#dead + 1] = e
+    end
+  end
+  if dead then
+    redis.pcall('ZREM', KEYS[3], unpack(dead))
+  end
+  if member ~= '' and not found and not redis.call('ZSCORE', KEYS[3], member) then
+    return {tag, 1, 3}
+  end
+  local blocked
+  if member == '' or not found then
+    blocked = ahead > 0 or (member ~= '' and not found)
+  elseif mode == 'x' then
+    blocked = ahead >= free
+  else
+    blocked = ahead_x > 0
+  end
+  if blocked then
+    return {tag, (lapse or (now + 100)) - now, 2}
+  end
+  wake_next = member ~= '' and (mode == 's' or live + 1 < limit)
 end
 -- Fencing: strictly increasing per resource, also when the sequence key is
 -- gone (evicted, expired, an empty restarted Redis): never below the server
 -- clock in microseconds. 2^53 µs is in the year 2255, so the value stays an
 -- exact JSON number.
-local last, changes, watched = 0, 0, 0
-local seq = redis.call('GET', KEYS[2])
-if seq then
-  local a, b, c = string.match(seq, '^(%d+):(%d+):(%d+)$')
-  if a then
-    last, changes, watched = tonumber(a), tonumber(b), tonumber(c)
-  end
-end
 local fence = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local fence_text = string.format('%.0f', fence)
 changes = changes + 1
 local changes_text = string.format('%.0f', changes)
-local done = redis.pcall('SET', KEYS[2],
-  fence_text .. ':' .. changes_text .. ':' .. string.format('%.0f', watched), 'PX', ARGV[4])
+local done = redis.pcall('SET', KEYS[2], fence_text .. ':' .. changes_text .. ':'
+  .. string.format('%.0f', watched) .. ':' .. string.format('%.0f', queued), 'PX', ARGV[4])
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
@@ -73,20 +193,40 @@ if stale then
   redis.pcall('HDEL', KEYS[1], unpack(stale))
 end
 local now_text = string.format('%.0f', now)
-done = redis.pcall('HSET', KEYS[1], mine, fence_text .. '|' .. string.format('%.0f', now + tonumber(ARGV[3]))
-  .. '|' .. now_text .. '|' .. now_text .. '|' .. ARGV[3] .. '|0|' .. ARGV[5])
+local value = fence_text .. '|' .. string.format('%.0f', now + tonumber(ARGV[3])) .. '|' .. now_text
+  .. '|' .. now_text .. '|' .. ARGV[3] .. '|' .. ARGV[10] .. '|' .. ARGV[5]
+if live == 0 and (l ~= limit or m ~= mode) then
+  done = redis.pcall('HSET', KEYS[1], mine, value, 'l', ARGV[8], 'm', mode)
+else
+  done = redis.pcall('HSET', KEYS[1], mine, value)
+end
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
-done = redis.pcall('PEXPIRE', KEYS[1], ARGV[3])
+local ends = now + tonumber(ARGV[3]) + delay
+if latest > ends then
+  ends = latest
+end
+done = redis.pcall('PEXPIRE', KEYS[1], ends - now)
 if type(done) == 'table' and done.err then
-  -- A record without a TTL would be a lease for ever: take it back.
-  redis.pcall('DEL', KEYS[1])
+  -- A record without a TTL would be a lease for ever: take the permit back.
+  if live == 0 and not delay_end then
+    redis.pcall('DEL', KEYS[1])
+  else
+    redis.pcall('HDEL', KEYS[1], mine)
+  end
   return {tag - 9, done.err}
+end
+if member ~= '' then
+  redis.pcall('ZREM', KEYS[3], member)
 end
 -- Watchers of this resource (an instance renews "watched until" while it
--- has some) hear of the acquire; nobody pays for the event otherwise.
+-- has some) hear of the acquire; nobody pays for the event otherwise. The
+-- next queued waiter looks at once when a permit is still free for it.
 if watched > now then
-  redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.1\tacquired')
+  redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (live + 1) .. '\tacquired')
+end
+if wake_next then
+  redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t\tqueue')
 end
 return {tag + 1, fence, now}

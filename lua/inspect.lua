@@ -1,4 +1,5 @@
--- inspect: read a lease without changing it; never returns an owner token.
+-- inspect: read a resource without changing its permits; never returns an
+-- owner token.
 -- KEYS[1] record  KEYS[2] sequence (see acquire.lua)
 -- ARGV[1] caller's owner token or ''  ARGV[2] operation id or '' (a token
 --         alone compares the token only)
@@ -9,19 +10,19 @@
 -- ARGV[4] sequence key ttl ms
 -- ARGV[5] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
--- Returns {tag(0), changes} free, or
--- {tag(1), changes, remaining, fence, held_by, acquiredAt, renewedAt, ttlMs, holder}
--- where held_by is 0 not asked, 1 caller, 2 caller other operation (or the
--- caller's token, when no operation was sent), 3 other. The version is
--- "<changes>.<live permits>".
+-- Returns {tag(status), changes, live, limit, mode, lock-delay left, held_by,
+-- then per live permit: remaining, fence, acquiredAt, renewedAt, ttlMs,
+-- holder}. status 0 free (no live permit), 1 held. held_by: 0 not asked,
+-- 1 caller, 2 caller other operation (or the caller's token, when no
+-- operation was sent), 3 other. The version is "<changes>.<live>".
 local tag = tonumber(ARGV[5]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local changes, watched = 0, 0
 local seq = redis.call('GET', KEYS[2])
-local a, b, c
+local a, b, c, d
 if seq then
-  a, b, c = string.match(seq, '^(%d+):(%d+):(%d+)$')
+  a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
   if a then
     changes, watched = tonumber(b), tonumber(c)
   end
@@ -30,32 +31,54 @@ local watch = tonumber(ARGV[3])
 if watch > 0 and watched < now + watch / 2 then
   local mark = string.format('%.0f', now + watch)
   if a then
-    redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark, 'KEEPTTL')
+    redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. (d ~= '' and d or '0'), 'KEEPTTL')
   else
-    redis.pcall('SET', KEYS[2], '0:0:' .. mark, 'PX', ARGV[4])
+    redis.pcall('SET', KEYS[2], '0:0:' .. mark .. ':0', 'PX', ARGV[4])
   end
 end
 local rec = redis.call('HGETALL', KEYS[1])
+local l, m, live, delay, held_by = 1, 'x', 0, 0, 0
+local permits = {}
+local caller = ARGV[1] ~= '' and ('p:' .. ARGV[1] .. ':') or nil
 for i = 1, #rec, 2 do
   local field = rec[i]
-  if string.byte(field, 1) == 112 then -- 'p'
+  local byte = string.byte(field, 1)
+  if byte == 112 then -- 'p'
     local v = rec[i + 1]
-    local fence, exp, acq, ren, ttl, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|%d+|()')
+    local fence, exp, acq, ren, ttl, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
     exp = tonumber(exp)
     if exp > now then
-      local held_by = 0
-      if ARGV[1] ~= '' then
-        if ARGV[2] ~= '' and field == 'p:' .. ARGV[1] .. ':' .. ARGV[2] then
+      live = live + 1
+      permits[#permits + 1] = exp - now
+      permits[#permits + 1] = tonumber(fence)
+      permits[#permits + 1] = tonumber(acq)
+      permits[#permits + 1] = tonumber(ren)
+      permits[#permits + 1] = tonumber(ttl)
+      permits[#permits + 1] = string.sub(v, at)
+      if caller then
+        if ARGV[2] ~= '' and field == caller .. ARGV[2] then
           held_by = 1
-        elseif string.sub(field, 1, #ARGV[1] + 3) == 'p:' .. ARGV[1] .. ':' then
+        elseif held_by ~= 1 and string.sub(field, 1, #caller) == caller then
           held_by = 2
-        else
-          held_by = 3
         end
       end
-      return {tag + 1, changes, exp - now, tonumber(fence), held_by, tonumber(acq),
-        tonumber(ren), tonumber(ttl), string.sub(v, at)}
+    elseif exp + tonumber(ld) > now and exp + tonumber(ld) - now > delay then
+      delay = exp + tonumber(ld) - now
     end
+  elseif byte == 108 then -- 'l'
+    l = tonumber(rec[i + 1])
+  elseif byte == 109 then -- 'm'
+    m = rec[i + 1]
   end
 end
-return {tag, changes}
+if caller and held_by == 0 and live > 0 then
+  held_by = 3
+end
+if live == 0 then
+  return {tag, changes, 0, 1, 'x', delay, 0}
+end
+local reply = {tag + 1, changes, live, l, m, delay, held_by}
+for i = 1, #permits do
+  reply[#reply + 1] = permits[i]
+end
+return reply

@@ -5,27 +5,44 @@
 -- ARGV[5] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Returns {tag(1)} released, {tag(0)} already absent, {tag(-1)} someone
--- else's (untouched), {tag(-9), error} Redis refused.
+-- else holds it (untouched), {tag(-9), error} Redis refused.
 -- The event "<tag>\t<version>\treleased" is published before the delete: an
 -- ACL that denies the channel refuses the release before anything is deleted
 -- (an event without a delete only costs waiters and watchers one look).
 -- A release changes no counter: the version "<changes>.<live permits>" moves
--- because the live count falls (and for one change count it only falls).
+-- because the live count falls (and for one change count it only falls). A
+-- release never starts a lock-delay: only an expiry does.
 local tag = tonumber(ARGV[5]) * 16 + 9
-local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
-local v = redis.call('HGET', KEYS[1], mine)
-if not v then
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    return {tag - 1}
-  end
-  return {tag}
-end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local exp = tonumber(string.match(v, '^%d+|(%d+)|'))
-if exp <= now then
-  -- Over already (the record outlived it by a clock tick): nothing to end.
-  redis.pcall('HDEL', KEYS[1], mine)
+local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+local rec = redis.call('HGETALL', KEYS[1])
+local held, live, rest, latest = false, 0, 0, 0
+for i = 1, #rec, 2 do
+  local field = rec[i]
+  if string.byte(field, 1) == 112 then -- 'p'
+    local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
+    exp = tonumber(exp)
+    if exp > now then
+      live = live + 1
+    end
+    if field == mine then
+      held = exp > now
+    else
+      local ends = exp + tonumber(ld)
+      if ends > now then
+        rest = rest + 1
+        if ends > latest then
+          latest = ends
+        end
+      end
+    end
+  end
+end
+if not held then
+  if live > 0 then
+    return {tag - 1}
+  end
   return {tag}
 end
 local changes = '0'
@@ -33,11 +50,20 @@ local seq = redis.call('GET', KEYS[2])
 if seq then
   changes = string.match(seq, '^%d+:(%d+):') or '0'
 end
-local done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.0\treleased')
+local done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased')
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
-done = redis.pcall('DEL', KEYS[1])
+if rest == 0 then
+  done = redis.pcall('DEL', KEYS[1])
+else
+  done = redis.pcall('HDEL', KEYS[1], mine)
+  if not (type(done) == 'table' and done.err) then
+    -- Shorten the record's life to its other permits'; refused, it only
+    -- lives longer than needed (the permit is gone either way).
+    redis.pcall('PEXPIRE', KEYS[1], latest - now)
+  end
+end
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end

@@ -11,54 +11,76 @@
 -- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Returns {tag(1), fence, acquiredAt, now, holder} renewed (renewedAt = now),
--- {tag(0)} absent, {tag(-1)} someone else's, {tag(-9), error} Redis refused
--- (nothing applied: the permit's own expiresAt is what counts, and it is
--- written last).
+-- {tag(0)} absent, {tag(-1)} someone else holds it, {tag(-9), error} Redis
+-- refused (nothing applied: the permit's own expiresAt is what counts, and
+-- it is written last).
 local tag = tonumber(ARGV[8]) * 16 + 9
-local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
-local v = redis.call('HGET', KEYS[1], mine)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fence, exp, acq, at
-if v then
-  fence, exp, acq, at = string.match(v, '^(%d+)|(%d+)|(%d+)|%d+|%d+|%d+|()')
+local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+local rec = redis.call('HGETALL', KEYS[1])
+local v, others, latest = nil, 0, 0
+for i = 1, #rec, 2 do
+  local field = rec[i]
+  if string.byte(field, 1) == 112 then -- 'p'
+    local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
+    exp = tonumber(exp)
+    if field == mine then
+      if exp > now then
+        v = rec[i + 1]
+      end
+    else
+      if exp > now then
+        others = others + 1
+      end
+      local ends = exp + tonumber(ld)
+      if ends > latest then
+        latest = ends
+      end
+    end
+  end
 end
-if not v or tonumber(exp) <= now then
-  if not v and redis.call('EXISTS', KEYS[1]) == 1 then
+if not v then
+  if others > 0 then
     return {tag - 1}
   end
   return {tag}
 end
+local fence, acq, ld, at = string.match(v, '^(%d+)|%d+|(%d+)|%d+|%d+|(%d+)|()')
 local holder = string.sub(v, at)
 if ARGV[4] ~= '' and ARGV[4] ~= holder then
   -- A new label is a change watchers see: bump the change counter.
-  local last, changes, watched = fence, 0, 0
+  local last, changes, watched, queued = fence, 0, '0', '0'
   local seq = redis.call('GET', KEYS[2])
   if seq then
-    local a, b, c = string.match(seq, '^(%d+):(%d+):(%d+)$')
+    local a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
     if a then
-      last, changes, watched = a, tonumber(b), tonumber(c)
+      last, changes, watched, queued = a, tonumber(b), c, (d ~= '' and d or '0')
     end
   end
   changes = changes + 1
   local changes_text = string.format('%.0f', changes)
   local done = redis.pcall('SET', KEYS[2],
-    last .. ':' .. changes_text .. ':' .. string.format('%.0f', watched), 'PX', ARGV[5])
+    last .. ':' .. changes_text .. ':' .. watched .. ':' .. queued, 'PX', ARGV[5])
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}
   end
   holder = ARGV[4]
-  if watched > now then
-    redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.1\tholder_changed')
+  if tonumber(watched) > now then
+    redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
 end
-local done = redis.pcall('PEXPIRE', KEYS[1], ARGV[3])
+local ends = now + tonumber(ARGV[3]) + tonumber(ld)
+if latest > ends then
+  ends = latest
+end
+local done = redis.pcall('PEXPIRE', KEYS[1], ends - now)
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
 local now_text = string.format('%.0f', now)
 done = redis.pcall('HSET', KEYS[1], mine, fence .. '|' .. string.format('%.0f', now + tonumber(ARGV[3]))
-  .. '|' .. acq .. '|' .. now_text .. '|' .. ARGV[3] .. '|0|' .. holder)
+  .. '|' .. acq .. '|' .. now_text .. '|' .. ARGV[3] .. '|' .. ld .. '|' .. holder)
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end

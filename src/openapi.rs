@@ -81,7 +81,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
     components(schemas(
         AttemptBody, AttemptCreated, AcquireBody, RenewBody, Lease, Guarantee, HeldBy,
         Acquired, ReplayedSameOperation, Renewed, Released, AlreadyAbsent, ReleaseSuccess, Inspected,
-        OwnerOperationConflictProblem, ContendedProblem, AcquireConflict,
+        OwnerOperationConflictProblem, ContendedProblem, LimitMismatchProblem, AcquireConflict,
         LostAbsentProblem, LostNotOwnerProblem, NotOwnerProblem,
         UnavailableProblem, OverloadedProblem, RequestTimeoutProblem, BodyTimeoutProblem, ServiceUnavailable,
         IndeterminateProblem, InvalidRequestProblem, FieldError,
@@ -194,6 +194,7 @@ outcome_tags! {
     InspectedTag => Inspected,
     OwnerOperationConflictTag => OwnerOperationConflict,
     ContendedTag => Contended,
+    LimitMismatchTag => LimitMismatch,
     LostTag => Lost,
     NotOwnerTag => NotOwner,
     UnavailableTag => Unavailable,
@@ -340,6 +341,24 @@ pub struct Inspected {
     /// When the holder last renewed it; present when held.
     #[schema(nullable = false, format = DateTime, example = "2026-12-03T14:55:18.120Z")]
     pub renewed_at: Option<String>,
+    /// The limit the holders agreed on; present when held.
+    #[schema(nullable = false, minimum = 1, maximum = 10000)]
+    pub limit: Option<u32>,
+    /// The holders' mode; present when held.
+    #[schema(nullable = false)]
+    pub mode: Option<crate::domain::Mode>,
+    /// How many hold it now (0 when free).
+    #[schema(minimum = 0, maximum = 10000)]
+    pub holders: u32,
+    /// Every holder, oldest first; present when held. The top-level
+    /// `holder`, `fencingToken`, `remainingMs`, `ttlMs`, `acquiredAt` and
+    /// `renewedAt` are the first one's.
+    #[schema(nullable = false)]
+    pub permits: Option<Vec<crate::domain::PermitView>>,
+    /// A lock-delay that runs after a holder's lease expired: how long it
+    /// has left; present only then.
+    #[schema(nullable = false, minimum = 1, maximum = 60000)]
+    pub lock_delay_remaining_ms: Option<u64>,
     /// The holder's remaining time to live; present when held.
     #[schema(nullable = false, minimum = 0, maximum = 604800000)]
     pub remaining_ms: Option<u64>,
@@ -412,6 +431,23 @@ problem! {
         /// How long the request waited server-side; present only when it waited.
         #[schema(nullable = false, minimum = 0, maximum = 3600000)]
         waited_ms: Option<u64>,
+        /// Why, when it is not simply held: `lock_delay` (an expired
+        /// holder's lock-delay runs) or `queued` (earlier waiters go first).
+        #[schema(nullable = false)]
+        reason: Option<crate::domain::ContendedReason>,
+    }
+}
+
+problem! {
+    /// `limit_mismatch` (409): the resource is held with another `limit`;
+    /// every holder must ask with the same one.
+    #[schema(example = json!({"type": "/problems/limit-mismatch", "title": "Limit mismatch",
+        "status": 409, "detail": "The resource is held with another limit; every holder must ask with the same limit (the current one is in `limit`).",
+        "outcome": "limit_mismatch", "limit": 4}))]
+    LimitMismatchProblem, LimitMismatchTag, 409 ..= 409 {
+        /// The limit the current holders agreed on.
+        #[schema(minimum = 1, maximum = 10000)]
+        limit: u32,
     }
 }
 
@@ -421,12 +457,15 @@ problem! {
 #[schema(discriminator(property_name = "outcome", mapping(
     ("owner_operation_conflict" = "#/components/schemas/OwnerOperationConflictProblem"),
     ("contended" = "#/components/schemas/ContendedProblem"),
+    ("limit_mismatch" = "#/components/schemas/LimitMismatchProblem"),
 )))]
 pub enum AcquireConflict {
     /// `owner_operation_conflict`.
     OwnerOperationConflict(OwnerOperationConflictProblem),
     /// `contended`.
     Contended(ContendedProblem),
+    /// `limit_mismatch`.
+    LimitMismatch(LimitMismatchProblem),
 }
 
 problem! {
@@ -818,6 +857,17 @@ mod tests {
         }
     }
 
+    fn permit(holder: Option<&str>) -> crate::domain::PermitView {
+        crate::domain::PermitView {
+            holder: holder.and_then(|h| crate::domain::HolderLabel::parse(h).ok()),
+            fencing_token: 7,
+            remaining_ms: 10,
+            ttl_ms: 30_000,
+            acquired_at: crate::domain::StoreTime(1_764_686_400_000),
+            renewed_at: crate::domain::StoreTime(1_764_686_400_000),
+        }
+    }
+
     fn failures() -> Vec<Response> {
         let op = OperationId::parse("export-1").expect("op");
         vec![
@@ -878,11 +928,19 @@ mod tests {
             respond_one(&AcquireOutcome::Contended {
                 retry_after_ms: 50,
                 waited_ms: None,
+                reason: None,
             }),
             respond_one(&AcquireOutcome::Contended {
                 retry_after_ms: 2500,
                 waited_ms: Some(5000),
+                reason: Some(crate::domain::ContendedReason::Queued),
             }),
+            respond_one(&AcquireOutcome::Contended {
+                retry_after_ms: 900,
+                waited_ms: None,
+                reason: Some(crate::domain::ContendedReason::LockDelay),
+            }),
+            respond_one(&AcquireOutcome::LimitMismatch { limit: 4 }),
         ];
         let mut renew = vec![
             respond_one(&RenewOutcome::Renewed { lease: lease() }),
@@ -909,6 +967,11 @@ mod tests {
                 ttl_ms: None,
                 acquired_at: None,
                 renewed_at: None,
+                limit: None,
+                mode: None,
+                holders: 0,
+                permits: Vec::new(),
+                lock_delay_ms: Some(700),
             }),
             respond_one(&Inspection {
                 held: true,
@@ -920,6 +983,11 @@ mod tests {
                 ttl_ms: Some(30_000),
                 acquired_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
                 renewed_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
+                limit: Some(1),
+                mode: Some(crate::domain::Mode::Exclusive),
+                holders: 1,
+                permits: vec![permit(None)],
+                lock_delay_ms: None,
             }),
             respond_one(&Inspection {
                 held: true,
@@ -931,6 +999,11 @@ mod tests {
                 ttl_ms: Some(30_000),
                 acquired_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
                 renewed_at: Some(crate::domain::StoreTime(1_764_686_401_000)),
+                limit: Some(4),
+                mode: Some(crate::domain::Mode::Shared),
+                holders: 2,
+                permits: vec![permit(Some("pod-1")), permit(None)],
+                lock_delay_ms: None,
             }),
         ];
         for list in [&mut acquire, &mut renew, &mut release, &mut inspect] {

@@ -9,12 +9,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{
-    AcquireOutcome, Attempt, Bounds, Failure, Guarantee, HolderLabel, Inspection, Lease,
-    LostReason, OutcomeName, OwnerToken, ReleaseOutcome, RenewOutcome, Replication, ResourceId,
-    Ttl, WaitMs,
+    AcquireOutcome, Attempt, Bounds, ContendedReason, Failure, Guarantee, HolderLabel, Inspection,
+    Lease, LeaseShape, LostReason, Mode, OutcomeName, OwnerToken, PermitView, ReleaseOutcome,
+    RenewOutcome, Replication, ResourceId, Ttl, WaitMs,
 };
 use crate::store::{
-    Probe, Store, StoreAcquire, StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew,
+    AcquireSpec, Contention, Probe, QueueOp, Store, StoreAcquire, StoreError, StoreInspect,
+    StoreLease, StoreRelease, StoreRenew,
 };
 use crate::telemetry::OperationMeters;
 use crate::wait::WaitRegistry;
@@ -46,6 +47,101 @@ pub struct LeaseService {
 
 /// What a store call looks like to the wait loop.
 type Tried = Result<AcquireOutcome, Failure>;
+
+/// How often the instance that has waiters for a resource tells the store
+/// they are alive (their entries lapse 2 s after the last beat).
+const QUEUE_BEAT: Duration = Duration::from_millis(500);
+
+/// What an acquire asks for.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    /// The TTL.
+    pub ttl: Ttl,
+    /// How long to wait server-side while contended.
+    pub wait: WaitMs,
+    /// The public holder label.
+    pub holder: Option<HolderLabel>,
+    /// Limit, mode and lock-delay.
+    pub shape: LeaseShape,
+}
+
+impl AcquireRequest {
+    /// A plain lease for `ttl`, no wait, no label.
+    pub fn plain(ttl: Ttl) -> Self {
+        Self {
+            ttl,
+            wait: WaitMs::default(),
+            holder: None,
+            shape: LeaseShape::default(),
+        }
+    }
+
+    fn spec<'a>(&'a self, queued_as: Option<&'a str>) -> AcquireSpec<'a> {
+        AcquireSpec {
+            ttl: self.ttl,
+            holder: self.holder.as_ref(),
+            shape: self.shape,
+            queued_as,
+        }
+    }
+}
+
+/// A waiter's place in the resource's fair queue. Dropped without being
+/// taken (deadline, disconnect, shutdown), it leaves the queue at once, in
+/// the background.
+struct Place {
+    store: Store,
+    resource: ResourceId,
+    mode: Mode,
+    member: Option<String>,
+}
+
+impl Place {
+    fn new(store: Store, resource: ResourceId, mode: Mode) -> Self {
+        Self {
+            store,
+            resource,
+            mode,
+            member: None,
+        }
+    }
+
+    fn member(&self) -> Option<&str> {
+        self.member.as_deref()
+    }
+
+    /// Takes a (new) place at the back of the queue.
+    async fn enter(&mut self, service: &LeaseService) -> Result<(), Failure> {
+        self.leave();
+        let member = self.store.queue_member(self.mode);
+        let entered = service
+            .admitted(self.store.queue(&self.resource, QueueOp::Enter(&member)))
+            .await?;
+        // Even an uncertain enter may have left an entry: leave it on drop.
+        self.member = Some(member);
+        entered.map_err(|err| service.failure(err, None))
+    }
+
+    /// The acquire script took the entry out with the permit.
+    fn taken(&mut self) {
+        self.member = None;
+    }
+
+    fn leave(&mut self) {
+        if let Some(member) = self.member.take() {
+            let (store, resource) = (self.store.clone(), self.resource.clone());
+            tokio::spawn(async move {
+                let _ = store.queue(&resource, QueueOp::Leave(&member)).await;
+            });
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
 
 impl LeaseService {
     /// A service over `store`; `waiters` must be the registry the store wakes;
@@ -160,15 +256,15 @@ impl LeaseService {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        holder: Option<&HolderLabel>,
+        request: &AcquireRequest,
+        member: Option<&str>,
     ) -> Result<crate::store::Replicated<StoreAcquire>, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (store, resource, attempt) = (self.store.clone(), resource.clone(), attempt.clone());
-        let holder = holder.cloned();
+        let (request, member) = (request.clone(), member.map(str::to_owned));
         tokio::spawn(async move {
             let result = store
-                .acquire_replicated(&resource, &attempt, ttl, holder.as_ref())
+                .acquire_replicated(&resource, &attempt, &request.spec(member.as_deref()))
                 .await;
             if let Err(Ok(abandoned)) = tx.send(result) {
                 if matches!(abandoned.value, StoreAcquire::Acquired(_)) {
@@ -189,55 +285,72 @@ impl LeaseService {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        holder: Option<&HolderLabel>,
+        request: &AcquireRequest,
+        member: Option<&str>,
         waited: Option<u64>,
-    ) -> Tried {
+    ) -> Result<(AcquireOutcome, Option<Contention>), Failure> {
         let result = if waited.is_some() {
-            self.admitted(self.acquire_for_waiter(resource, attempt, ttl, holder))
+            self.admitted(self.acquire_for_waiter(resource, attempt, request, member))
                 .await?
         } else {
             self.admitted(
                 self.store
-                    .acquire_replicated(resource, attempt, ttl, holder),
+                    .acquire_replicated(resource, attempt, &request.spec(member)),
             )
             .await?
         };
         let fallback = self.settings.retry_after_ms;
         let replication = result.as_ref().ok().and_then(|r| r.replication);
         match result.map(|r| r.value) {
-            Ok(StoreAcquire::Acquired(record)) => Ok(AcquireOutcome::Acquired {
-                lease: Self::lease(resource, record, replication),
-                waited_ms: waited,
-            }),
-            Ok(StoreAcquire::Replayed(record)) => Ok(AcquireOutcome::ReplayedSameOperation {
-                lease: Self::lease(resource, record, None),
-            }),
-            Ok(StoreAcquire::OwnerOperationConflict { remaining_ms }) => {
-                Ok(AcquireOutcome::OwnerOperationConflict {
+            Ok(StoreAcquire::Acquired(record)) => Ok((
+                AcquireOutcome::Acquired {
+                    lease: Self::lease(resource, record, replication),
+                    waited_ms: waited,
+                },
+                None,
+            )),
+            Ok(StoreAcquire::Replayed(record)) => Ok((
+                AcquireOutcome::ReplayedSameOperation {
+                    lease: Self::lease(resource, record, None),
+                },
+                None,
+            )),
+            Ok(StoreAcquire::OwnerOperationConflict { remaining_ms }) => Ok((
+                AcquireOutcome::OwnerOperationConflict {
                     retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
-                })
+                },
+                None,
+            )),
+            Ok(StoreAcquire::Contended { remaining_ms, why }) => Ok((
+                AcquireOutcome::Contended {
+                    retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
+                    waited_ms: waited,
+                    reason: match why {
+                        Contention::Held => None,
+                        Contention::LockDelay => Some(ContendedReason::LockDelay),
+                        Contention::Queued | Contention::Requeue => Some(ContendedReason::Queued),
+                    },
+                },
+                Some(why),
+            )),
+            Ok(StoreAcquire::LimitMismatch { limit }) => {
+                Ok((AcquireOutcome::LimitMismatch { limit }, None))
             }
-            Ok(StoreAcquire::Contended { remaining_ms }) => Ok(AcquireOutcome::Contended {
-                retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
-                waited_ms: waited,
-            }),
             Err(err) => Err(self.failure(err, Some(attempt))),
         }
     }
 
-    /// Acquires `resource` for `attempt`, waiting server-side up to `wait`.
+    /// Acquires `resource` for `attempt`, waiting server-side up to
+    /// `request.wait`.
     pub async fn acquire(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        wait: WaitMs,
-        holder: Option<&HolderLabel>,
+        request: &AcquireRequest,
     ) -> Tried {
         let started = Instant::now();
         let result = self
-            .acquire_inner(resource, attempt, ttl, wait, holder, started)
+            .acquire_inner(resource, attempt, request, started)
             .await;
         self.record("acquire", resource, started, &result);
         result
@@ -247,37 +360,61 @@ impl LeaseService {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        wait: WaitMs,
-        holder: Option<&HolderLabel>,
+        request: &AcquireRequest,
         started: Instant,
     ) -> Tried {
-        let first = self.try_acquire(resource, attempt, ttl, holder, None).await;
-        if wait.ms() == 0 {
-            return first;
+        let first = self
+            .try_acquire(resource, attempt, request, None, None)
+            .await;
+        if request.wait.ms() == 0 {
+            return first.map(|(outcome, _)| outcome);
         }
-        let Ok(AcquireOutcome::Contended { retry_after_ms, .. }) = first else {
-            return first;
+        let Ok((AcquireOutcome::Contended { retry_after_ms, .. }, _)) = first else {
+            return first.map(|(outcome, _)| outcome);
         };
-        let deadline = tokio::time::Instant::from_std(started) + Duration::from_millis(wait.ms());
+        let deadline =
+            tokio::time::Instant::from_std(started) + Duration::from_millis(request.wait.ms());
         let waited = || Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        let contended = |retry_after_ms, waited_ms| AcquireOutcome::Contended {
+            retry_after_ms,
+            waited_ms,
+            reason: None,
+        };
         let Some(guard) = self.waiters.enter(&resource.tag()) else {
             return Err(self.overloaded());
         };
         let queue = guard.resource();
-        // Take the turn: the one waiter of this instance that talks to the store.
-        let turn = tokio::select! {
+        // Take a place in the fair queue, in the same order as this
+        // instance's own FIFO turn, so both agree on who is next.
+        let entry = queue.entry.lock().await;
+        let mut place = Place::new(self.store.clone(), resource.clone(), request.shape.mode);
+        place.enter(self).await?;
+        let mut turn = std::pin::pin!(queue.turn.lock());
+        let mut held_turn = tokio::select! {
             biased;
-            _ = self.shutdown.cancelled() => {
-                return Ok(AcquireOutcome::Contended { retry_after_ms, waited_ms: waited() });
-            }
-            turn = queue.turn.lock() => turn,
-            _ = tokio::time::sleep_until(deadline) => {
-                // Never had the turn: one last look, then give up.
-                return self.try_acquire(resource, attempt, ttl, holder, waited()).await;
-            }
+            turn = &mut turn => Some(turn),
+            () = std::future::ready(()) => None,
         };
+        drop(entry);
+        if held_turn.is_none() {
+            held_turn = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => {
+                    return Ok(contended(retry_after_ms, waited()));
+                }
+                turn = &mut turn => Some(turn),
+                _ = tokio::time::sleep_until(deadline) => None,
+            };
+        }
+        if held_turn.is_none() {
+            // Never had the turn: one last look, then give up.
+            return self
+                .last_look(resource, attempt, request, &mut place, waited())
+                .await;
+        }
         let mut holder_ttl;
+        let mut beat = tokio::time::interval(QUEUE_BEAT);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Register for the wake-up before looking, so a release between
             // the look and the sleep is not missed.
@@ -285,32 +422,77 @@ impl LeaseService {
             tokio::pin!(woken);
             woken.as_mut().enable();
             match self
-                .try_acquire(resource, attempt, ttl, holder, waited())
+                .try_acquire(resource, attempt, request, place.member(), waited())
                 .await
             {
-                Ok(AcquireOutcome::Contended { retry_after_ms, .. }) => holder_ttl = retry_after_ms,
-                other => return other,
+                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, why)) => {
+                    holder_ttl = retry_after_ms;
+                    if why == Some(Contention::Requeue) {
+                        // This instance missed its heartbeats (frozen?):
+                        // its place is gone; take a new one at the back.
+                        place.enter(self).await?;
+                        continue;
+                    }
+                }
+                Ok((outcome, _)) => {
+                    if matches!(
+                        outcome,
+                        AcquireOutcome::Acquired { .. }
+                            | AcquireOutcome::ReplayedSameOperation { .. }
+                    ) {
+                        place.taken();
+                    }
+                    return Ok(outcome);
+                }
+                Err(failure) => return Err(failure),
             }
             // +1 ms: PTTL is truncated to whole milliseconds.
             let expiry = tokio::time::Instant::now() + Duration::from_millis(holder_ttl + 1);
-            tokio::select! {
-                biased;
-                _ = self.shutdown.cancelled() => break,
-                _ = &mut woken => {}
-                _ = tokio::time::sleep_until(expiry.min(deadline)) => {}
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = self.shutdown.cancelled() => {
+                        return Ok(contended(holder_ttl, waited()));
+                    }
+                    _ = &mut woken => break,
+                    _ = tokio::time::sleep_until(expiry.min(deadline)) => break,
+                    _ = beat.tick() => {
+                        // One heartbeat per instance and resource keeps all
+                        // of this instance's waiters in the queue.
+                        let _ = self.store.queue(resource, QueueOp::Beat).await;
+                    }
+                }
             }
             if tokio::time::Instant::now() >= deadline {
                 // One last look at the deadline (it may have been freed just now).
                 return self
-                    .try_acquire(resource, attempt, ttl, holder, waited())
+                    .last_look(resource, attempt, request, &mut place, waited())
                     .await;
             }
         }
-        drop(turn);
-        Ok(AcquireOutcome::Contended {
-            retry_after_ms: holder_ttl,
-            waited_ms: waited(),
-        })
+    }
+
+    /// The look a waiter takes at its deadline; its place in the queue
+    /// goes whatever the answer.
+    async fn last_look(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        request: &AcquireRequest,
+        place: &mut Place,
+        waited: Option<u64>,
+    ) -> Tried {
+        let result = self
+            .try_acquire(resource, attempt, request, place.member(), waited)
+            .await
+            .map(|(outcome, _)| outcome);
+        if matches!(
+            result,
+            Ok(AcquireOutcome::Acquired { .. } | AcquireOutcome::ReplayedSameOperation { .. })
+        ) {
+            place.taken();
+        }
+        result
     }
 
     /// Resets the TTL of the caller's lease; `holder` replaces its label.
@@ -420,7 +602,10 @@ impl LeaseService {
 /// The API's view of what the store read.
 pub fn inspection(found: StoreInspect) -> Inspection {
     match found {
-        StoreInspect::Free { version } => Inspection {
+        StoreInspect::Free {
+            version,
+            lock_delay_ms,
+        } => Inspection {
             held: false,
             version,
             remaining_ms: None,
@@ -430,21 +615,49 @@ pub fn inspection(found: StoreInspect) -> Inspection {
             ttl_ms: None,
             acquired_at: None,
             renewed_at: None,
+            limit: None,
+            mode: None,
+            holders: 0,
+            permits: Vec::new(),
+            lock_delay_ms,
         },
         StoreInspect::Held {
-            lease,
+            permits,
+            limit,
+            mode,
             held_by,
             version,
-        } => Inspection {
-            held: true,
-            version,
-            remaining_ms: Some(lease.remaining_ms),
-            fencing_token: Some(lease.fencing_token),
-            held_by,
-            holder: lease.holder,
-            ttl_ms: Some(lease.ttl_ms),
-            acquired_at: Some(lease.acquired_at),
-            renewed_at: Some(lease.renewed_at),
-        },
+        } => {
+            let first = permits.first().cloned();
+            Inspection {
+                held: true,
+                version,
+                remaining_ms: first.as_ref().map(|p| p.remaining_ms),
+                fencing_token: first.as_ref().map(|p| p.fencing_token),
+                held_by,
+                holder: first.as_ref().and_then(|p| p.holder.clone()),
+                ttl_ms: first.as_ref().map(|p| p.ttl_ms),
+                acquired_at: first.as_ref().map(|p| p.acquired_at),
+                renewed_at: first.as_ref().map(|p| p.renewed_at),
+                limit: Some(limit),
+                mode: Some(mode),
+                holders: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+                permits: permits.into_iter().map(PermitView::from).collect(),
+                lock_delay_ms: None,
+            }
+        }
+    }
+}
+
+impl From<StoreLease> for PermitView {
+    fn from(p: StoreLease) -> Self {
+        PermitView {
+            holder: p.holder,
+            fencing_token: p.fencing_token,
+            remaining_ms: p.remaining_ms,
+            ttl_ms: p.ttl_ms,
+            acquired_at: p.acquired_at,
+            renewed_at: p.renewed_at,
+        }
     }
 }

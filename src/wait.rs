@@ -22,6 +22,9 @@ use tokio::sync::Notify;
 
 /// The waiters of one resource on this instance.
 pub struct ResourceWaiters {
+    /// Held while a waiter takes its place in the store's fair queue and
+    /// joins `turn`, so both orders agree.
+    pub entry: tokio::sync::Mutex<()>,
     /// Held by the one waiter allowed to talk to the store.
     pub turn: tokio::sync::Mutex<()>,
     /// Signalled on a release of the resource.
@@ -129,6 +132,7 @@ impl WaitRegistry {
         let mut map = self.map();
         let resource = Arc::clone(map.entry(tag.to_owned()).or_insert_with(|| {
             Arc::new(ResourceWaiters {
+                entry: tokio::sync::Mutex::new(()),
                 turn: tokio::sync::Mutex::new(()),
                 wake: Notify::new(),
                 guards: AtomicUsize::new(0),
@@ -157,6 +161,11 @@ impl WaitRegistry {
             resource.wake.notify_one();
         }
         self.watch.changed_all();
+    }
+
+    /// Whether any wait for `tag` is registered on this instance.
+    pub fn is_waited_for(&self, tag: &str) -> bool {
+        self.map().contains_key(tag)
     }
 
     /// Waits currently registered.

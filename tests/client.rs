@@ -676,7 +676,7 @@ async fn outcomes_mirror_the_server() {
         .await
         .expect("contended");
     assert!(
-        matches!(contended, Acquire::Contended { retry_after_ms, waited_ms: Some(_) } if retry_after_ms > 0 && retry_after_ms <= 30_000),
+        matches!(contended, Acquire::Contended { retry_after_ms, waited_ms: Some(_), reason: None } if retry_after_ms > 0 && retry_after_ms <= 30_000),
         "{contended:?}"
     );
     assert!(matches!(

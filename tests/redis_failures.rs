@@ -199,6 +199,16 @@ async fn noscript_after_script_flush_is_recovered() {
     assert_eq!(app.acquire(P, &d, &a, 30_000).await.outcome(), "acquired");
 }
 
+/// Ends every permit of a record ARGV[1] ms from now (its `expiresAt` and
+/// the key's PTTL), as if the lease had been acquired long ago.
+const SHORTEN_LEASE: &str = "local t = redis.call('TIME') \
+    local ends = string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])) \
+    local r = redis.call('HGETALL', KEYS[1]) \
+    for i = 1, #r, 2 do if string.sub(r[i], 1, 2) == 'p:' then \
+      local f, rest = string.match(r[i + 1], '^(%d+)|%d+|(.*)$') \
+      redis.call('HSET', KEYS[1], r[i], f .. '|' .. ends .. '|' .. rest) end end \
+    return redis.call('PEXPIRE', KEYS[1], ARGV[1])";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_late_in_a_lease_reports_the_server_pttl() {
     let server = RedisServer::start();
@@ -207,7 +217,7 @@ async fn replay_late_in_a_lease_reports_the_server_pttl() {
     let a = app.attempt().await;
     let first = app.acquire(P, &d, &a, 60_000).await;
     // Late in the lease: 300 ms left on the server (set directly, no sleeping).
-    server.cli(&["PEXPIRE", &lease_key(&app, &d), "300"]);
+    server.cli(&["EVAL", SHORTEN_LEASE, "1", &lease_key(&app, &d), "300"]);
     let replay = app.acquire(P, &d, &a, 60_000).await;
     assert_eq!(replay.outcome(), "replayed_same_operation");
     assert_eq!(replay.fencing_token(), first.fencing_token());

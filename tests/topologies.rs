@@ -226,10 +226,12 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
     );
     target.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
     source.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
-    // Keys not on the source: ASK, and the importing node answers.
+    // Keys not on the source: ASK, and the importing node answers; every
+    // script takes two keys (record and sequence), and a two-key script on
+    // keys the importing node lacks is TRYAGAIN: unavailable, read or write.
     let other = a.attempt().await;
-    assert_eq!(a.inspect(P, &fresh, Some(&other)).await.body["held"], false);
-    // A two-key script on keys the importing node lacks: TRYAGAIN, unavailable.
+    let r = a.inspect(P, &fresh, Some(&other)).await;
+    assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
     let r = a.acquire(P, &fresh, &other, 30_000).await;
     assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
     // Keys still on the source: served there.
@@ -987,7 +989,8 @@ async fn acl_rules_from_the_docs_are_enough() {
     let password = unique("pw-Documented");
     let rules = format!(
         "leasehold on >{password} resetkeys ~{namespace}:* resetchannels &{namespace}:wake:v2 \
-         -@all +evalsha +script|load +get +set +del +pttl +pexpire +time +publish \
+         -@all +evalsha +script|load +get +set +del +pexpire +time +publish \
+         +hgetall +hset +hdel +zadd +zrem +zrangebyscore +zscore +scan \
          +subscribe +ping +info +hello +auth"
     );
     let mut argv = vec!["--user"];
@@ -1064,7 +1067,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     use leasehold::domain::{
         Attempt, Bounds, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
     };
-    use leasehold::store::{Replication, StoreAcquire, StoreRelease, StoreRenew};
+    use leasehold::store::{AcquireSpec, Replication, StoreAcquire, StoreRelease, StoreRenew};
     use leasehold::wait::WaitRegistry;
 
     let master = RedisServer::start();
@@ -1102,7 +1105,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     let patient = store("1", "10000");
     let (r, a) = (resource(), attempt());
     let got = patient
-        .acquire_replicated(&r, &a, ttl, None)
+        .acquire_replicated(&r, &a, &AcquireSpec::plain(ttl))
         .await
         .expect("answer");
     assert!(
@@ -1112,7 +1115,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     assert_eq!(got.replication, acked(1));
     // A replay writes nothing: no WAIT, nothing to report.
     let again = patient
-        .acquire_replicated(&r, &a, ttl, None)
+        .acquire_replicated(&r, &a, &AcquireSpec::plain(ttl))
         .await
         .expect("answer");
     assert!(matches!(again.value, StoreAcquire::Replayed { .. }));
@@ -1135,7 +1138,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     // More replicas asked for than exist: the write stands, the answer says 1 of 2.
     let greedy = store("2", "200");
     let got = greedy
-        .acquire_replicated(&resource(), &attempt(), ttl, None)
+        .acquire_replicated(&resource(), &attempt(), &AcquireSpec::plain(ttl))
         .await
         .expect("answer");
     assert!(matches!(got.value, StoreAcquire::Acquired { .. }));
@@ -1148,7 +1151,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     replica.freeze();
     let started = Instant::now();
     let got = hasty
-        .acquire_replicated(&resource(), &attempt(), ttl, None)
+        .acquire_replicated(&resource(), &attempt(), &AcquireSpec::plain(ttl))
         .await;
     replica.thaw();
     let got = got.expect("answer");

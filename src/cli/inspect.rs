@@ -111,6 +111,11 @@ mod tests {
             ttl_ms: Some(30_000),
             acquired_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
             renewed_at: Some(crate::domain::StoreTime(1_764_686_410_000)),
+            limit: Some(1),
+            mode: Some(crate::domain::Mode::Exclusive),
+            holders: 1,
+            permits: Vec::new(),
+            lock_delay_ms: None,
         };
         (resource, inspection)
     }

@@ -21,8 +21,8 @@ use super::{
     parse_duration, resource, service_error, Connection, Exit, EXIT_OSERR, EXIT_TEMPFAIL,
     EXIT_USAGE,
 };
-use crate::client::{Acquire, Client, LeaseHandle, Watchdog};
-use crate::domain::{Attempt, OperationId, ReleaseOutcome, ResourceId};
+use crate::client::{Acquire, AcquireOptions, Client, LeaseHandle, Watchdog};
+use crate::domain::{Attempt, HolderLabel, OperationId, ReleaseOutcome, ResourceId};
 
 /// The longest wait asked of the service in one request: its default
 /// `LEASEHOLD_MAX_WAIT_MS`.
@@ -43,8 +43,8 @@ pub struct LockArgs {
     /// not wait.
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     pub wait: Duration,
-    /// A public label for this holder (host name, pod). Accepted and checked
-    /// but NOT sent yet: this service version has no holder labels.
+    /// A public label for this holder (host name, pod): anyone who can
+    /// inspect or list the purpose sees it.
     #[arg(long, value_name = "LABEL")]
     pub holder: Option<String>,
     /// When the lease is lost: how long COMMAND may take to exit after
@@ -95,15 +95,13 @@ pub(super) async fn run(args: LockArgs) -> ExitCode {
     }
 }
 
-fn check_holder(holder: &str) -> Result<(), Exit> {
-    let len = holder.chars().count();
-    if !(1..=256).contains(&len) || holder.chars().any(char::is_control) {
-        return Err(Exit::new(
+fn check_holder(holder: &str) -> Result<HolderLabel, Exit> {
+    HolderLabel::parse(holder).map_err(|_| {
+        Exit::new(
             EXIT_USAGE,
             "--holder must be 1-256 characters without control characters",
-        ));
-    }
-    Ok(())
+        )
+    })
 }
 
 /// A fresh operation id: `lock-` and 16 random hex digits.
@@ -132,9 +130,7 @@ fn status_exit(status: ExitStatus) -> ExitCode {
 }
 
 async fn lock(args: LockArgs) -> Result<ExitCode, Exit> {
-    if let Some(holder) = &args.holder {
-        check_holder(holder)?;
-    }
+    let holder = args.holder.as_deref().map(check_holder).transpose()?;
     if args.ttl.is_zero() {
         return Err(Exit::new(EXIT_USAGE, "--ttl must be greater than 0"));
     }
@@ -157,13 +153,18 @@ async fn lock(args: LockArgs) -> Result<ExitCode, Exit> {
         let left = deadline.saturating_duration_since(Instant::now());
         let round = left.min(WAIT_ROUND);
         let started = Instant::now();
+        let options = AcquireOptions {
+            wait: round,
+            holder: holder.clone(),
+            ..AcquireOptions::new(args.ttl)
+        };
         let acquired = tokio::select! {
             sig = signals.next() => {
                 // The acquire may have gone through: give it back.
                 let _ = client.release(&resource, &attempt).await;
                 return Ok(signal_exit(sig));
             }
-            acquired = client.acquire(&resource, &attempt, args.ttl, round) => acquired,
+            acquired = client.acquire_with(&resource, &attempt, &options) => acquired,
         };
         match acquired {
             Ok(Acquire::Contended { retry_after_ms, .. }) if round < left => {
@@ -192,6 +193,12 @@ async fn lock(args: LockArgs) -> Result<ExitCode, Exit> {
             return Err(Exit::new(
                 EXIT_TEMPFAIL,
                 "held by this attempt for another operation; the command was not run",
+            ))
+        }
+        Ok(Acquire::LimitMismatch { limit }) => {
+            return Err(Exit::new(
+                EXIT_TEMPFAIL,
+                format!("held with limit {limit}, not as a plain lease; the command was not run"),
             ))
         }
         Err(e) => {

@@ -14,8 +14,8 @@ use super::reply::Reply;
 use super::tls::{self, TlsSettings};
 use super::{Cause, Error, LeaseHandle};
 use crate::domain::{
-    Attempt, HeldBy, HolderLabel, Inspection, LostReason, OperationId, OwnerToken, ReleaseOutcome,
-    RenewOutcome, ResourceId,
+    Attempt, ContendedReason, HeldBy, HolderLabel, Inspection, LeaseShape, LostReason, Mode,
+    OperationId, OwnerToken, ReleaseOutcome, RenewOutcome, ResourceId,
 };
 
 const OWNER_TOKEN_HEADER: &str = "Lease-Owner-Token";
@@ -130,6 +130,20 @@ pub struct AcquireOptions {
     pub wait: Duration,
     /// The public holder label (shown to everyone who can inspect).
     pub holder: Option<HolderLabel>,
+    /// Limit, mode and lock-delay (the default: a plain lease).
+    pub shape: LeaseShape,
+}
+
+impl AcquireOptions {
+    /// A plain lease for `ttl`: no wait, no label.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            wait: Duration::ZERO,
+            holder: None,
+            shape: LeaseShape::default(),
+        }
+    }
 }
 
 /// The answer to an acquire, other than the shared failures.
@@ -158,6 +172,13 @@ pub enum Acquire {
         retry_after_ms: u64,
         /// How long the service waited, when it waited.
         waited_ms: Option<u64>,
+        /// Why, when it is not simply held (lock-delay, fair queue).
+        reason: Option<ContendedReason>,
+    },
+    /// Live holders agreed on another limit.
+    LimitMismatch {
+        /// Theirs.
+        limit: u32,
     },
 }
 
@@ -177,6 +198,7 @@ impl Acquire {
             Self::ReplayedSameOperation { .. } => "replayed_same_operation",
             Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
             Self::Contended { .. } => "contended",
+            Self::LimitMismatch { .. } => "limit_mismatch",
         }
     }
 }
@@ -354,16 +376,11 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquire, Error> {
-        self.acquire_with(
-            resource,
-            attempt,
-            &AcquireOptions {
-                ttl,
-                wait,
-                holder: None,
-            },
-        )
-        .await
+        let options = AcquireOptions {
+            wait,
+            ..AcquireOptions::new(ttl)
+        };
+        self.acquire_with(resource, attempt, &options).await
     }
 
     /// [`Client::acquire`] with every option, the public holder label
@@ -382,6 +399,16 @@ impl Client {
         }
         if let Some(holder) = &options.holder {
             body["holder"] = json!(holder.as_str());
+        }
+        let shape = options.shape;
+        if shape.limit != 1 {
+            body["limit"] = json!(shape.limit);
+        }
+        if shape.mode == Mode::Shared {
+            body["mode"] = json!("shared");
+        }
+        if shape.lock_delay_ms > 0 {
+            body["lockDelayMs"] = json!(shape.lock_delay_ms);
         }
         let op = &attempt.operation_id;
         let timeout = self.inner.settings.request_timeout.saturating_add(wait);
@@ -430,6 +457,15 @@ impl Client {
             "contended" => Ok(Acquire::Contended {
                 retry_after_ms: reply.retry_after_ms(op)?,
                 waited_ms: reply.wire().waited_ms,
+                reason: match reply.wire().reason.as_deref() {
+                    None => None,
+                    Some("lock_delay") => Some(ContendedReason::LockDelay),
+                    Some("queued") => Some(ContendedReason::Queued),
+                    Some(_) => return Err(reply.unexpected(op)),
+                },
+            }),
+            "limit_mismatch" => Ok(Acquire::LimitMismatch {
+                limit: reply.wire().limit.ok_or_else(|| reply.unexpected(op))?,
             }),
             _ => Err(reply.failure(op)),
         }
@@ -563,6 +599,11 @@ impl Client {
             ttl_ms: w.ttl_ms,
             acquired_at: w.acquired_at,
             renewed_at: w.renewed_at,
+            limit: w.limit,
+            mode: w.mode,
+            holders: w.holders.unwrap_or(0),
+            permits: w.permits.clone().unwrap_or_default(),
+            lock_delay_ms: w.lock_delay_remaining_ms,
         })
     }
 }

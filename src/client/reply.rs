@@ -7,8 +7,8 @@ use serde::Deserialize;
 
 use super::{Cause, Error, Rejection};
 use crate::domain::{
-    Guarantee, HolderLabel, Lease, OperationId, Purpose, Replication, ResourceDigest, ResourceId,
-    StoreTime,
+    Guarantee, HolderLabel, Lease, Mode, OperationId, PermitView, Purpose, Replication,
+    ResourceDigest, ResourceId, StoreTime,
 };
 use crate::http::problem::FieldError;
 
@@ -30,6 +30,11 @@ pub(super) struct Wire {
     pub(super) ttl_ms: Option<u64>,
     pub(super) acquired_at: Option<StoreTime>,
     pub(super) renewed_at: Option<StoreTime>,
+    pub(super) limit: Option<u32>,
+    pub(super) mode: Option<Mode>,
+    pub(super) holders: Option<u32>,
+    pub(super) permits: Option<Vec<PermitView>>,
+    pub(super) lock_delay_remaining_ms: Option<u64>,
     pub(super) owner_token: Option<String>,
     pub(super) operation_id: Option<String>,
     pub(super) detail: Option<String>,
@@ -89,6 +94,11 @@ impl Reply {
             ttl_ms: None,
             acquired_at: None,
             renewed_at: None,
+            limit: None,
+            mode: None,
+            holders: None,
+            permits: None,
+            lock_delay_remaining_ms: None,
             owner_token: None,
             operation_id: None,
             detail: None,

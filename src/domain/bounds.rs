@@ -48,6 +48,101 @@ impl Bounds {
     }
 }
 
+/// How many may hold a resource at once, and how (DESIGN.md §11), and the
+/// lock-delay after an expiry (§12). The default is a plain lease: one
+/// exclusive holder, no delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseShape {
+    /// Up to this many exclusive holders at once (1..=[`LeaseShape::MAX_LIMIT`]).
+    pub limit: u32,
+    /// Exclusive (counted by `limit`) or shared (any number, no exclusive one).
+    pub mode: Mode,
+    /// After this lease *expires*, others wait this long (0..=[`LeaseShape::MAX_LOCK_DELAY_MS`]).
+    pub lock_delay_ms: u64,
+}
+
+impl LeaseShape {
+    /// Largest `limit`.
+    pub const MAX_LIMIT: u32 = 10_000;
+    /// Largest `lockDelayMs`.
+    pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
+
+    /// Checks a requested limit.
+    pub fn limit(n: u64) -> Result<u32, String> {
+        u32::try_from(n)
+            .ok()
+            .filter(|n| (1..=Self::MAX_LIMIT).contains(n))
+            .ok_or_else(|| format!("must be between 1 and {}", Self::MAX_LIMIT))
+    }
+
+    /// Checks a requested lock-delay.
+    pub fn lock_delay(ms: u64) -> Result<u64, String> {
+        if ms > Self::MAX_LOCK_DELAY_MS {
+            Err(format!(
+                "must be between 0 and {} milliseconds",
+                Self::MAX_LOCK_DELAY_MS
+            ))
+        } else {
+            Ok(ms)
+        }
+    }
+
+    /// Whether this is a plain lease (one exclusive holder).
+    pub fn is_plain(&self) -> bool {
+        self.limit == 1 && self.mode == Mode::Exclusive
+    }
+}
+
+impl Default for LeaseShape {
+    fn default() -> Self {
+        Self {
+            limit: 1,
+            mode: Mode::Exclusive,
+            lock_delay_ms: 0,
+        }
+    }
+}
+
+/// How a permit is held.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Counted by `limit`; excludes shared holders (a plain lease: limit 1).
+    #[default]
+    Exclusive,
+    /// Any number of shared holders at once, and no exclusive one.
+    Shared,
+}
+
+impl Mode {
+    /// The store's one-letter code (`x`, `s`).
+    pub fn code(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "x",
+            Mode::Shared => "s",
+        }
+    }
+
+    /// From the store's code.
+    pub fn from_code(code: &str) -> Option<Self> {
+        match code {
+            "x" => Some(Mode::Exclusive),
+            "s" => Some(Mode::Shared),
+            _ => None,
+        }
+    }
+}
+
 /// A TTL within the configured bounds, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ttl(u64);
@@ -87,5 +182,19 @@ mod tests {
         assert!(b.ttl(3_600_001).is_err());
         assert!(b.wait(30_001).is_err());
         assert_eq!(b.wait(0).map(WaitMs::ms), Ok(0));
+    }
+
+    #[test]
+    fn shape_bounds() {
+        assert!(LeaseShape::limit(0).is_err());
+        assert_eq!(LeaseShape::limit(1), Ok(1));
+        assert_eq!(LeaseShape::limit(10_000), Ok(10_000));
+        assert!(LeaseShape::limit(10_001).is_err());
+        assert!(LeaseShape::limit(u64::MAX).is_err());
+        assert_eq!(LeaseShape::lock_delay(60_000), Ok(60_000));
+        assert!(LeaseShape::lock_delay(60_001).is_err());
+        assert!(LeaseShape::default().is_plain());
+        assert_eq!(Mode::from_code(Mode::Shared.code()), Some(Mode::Shared));
+        assert_eq!(Mode::from_code("?"), None);
     }
 }

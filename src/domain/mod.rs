@@ -5,12 +5,12 @@ mod names;
 mod outcome;
 mod time;
 
-pub use bounds::{Bounds, Ttl, WaitMs};
+pub use bounds::{Bounds, LeaseShape, Mode, Ttl, WaitMs};
 pub use names::{
     Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
 };
 pub use outcome::{
-    AcquireOutcome, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason, OutcomeName,
-    ReleaseOutcome, RenewOutcome, Replication,
+    AcquireOutcome, ContendedReason, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason,
+    OutcomeName, PermitView, ReleaseOutcome, RenewOutcome, Replication,
 };
 pub use time::StoreTime;

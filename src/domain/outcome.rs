@@ -8,6 +8,7 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::bounds::Mode;
 use super::names::{HolderLabel, OperationId, Purpose, ResourceDigest};
 use super::time::StoreTime;
 
@@ -110,7 +111,55 @@ pub enum AcquireOutcome {
         /// How long the request waited server-side, when it waited.
         #[serde(rename = "waitedMs", skip_serializing_if = "Option::is_none")]
         waited_ms: Option<u64>,
+        /// Why, when it is not simply held: a lock-delay runs, or waiters
+        /// queued earlier go first.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<ContendedReason>,
     },
+    /// Live holders agreed on another `limit` (409).
+    LimitMismatch {
+        /// The limit they hold it with.
+        limit: u32,
+    },
+}
+
+/// Why a free-looking resource still answered `contended`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContendedReason {
+    /// A holder's lease expired and its lock-delay still runs.
+    LockDelay,
+    /// Waiters that started earlier go first (fair queue).
+    Queued,
+}
+
+/// One holder of a resource, as anyone may see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PermitView {
+    /// The holder's public label, when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, example = "worker-7:8080")]
+    pub holder: Option<HolderLabel>,
+    /// Its fencing token.
+    #[schema(
+        minimum = 1,
+        maximum = 9007199254740991_i64,
+        example = 1764686400000000_i64
+    )]
+    pub fencing_token: u64,
+    /// Its remaining time to live.
+    #[schema(minimum = 0, example = 12000)]
+    pub remaining_ms: u64,
+    /// The TTL it was granted or last renewed with.
+    #[schema(minimum = 1, example = 30000)]
+    pub ttl_ms: u64,
+    /// When it was acquired.
+    #[schema(value_type = String, format = DateTime, example = "2026-12-03T14:55:00.123Z")]
+    pub acquired_at: StoreTime,
+    /// When it was last renewed.
+    #[schema(value_type = String, format = DateTime, example = "2026-12-03T14:55:18.120Z")]
+    pub renewed_at: StoreTime,
 }
 
 /// Why a renew found the lease gone.
@@ -193,6 +242,23 @@ pub struct Inspection {
     /// When the holder last renewed it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub renewed_at: Option<StoreTime>,
+    /// The limit the holders agreed on (when held).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// The holders' mode (when held).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// How many hold it now.
+    pub holders: u32,
+    /// Every holder, oldest first (when held).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub permits: Vec<PermitView>,
+    /// A lock-delay that runs after an expiry: how long it has left.
+    #[serde(
+        rename = "lockDelayRemainingMs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub lock_delay_ms: Option<u64>,
 }
 
 /// The outcomes any verb can meet: the request failed, and how sure we are
@@ -240,6 +306,7 @@ impl OutcomeName for AcquireOutcome {
             Self::ReplayedSameOperation { .. } => "replayed_same_operation",
             Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
             Self::Contended { .. } => "contended",
+            Self::LimitMismatch { .. } => "limit_mismatch",
         }
     }
 }

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::extract::{self, Asker, Headers, HeadersAndBody, Problems};
 use super::problem::{respond, ApiError};
 use super::AppState;
-use crate::domain::{Attempt, HolderLabel, ResourceId};
+use crate::domain::{Attempt, HolderLabel, LeaseShape, Mode, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
     AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
@@ -20,6 +20,7 @@ use crate::openapi::{
     NotFoundProblem, NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed,
     ReplayedSameOperation, ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
 };
+use crate::service::AcquireRequest;
 
 /// Body of an acquire.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -48,6 +49,22 @@ pub struct AcquireBody {
     #[serde(default)]
     #[schema(value_type = Option<String>, min_length = 1, max_length = 256, example = "worker-7:8080")]
     pub holder: Option<HolderLabel>,
+    /// Optional: how many may hold the resource at once (1 to 10000; left
+    /// out: 1, a plain lease). Every holder must ask with the same limit
+    /// (another while held: `limit_mismatch`).
+    #[serde(default, deserialize_with = "whole_opt")]
+    #[schema(minimum = 1, maximum = 10000, example = 1)]
+    pub limit: Option<u64>,
+    /// Optional: `exclusive` (left out; counted by `limit`) or `shared` (any
+    /// number of shared holders, and no exclusive one meanwhile).
+    #[serde(default)]
+    pub mode: Option<Mode>,
+    /// Optional: when this lease *expires* (is not released), nobody else
+    /// may acquire the resource for this long (0 to 60000 ms; left out: 0);
+    /// its own owner token may.
+    #[serde(default, deserialize_with = "whole_opt")]
+    #[schema(minimum = 0, maximum = 60000, example = 0)]
+    pub lock_delay_ms: Option<u64>,
 }
 
 /// Body of a renew.
@@ -94,6 +111,11 @@ fn whole_ms<'de, D: serde::Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
         }
     }
     de.deserialize_any(Whole)
+}
+
+/// An optional [`whole_ms`].
+fn whole_opt<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<u64>, D::Error> {
+    whole_ms(de).map(Some)
 }
 
 /// The path parameters as the router matched them, percent-decoded and
@@ -217,20 +239,37 @@ pub async fn acquire(
             .map_err(|m| problems.value("waitMs", m))
             .ok()
     });
+    let shape = body.as_ref().and_then(|b| {
+        let limit = LeaseShape::limit(b.limit.unwrap_or(1))
+            .map_err(|m| problems.value("limit", m))
+            .ok();
+        let lock_delay_ms = LeaseShape::lock_delay(b.lock_delay_ms.unwrap_or(0))
+            .map_err(|m| problems.value("lockDelayMs", m))
+            .ok();
+        Some(LeaseShape {
+            limit: limit?,
+            mode: b.mode.unwrap_or_default(),
+            lock_delay_ms: lock_delay_ms?,
+        })
+    });
     let result = async {
         problems.finish()?;
-        let (resource, attempt, ttl, wait) = (
+        let (resource, attempt, ttl, wait, shape) = (
             parsed(resource)?,
             parsed(attempt)?,
             parsed(ttl)?,
             parsed(wait)?,
+            parsed(shape)?,
         );
         app.authorize(&headers, &resource)?;
-        let holder = body.as_ref().and_then(|b| b.holder.as_ref());
+        let request = AcquireRequest {
+            ttl,
+            wait,
+            holder: body.and_then(|b| b.holder),
+            shape,
+        };
         Ok::<_, ApiError>(respond(
-            &app.service
-                .acquire(&resource, &attempt, ttl, wait, holder)
-                .await,
+            &app.service.acquire(&resource, &attempt, &request).await,
         ))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)

@@ -44,7 +44,9 @@ impl Answer for AcquireOutcome {
         match self {
             Self::Acquired { .. } => StatusCode::CREATED,
             Self::ReplayedSameOperation { .. } => StatusCode::OK,
-            Self::OwnerOperationConflict { .. } | Self::Contended { .. } => StatusCode::CONFLICT,
+            Self::OwnerOperationConflict { .. }
+            | Self::Contended { .. }
+            | Self::LimitMismatch { .. } => StatusCode::CONFLICT,
         }
     }
     fn retry_after_ms(&self) -> Option<u64> {
@@ -60,9 +62,27 @@ impl Answer for AcquireOutcome {
                 "Held by another operation of the same owner",
                 "The owner token holds this lease for a different operation id; an operation never inherits another's lease.",
             ),
+            Self::Contended {
+                reason: Some(crate::domain::ContendedReason::LockDelay),
+                ..
+            } => (
+                "Lock-delay running",
+                "The last holder's lease expired and its lock-delay still runs; nobody else may acquire it until retryAfterMs has passed.",
+            ),
+            Self::Contended {
+                reason: Some(crate::domain::ContendedReason::Queued),
+                ..
+            } => (
+                "Waiters go first",
+                "Waiters that started earlier are queued for this resource and go first. Send waitMs to take a place in the queue.",
+            ),
             Self::Contended { .. } => (
                 "Lease held by someone else",
                 "Another owner holds this lease. Retry after retryAfterMs, or send waitMs to wait server-side.",
+            ),
+            Self::LimitMismatch { .. } => (
+                "Limit mismatch",
+                "The resource is held with another limit; every holder must ask with the same limit (the current one is in `limit`).",
             ),
             _ => ("", ""),
         }

@@ -44,6 +44,8 @@ pub enum ProblemType {
     OwnerOperationConflict,
     /// `contended` (409).
     Contended,
+    /// `limit_mismatch` (409).
+    LimitMismatch,
     /// `lost` (404, 409).
     Lost,
     /// `not_owner` (409).
@@ -72,7 +74,7 @@ struct Page {
 
 impl ProblemType {
     /// Every problem type, in the order of the index.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::InvalidRequest,
         Self::Unauthorized,
         Self::Forbidden,
@@ -83,6 +85,7 @@ impl ProblemType {
         Self::HeadersTooLarge,
         Self::OwnerOperationConflict,
         Self::Contended,
+        Self::LimitMismatch,
         Self::Lost,
         Self::NotOwner,
         Self::Unavailable,
@@ -106,6 +109,7 @@ impl ProblemType {
             Self::HeadersTooLarge => "headers-too-large",
             Self::OwnerOperationConflict => "owner-operation-conflict",
             Self::Contended => "contended",
+            Self::LimitMismatch => "limit-mismatch",
             Self::Lost => "lost",
             Self::NotOwner => "not-owner",
             Self::Unavailable => "unavailable",
@@ -187,8 +191,14 @@ impl ProblemType {
             Self::Contended => page(
                 "409",
                 "Lease held by someone else",
-                "Another owner holds the lease. Nothing was changed. <code>retryAfterMs</code> is the holder's remaining time to live (or a short fallback); <code>waitedMs</code> is present when the request waited server-side.",
-                "Retry after <code>retryAfterMs</code> (also in <code>Retry-After</code>, whole seconds), or send <code>waitMs</code> to wait server-side until the lease is released or expires.",
+                "Another owner holds the lease (or every permit of a counting lease, or holders of the other mode). Nothing was changed. <code>retryAfterMs</code> is the soonest holder expiry (or a short fallback); <code>waitedMs</code> is present when the request waited server-side. <code>reason</code>, when present: <code>lock_delay</code> (a holder's lease expired and its lock-delay runs for <code>retryAfterMs</code> more) or <code>queued</code> (waiters that started earlier go first).",
+                "Retry after <code>retryAfterMs</code> (also in <code>Retry-After</code>, whole seconds), or send <code>waitMs</code> to wait server-side, in a fair queue, until it is your turn.",
+            ),
+            Self::LimitMismatch => page(
+                "409",
+                "Limit mismatch",
+                "The resource is held as a counting lease with another <code>limit</code> than the one asked for. Every holder must ask with the same limit; <code>limit</code> carries the current one. Nothing was changed.",
+                "Ask with the current <code>limit</code>, or wait until every holder has let go (then any limit starts afresh).",
             ),
             Self::Lost => page(
                 "404, 409",

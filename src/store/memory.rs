@@ -14,50 +14,47 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Probe, Readiness, StoreAcquire, StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew,
+    AcquireSpec, Contention, Probe, QueueOp, Readiness, StoreAcquire, StoreError, StoreInspect,
+    StoreLease, StoreRelease, StoreRenew,
 };
-use crate::domain::{Attempt, HeldBy, HolderLabel, ResourceId, StoreTime, Ttl};
+use crate::domain::{Attempt, HeldBy, HolderLabel, Mode, ResourceId, StoreTime, Ttl};
 use crate::wait::{Change, WaitRegistry};
 
-struct Entry {
+/// Most shared holders at once (as on Redis).
+const SHARED_CAP: usize = 10_000;
+
+/// One holder's permit.
+struct Permit {
     owner_token: String,
     operation_id: String,
     fencing_token: u64,
     expires_at: Instant,
+    lock_delay: Duration,
     ttl_ms: u64,
     acquired_at: StoreTime,
     renewed_at: StoreTime,
     holder: Option<HolderLabel>,
-    /// The change stamp of the acquisition or last holder change.
-    changes: u64,
 }
 
-impl Entry {
+impl Permit {
+    fn live(&self, now: Instant) -> bool {
+        self.expires_at > now
+    }
+
+    /// Live, or expired with its lock-delay still running.
+    fn lingers(&self, now: Instant) -> bool {
+        self.expires_at + self.lock_delay > now
+    }
+
     fn remaining_ms(&self, now: Instant) -> u64 {
         // Round up like Redis' PTTL would never report 0 for a live key.
         let left = self.expires_at.saturating_duration_since(now);
         u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
     }
 
-    fn held_by(&self, attempt: &Attempt) -> HeldBy {
-        if self.owner_token != attempt.owner_token.expose() {
-            HeldBy::Other
-        } else if self.operation_id != attempt.operation_id.as_str() {
-            HeldBy::CallerOtherOperation
-        } else {
-            HeldBy::Caller
-        }
-    }
-
-    fn probed(&self, probe: Probe<'_>) -> Option<HeldBy> {
-        match probe {
-            Probe::Anyone => None,
-            Probe::Owner(token) if self.owner_token == token.expose() => {
-                Some(HeldBy::CallerOtherOperation)
-            }
-            Probe::Owner(_) => Some(HeldBy::Other),
-            Probe::Attempt(a) => Some(self.held_by(a)),
-        }
+    fn is(&self, attempt: &Attempt) -> bool {
+        self.owner_token == attempt.owner_token.expose()
+            && self.operation_id == attempt.operation_id.as_str()
     }
 
     fn record(&self, now: Instant) -> StoreLease {
@@ -68,6 +65,68 @@ impl Entry {
             acquired_at: self.acquired_at,
             renewed_at: self.renewed_at,
             holder: self.holder.clone(),
+        }
+    }
+}
+
+/// A resource with at least one live permit or running lock-delay.
+struct Entry {
+    limit: u32,
+    mode: Mode,
+    permits: Vec<Permit>,
+    /// The change stamp of the last acquisition or holder change.
+    changes: u64,
+}
+
+impl Entry {
+    /// Drops what is over (expired, and its lock-delay too).
+    fn prune(&mut self, now: Instant) {
+        self.permits.retain(|p| p.lingers(now));
+    }
+
+    fn live(&self, now: Instant) -> impl Iterator<Item = &Permit> {
+        self.permits.iter().filter(move |p| p.live(now))
+    }
+
+    fn live_count(&self, now: Instant) -> usize {
+        self.live(now).count()
+    }
+
+    fn soonest_ms(&self, now: Instant) -> Option<u64> {
+        self.live(now).map(|p| p.remaining_ms(now)).min()
+    }
+
+    /// The lock-delay that runs: its end and the owner token it spares.
+    fn delay(&self, now: Instant) -> Option<(Instant, &str)> {
+        self.permits
+            .iter()
+            .filter(|p| !p.live(now) && p.lingers(now))
+            .map(|p| (p.expires_at + p.lock_delay, p.owner_token.as_str()))
+            .max_by_key(|(end, _)| *end)
+    }
+
+    fn probed(&self, probe: Probe<'_>, now: Instant) -> Option<HeldBy> {
+        let mut live = self.live(now);
+        match probe {
+            Probe::Anyone => None,
+            Probe::Owner(token) => Some(if live.any(|p| p.owner_token == token.expose()) {
+                HeldBy::CallerOtherOperation
+            } else {
+                HeldBy::Other
+            }),
+            Probe::Attempt(a) => {
+                let permits: Vec<&Permit> = live.collect();
+                Some(if permits.iter().any(|p| p.is(a)) {
+                    HeldBy::Caller
+                } else if permits
+                    .iter()
+                    .any(|p| p.owner_token == a.owner_token.expose())
+                {
+                    HeldBy::CallerOtherOperation
+                } else {
+                    HeldBy::Other
+                })
+            }
         }
     }
 }
@@ -103,7 +162,7 @@ fn wall_ms() -> StoreTime {
 }
 
 impl MemoryStore {
-    /// A store holding at most `max_leases` live leases; releases wake `waiters`.
+    /// A store holding at most `max_leases` resources; releases wake `waiters`.
     pub fn new(max_leases: usize, waiters: Arc<WaitRegistry>) -> Self {
         Self {
             state: Mutex::new(State {
@@ -119,20 +178,28 @@ impl MemoryStore {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the map half-written
-        // (every mutation is a single insert/remove), so poisoning is ignored.
+        // (every mutation completes before the guard drops), so poisoning is
+        // ignored.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Looks up a live entry, dropping it when it has expired.
-    fn live<'a>(state: &'a mut State, key: &str, now: Instant) -> Option<&'a mut Entry> {
-        let expired = state.leases.get(key).is_some_and(|e| e.expires_at <= now);
-        if expired {
+    /// Looks up a resource, pruning what is over and dropping it when
+    /// nothing is left.
+    fn entry<'a>(state: &'a mut State, key: &str, now: Instant) -> Option<&'a mut Entry> {
+        let empty = match state.leases.get_mut(key) {
+            Some(e) => {
+                e.prune(now);
+                e.permits.is_empty()
+            }
+            None => false,
+        };
+        if empty {
             Self::forget(state, key);
         }
         state.leases.get_mut(key)
     }
 
-    /// Removes an entry, keeping its change stamp for the version.
+    /// Removes a resource, keeping its change stamp for the version.
     fn forget(state: &mut State, key: &str) {
         if let Some(entry) = state.leases.remove(key) {
             if state.freed.len() >= state.leases.len().max(1024) * 2 {
@@ -155,32 +222,75 @@ impl MemoryStore {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        holder: Option<&HolderLabel>,
+        spec: &AcquireSpec<'_>,
     ) -> Result<StoreAcquire, StoreError> {
         let key = resource.tag();
         let now = Instant::now();
+        let shape = spec.shape;
         let mut state = self.lock();
-        if let Some(entry) = Self::live(&mut state, &key, now) {
-            let remaining_ms = entry.remaining_ms(now);
-            return Ok(match entry.held_by(attempt) {
-                HeldBy::Caller => StoreAcquire::Replayed(entry.record(now)),
-                HeldBy::CallerOtherOperation => StoreAcquire::OwnerOperationConflict {
-                    remaining_ms: Some(remaining_ms),
-                },
-                HeldBy::Other => StoreAcquire::Contended {
-                    remaining_ms: Some(remaining_ms),
-                },
+        if let Some(entry) = Self::entry(&mut state, &key, now) {
+            if let Some(p) = entry.live(now).find(|p| p.is(attempt)) {
+                return Ok(StoreAcquire::Replayed(p.record(now)));
+            }
+            if let Some((end, spared)) = entry.delay(now) {
+                if spared != attempt.owner_token.expose() {
+                    let left = end.saturating_duration_since(now);
+                    return Ok(StoreAcquire::Contended {
+                        remaining_ms: Some(u64::try_from(left.as_millis()).unwrap_or(1).max(1)),
+                        why: Contention::LockDelay,
+                    });
+                }
+            }
+            let live = entry.live_count(now);
+            if live > 0 {
+                let held = |why| StoreAcquire::Contended {
+                    remaining_ms: entry.soonest_ms(now),
+                    why,
+                };
+                let plain = shape.is_plain() && entry.limit == 1 && entry.mode == Mode::Exclusive;
+                if plain
+                    && entry
+                        .live(now)
+                        .any(|p| p.owner_token == attempt.owner_token.expose())
+                {
+                    return Ok(StoreAcquire::OwnerOperationConflict {
+                        remaining_ms: entry.soonest_ms(now),
+                    });
+                }
+                if entry.mode != shape.mode {
+                    return Ok(held(Contention::Held));
+                }
+                match shape.mode {
+                    Mode::Exclusive if entry.limit != shape.limit => {
+                        return Ok(StoreAcquire::LimitMismatch { limit: entry.limit });
+                    }
+                    Mode::Exclusive if live >= shape.limit as usize => {
+                        return Ok(held(Contention::Held));
+                    }
+                    Mode::Shared if live >= SHARED_CAP => {
+                        return Ok(held(Contention::Held));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Fair: a caller that does not wait goes only when nobody waits.
+        if spec.queued_as.is_none() && self.waiters.is_waited_for(&key) {
+            return Ok(StoreAcquire::Contended {
+                remaining_ms: None,
+                why: Contention::Queued,
             });
         }
-        if state.leases.len() >= self.max_leases {
-            let expired: Vec<String> = state
+        if !state.leases.contains_key(&key) && state.leases.len() >= self.max_leases {
+            let over: Vec<String> = state
                 .leases
-                .iter()
-                .filter(|(_, e)| e.expires_at <= now)
-                .map(|(k, _)| k.clone())
+                .iter_mut()
+                .filter_map(|(k, e)| {
+                    e.prune(now);
+                    e.permits.is_empty().then(|| k.clone())
+                })
                 .collect();
-            for k in expired {
+            for k in over {
                 Self::forget(&mut state, &k);
             }
             if state.leases.len() >= self.max_leases {
@@ -192,22 +302,35 @@ impl MemoryStore {
         let changes = state.changes;
         state.freed.remove(&key);
         let at = wall_ms();
-        let entry = Entry {
+        let permit = Permit {
             owner_token: attempt.owner_token.expose().to_owned(),
             operation_id: attempt.operation_id.as_str().to_owned(),
             fencing_token,
-            expires_at: now + ttl.duration(),
-            ttl_ms: ttl.ms(),
+            expires_at: now + spec.ttl.duration(),
+            lock_delay: Duration::from_millis(shape.lock_delay_ms),
+            ttl_ms: spec.ttl.ms(),
             acquired_at: at,
             renewed_at: at,
-            holder: holder.cloned(),
-            changes,
+            holder: spec.holder.cloned(),
         };
         let record = StoreLease {
-            remaining_ms: ttl.ms(),
-            ..entry.record(now)
+            remaining_ms: spec.ttl.ms(),
+            ..permit.record(now)
         };
-        state.leases.insert(key.clone(), entry);
+        let entry = state.leases.entry(key.clone()).or_insert_with(|| Entry {
+            limit: shape.limit,
+            mode: shape.mode,
+            permits: Vec::new(),
+            changes,
+        });
+        // The same attempt's expired permit (a lock-delay it spares) goes.
+        entry.permits.retain(|p| !p.is(attempt));
+        if entry.permits.iter().all(|p| !p.live(now)) {
+            entry.limit = shape.limit;
+            entry.mode = shape.mode;
+        }
+        entry.permits.push(permit);
+        entry.changes = changes;
         drop(state);
         self.waiters.changed(&key, Change::Acquired);
         Ok(StoreAcquire::Acquired(record))
@@ -224,25 +347,35 @@ impl MemoryStore {
         let now = Instant::now();
         let mut state = self.lock();
         let stamp = state.changes + 1;
-        let (answer, relabelled) = match Self::live(&mut state, &key, now) {
+        let (answer, relabelled) = match Self::entry(&mut state, &key, now) {
             None => (StoreRenew::Absent, false),
-            Some(entry) if entry.held_by(attempt) != HeldBy::Caller => {
-                (StoreRenew::NotOwner, false)
-            }
             Some(entry) => {
-                entry.expires_at = now + ttl.duration();
-                entry.ttl_ms = ttl.ms();
-                entry.renewed_at = wall_ms();
-                let relabelled = holder.is_some_and(|h| entry.holder.as_ref() != Some(h));
-                if relabelled {
-                    entry.holder = holder.cloned();
-                    entry.changes = stamp;
+                let others = entry.live(now).filter(|p| !p.is(attempt)).count();
+                match entry
+                    .permits
+                    .iter_mut()
+                    .find(|p| p.is(attempt) && p.live(now))
+                {
+                    None if others > 0 => (StoreRenew::NotOwner, false),
+                    None => (StoreRenew::Absent, false),
+                    Some(p) => {
+                        p.expires_at = now + ttl.duration();
+                        p.ttl_ms = ttl.ms();
+                        p.renewed_at = wall_ms();
+                        let relabelled = holder.is_some_and(|h| p.holder.as_ref() != Some(h));
+                        if relabelled {
+                            p.holder = holder.cloned();
+                        }
+                        let record = StoreLease {
+                            remaining_ms: ttl.ms(),
+                            ..p.record(now)
+                        };
+                        if relabelled {
+                            entry.changes = stamp;
+                        }
+                        (StoreRenew::Renewed(record), relabelled)
+                    }
                 }
-                let record = StoreLease {
-                    remaining_ms: ttl.ms(),
-                    ..entry.record(now)
-                };
-                (StoreRenew::Renewed(record), relabelled)
             }
         };
         if relabelled {
@@ -264,14 +397,24 @@ impl MemoryStore {
         let now = Instant::now();
         let outcome = {
             let mut state = self.lock();
-            match Self::live(&mut state, &key, now) {
-                None => StoreRelease::AlreadyAbsent,
-                Some(entry) if entry.held_by(attempt) != HeldBy::Caller => StoreRelease::NotOwner,
-                Some(_) => {
-                    Self::forget(&mut state, &key);
-                    StoreRelease::Released
+            let (outcome, empty) = match Self::entry(&mut state, &key, now) {
+                None => (StoreRelease::AlreadyAbsent, false),
+                Some(entry) => {
+                    let before = entry.permits.len();
+                    entry.permits.retain(|p| !(p.is(attempt) && p.live(now)));
+                    if entry.permits.len() < before {
+                        (StoreRelease::Released, entry.permits.is_empty())
+                    } else if entry.live_count(now) > 0 {
+                        (StoreRelease::NotOwner, false)
+                    } else {
+                        (StoreRelease::AlreadyAbsent, false)
+                    }
                 }
+            };
+            if empty {
+                Self::forget(&mut state, &key);
             }
+            outcome
         };
         if outcome == StoreRelease::Released {
             self.waiters.changed(&key, Change::Released);
@@ -288,16 +431,48 @@ impl MemoryStore {
         let key = resource.tag();
         let now = Instant::now();
         let mut state = self.lock();
-        Ok(match Self::live(&mut state, &key, now) {
+        let freed = state.freed.get(&key).copied().unwrap_or(0);
+        Ok(match Self::entry(&mut state, &key, now) {
             None => StoreInspect::Free {
-                version: format!("{}.0", state.freed.get(&key).copied().unwrap_or(0)),
+                version: format!("{freed}.0"),
+                lock_delay_ms: None,
             },
-            Some(entry) => StoreInspect::Held {
-                lease: entry.record(now),
-                held_by: entry.probed(probe),
-                version: format!("{}.1", entry.changes),
-            },
+            Some(entry) => {
+                let mut permits: Vec<StoreLease> = entry.live(now).map(|p| p.record(now)).collect();
+                permits.sort_by_key(|p| p.fencing_token);
+                let version = format!("{}.{}", entry.changes, permits.len());
+                if permits.is_empty() {
+                    StoreInspect::Free {
+                        version,
+                        lock_delay_ms: entry.delay(now).map(|(end, _)| {
+                            let left = end.saturating_duration_since(now);
+                            u64::try_from(left.as_millis()).unwrap_or(1).max(1)
+                        }),
+                    }
+                } else {
+                    StoreInspect::Held {
+                        held_by: entry.probed(probe, now),
+                        limit: entry.limit,
+                        mode: entry.mode,
+                        permits,
+                        version,
+                    }
+                }
+            }
         })
+    }
+
+    pub(super) fn queue_member(&self, mode: Mode) -> String {
+        // One instance: the waiters' own FIFO is the queue.
+        format!("{}:local", mode.code())
+    }
+
+    pub(super) async fn queue(
+        &self,
+        _resource: &ResourceId,
+        _op: QueueOp<'_>,
+    ) -> Result<(), StoreError> {
+        Ok(())
     }
 
     pub(super) async fn readiness(&self) -> Readiness {
@@ -336,13 +511,15 @@ impl MemoryStore {
                 let Some(store) = weak.upgrade() else { break };
                 let now = Instant::now();
                 let mut state = store.lock();
-                let expired: Vec<String> = state
+                let over: Vec<String> = state
                     .leases
-                    .iter()
-                    .filter(|(_, e)| e.expires_at <= now)
-                    .map(|(k, _)| k.clone())
+                    .iter_mut()
+                    .filter_map(|(k, e)| {
+                        e.prune(now);
+                        e.permits.is_empty().then(|| k.clone())
+                    })
                     .collect();
-                for k in expired {
+                for k in over {
                     Self::forget(&mut state, &k);
                 }
             }

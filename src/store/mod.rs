@@ -16,7 +16,9 @@ pub mod redis;
 
 use std::sync::Arc;
 
-use crate::domain::{Attempt, HeldBy, HolderLabel, OwnerToken, ResourceId, StoreTime, Ttl};
+use crate::domain::{
+    Attempt, HeldBy, HolderLabel, LeaseShape, Mode, OwnerToken, ResourceId, StoreTime, Ttl,
+};
 
 /// A live lease as the store holds it: the public record of its holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +37,57 @@ pub struct StoreLease {
     pub holder: Option<HolderLabel>,
 }
 
+/// What an acquire asks the store for.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireSpec<'a> {
+    /// The TTL to grant.
+    pub ttl: Ttl,
+    /// The public holder label.
+    pub holder: Option<&'a HolderLabel>,
+    /// Limit, mode and lock-delay.
+    pub shape: LeaseShape,
+    /// The caller's entry in the resource's fair queue, when it waits
+    /// ([`Store::queue_member`]); `None`: it goes only when nobody waits.
+    pub queued_as: Option<&'a str>,
+}
+
+impl<'a> AcquireSpec<'a> {
+    /// A plain lease for `ttl`, not queued.
+    pub fn plain(ttl: Ttl) -> Self {
+        Self {
+            ttl,
+            holder: None,
+            shape: LeaseShape::default(),
+            queued_as: None,
+        }
+    }
+}
+
+/// Why an acquire found no permit for the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contention {
+    /// Every permit is taken, or holders of the other mode hold it.
+    Held,
+    /// A lock-delay runs after a holder's expiry.
+    LockDelay,
+    /// Free, but waiters queued earlier go first.
+    Queued,
+    /// The caller's queue entry is gone (its instance missed heartbeats):
+    /// it must enter again.
+    Requeue,
+}
+
+/// A fair-queue operation for one resource.
+#[derive(Debug, Clone, Copy)]
+pub enum QueueOp<'a> {
+    /// Take a place at the back (the store's clock orders places).
+    Enter(&'a str),
+    /// This instance is alive and its entries still wait.
+    Beat,
+    /// Leave the queue (deadline, disconnect, shutdown).
+    Leave(&'a str),
+}
+
 /// What an acquire script found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreAcquire {
@@ -48,10 +101,18 @@ pub enum StoreAcquire {
         /// The holder's remaining time to live.
         remaining_ms: Option<u64>,
     },
-    /// Held by someone else.
+    /// No permit for the caller now.
     Contended {
-        /// The holder's remaining time to live, when known.
+        /// When to look again: the soonest holder expiry, the lock-delay
+        /// left, or when the first queued waiter's heartbeat lapses.
         remaining_ms: Option<u64>,
+        /// Why.
+        why: Contention,
+    },
+    /// Live holders agreed on another limit.
+    LimitMismatch {
+        /// Their limit.
+        limit: u32,
     },
 }
 
@@ -91,15 +152,21 @@ pub enum Probe<'a> {
 /// What an inspect script read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreInspect {
-    /// No lease.
+    /// No live holder.
     Free {
         /// The resource's version (`<changes>.0`).
         version: String,
+        /// A lock-delay that runs: how long it has left.
+        lock_delay_ms: Option<u64>,
     },
-    /// A lease is held.
+    /// Held by one or more.
     Held {
-        /// The holder's record.
-        lease: StoreLease,
+        /// Every live permit, oldest (smallest fencing token) first.
+        permits: Vec<StoreLease>,
+        /// The limit its holders agreed on.
+        limit: u32,
+        /// Their mode.
+        mode: Mode,
         /// Relative to the prober, if one asked.
         held_by: Option<HeldBy>,
         /// The resource's version.
@@ -111,7 +178,7 @@ impl StoreInspect {
     /// The resource's version.
     pub fn version(&self) -> &str {
         match self {
-            StoreInspect::Free { version } | StoreInspect::Held { version, .. } => version,
+            StoreInspect::Free { version, .. } | StoreInspect::Held { version, .. } => version,
         }
     }
 }
@@ -201,10 +268,9 @@ impl Store {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        holder: Option<&HolderLabel>,
+        spec: &AcquireSpec<'_>,
     ) -> Result<StoreAcquire, StoreError> {
-        self.acquire_replicated(resource, attempt, ttl, holder)
+        self.acquire_replicated(resource, attempt, spec)
             .await
             .map(|r| r.value)
     }
@@ -214,15 +280,14 @@ impl Store {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        holder: Option<&HolderLabel>,
+        spec: &AcquireSpec<'_>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         match self {
             Store::Memory(s) => s
-                .acquire(resource, attempt, ttl, holder)
+                .acquire(resource, attempt, spec)
                 .await
                 .map(Replicated::unreplicated),
-            Store::Redis(s) => s.acquire(resource, attempt, ttl, holder).await,
+            Store::Redis(s) => s.acquire(resource, attempt, spec).await,
         }
     }
 
@@ -292,6 +357,16 @@ impl Store {
         watching: bool,
     ) -> Result<StoreInspect, StoreError> {
         dispatch!(self, s => s.inspect(resource, probe, watching).await)
+    }
+
+    /// A new entry name for the fair queue of this instance's waiters.
+    pub fn queue_member(&self, mode: Mode) -> String {
+        dispatch!(self, s => s.queue_member(mode))
+    }
+
+    /// Enters, keeps or leaves `resource`'s fair queue.
+    pub async fn queue(&self, resource: &ResourceId, op: QueueOp<'_>) -> Result<(), StoreError> {
+        dispatch!(self, s => s.queue(resource, op).await)
     }
 
     /// Pool occupancy (connections open, idle), for stores that pool.

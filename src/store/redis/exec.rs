@@ -224,14 +224,16 @@ async fn failed(
 /// requests (a lost reply would have shifted this one too), so the reply
 /// before it was ours. When it does not, or none comes, the connection is
 /// dropped. A server too busy to answer PING (BUSY: only a script kill gets
-/// through) is refusing everything alike; that refusal is taken as ours.
+/// through) is refusing everything alike; that refusal is taken as ours. So
+/// is MISCONF: a master that cannot persist refuses PING with it too (Redis
+/// does so on purpose, so that clients notice), as it refuses every write.
 async fn in_step(conn: &mut Conn, nonce: &Nonce, deadline: Instant) -> bool {
     let mut ping = redis::cmd("PING");
     ping.arg(nonce.as_str());
     let confirmed = match send(conn, &ping, deadline).await {
         Ok(Value::BulkString(b)) => b.as_slice() == nonce.as_str().as_bytes(),
         Ok(Value::SimpleString(s)) => s == nonce.as_str(),
-        Err(SendError::Redis(err)) => err.code() == Some("BUSY"),
+        Err(SendError::Redis(err)) => matches!(err.code(), Some("BUSY" | "MISCONF")),
         _ => false,
     };
     if !confirmed {

@@ -35,10 +35,10 @@ use self::reply::{bad_reply, ints, label};
 use self::scripts::{Script, SCRIPTS};
 use self::sentinel::{Master, SentinelBackend};
 use super::{
-    Probe, Readiness, Replicated, Replication, StoreAcquire, StoreError, StoreInspect, StoreLease,
-    StoreRelease, StoreRenew,
+    AcquireSpec, Contention, Probe, QueueOp, Readiness, Replicated, Replication, StoreAcquire,
+    StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew,
 };
-use crate::domain::{Attempt, HeldBy, HolderLabel, ResourceId, StoreTime, Ttl};
+use crate::domain::{Attempt, HeldBy, HolderLabel, Mode, ResourceId, StoreTime, Ttl};
 use crate::wait::{Change, WaitRegistry};
 
 /// Which Redis deployment to talk to. URLs may carry credentials and are
@@ -177,6 +177,9 @@ enum Backend {
 /// Redis through pools of multiplexed connections.
 pub struct RedisStore {
     backend: Backend,
+    /// This instance's id in fair queues (random per process).
+    instance: String,
+    queue_members: std::sync::atomic::AtomicU64,
     namespace: String,
     wake_channel: String,
     command_timeout: Duration,
@@ -205,7 +208,7 @@ pub fn seq_key(namespace: &str, resource: &ResourceId) -> String {
     key(namespace, "seq", resource)
 }
 
-/// `<ns>:<kind>:v1:{<purpose>:<digest>}`, built in one allocation (keys are
+/// `<ns>:<kind>:v2:{<purpose>:<digest>}`, built in one allocation (keys are
 /// built on every request; `format!` grew each one several times).
 fn key(namespace: &str, kind: &str, resource: &ResourceId) -> String {
     let (purpose, digest) = (resource.purpose.as_str(), resource.digest.as_str());
@@ -225,6 +228,9 @@ const SEQ_KEY_TTL_TEXT: &str = "604800000";
 /// How far ahead an instance that follows a resource marks it watched; its
 /// watch group re-reads (and so re-marks) well within this.
 const WATCH_MARK_MS: &str = "30000";
+/// How far ahead a heartbeat keeps this instance's queue entries alive; a
+/// SIGKILLed instance's waiters stop holding up a queue within this.
+const QUEUE_HORIZON_MS: &str = "2000";
 
 /// One script call: what to run, for which resource, and whether a write
 /// must be followed by `WAIT`.
@@ -407,8 +413,12 @@ impl RedisStore {
                 )))
             }
         };
+        let mut id = [0u8; 8];
+        let _ = getrandom::fill(&mut id);
         Ok(Self {
             backend,
+            instance: id.iter().map(|b| format!("{b:02x}")).collect(),
+            queue_members: std::sync::atomic::AtomicU64::new(0),
             wake_channel: format!("{}:wake:v2", settings.namespace),
             namespace: settings.namespace.clone(),
             command_timeout: timeout,
@@ -472,27 +482,41 @@ impl RedisStore {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
-        ttl: Ttl,
-        holder: Option<&HolderLabel>,
+        spec: &AcquireSpec<'_>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         let lease = lease_key(&self.namespace, resource);
         let seq = seq_key(&self.namespace, resource);
+        let queue = key(&self.namespace, "queue", resource);
         let tag = resource.tag();
+        let ttl = spec.ttl;
         let ttl_text = ttl.ms().to_string();
         let seq_ttl = SEQ_KEY_TTL_MS.max(ttl.ms()).to_string();
+        let shape = spec.shape;
+        let (limit, delay) = if shape.is_plain() && shape.lock_delay_ms == 0 {
+            (None, None)
+        } else {
+            (
+                Some(shape.limit.to_string()),
+                Some(shape.lock_delay_ms.to_string()),
+            )
+        };
         let done = self
             .run(Call {
                 script: &SCRIPTS.acquire,
                 tag: &tag,
-                keys: &[&lease, &seq],
+                keys: &[&lease, &seq, &queue],
                 args: &[
                     attempt.owner_token.expose(),
                     attempt.operation_id.as_str(),
                     &ttl_text,
                     &seq_ttl,
-                    holder.map_or("", HolderLabel::as_str),
+                    spec.holder.map_or("", HolderLabel::as_str),
                     &self.wake_channel,
                     &tag,
+                    limit.as_deref().unwrap_or("1"),
+                    shape.mode.code(),
+                    delay.as_deref().unwrap_or("0"),
+                    spec.queued_as.unwrap_or(""),
                 ],
                 acks: self.acks,
             })
@@ -509,7 +533,7 @@ impl RedisStore {
                     ttl_ms: ttl.ms(),
                     acquired_at: now,
                     renewed_at: now,
-                    holder: holder.cloned(),
+                    holder: spec.holder.cloned(),
                 })
             }
             2 => {
@@ -526,8 +550,21 @@ impl RedisStore {
             3 => StoreAcquire::OwnerOperationConflict {
                 remaining_ms: non_negative(ints::<2>(items)?[1]),
             },
-            0 => StoreAcquire::Contended {
-                remaining_ms: non_negative(ints::<2>(items)?[1]),
+            0 => {
+                let [_, retry, why] = ints::<3>(items)?;
+                StoreAcquire::Contended {
+                    remaining_ms: non_negative(retry),
+                    why: match why {
+                        0 => Contention::Held,
+                        1 => Contention::LockDelay,
+                        2 => Contention::Queued,
+                        3 => Contention::Requeue,
+                        _ => return Err(bad_reply()),
+                    },
+                }
+            }
+            4 => StoreAcquire::LimitMismatch {
+                limit: u32::try_from(ints::<2>(items)?[1]).map_err(|_| bad_reply())?,
             },
             _ => return Err(bad_reply()),
         };
@@ -535,6 +572,49 @@ impl RedisStore {
             value,
             replication: done.replication,
         })
+    }
+
+    pub(super) fn queue_member(&self, mode: Mode) -> String {
+        let n = self
+            .queue_members
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{}:{}:{n}", mode.code(), self.instance)
+    }
+
+    pub(super) async fn queue(
+        &self,
+        resource: &ResourceId,
+        op: QueueOp<'_>,
+    ) -> Result<(), StoreError> {
+        let queue = key(&self.namespace, "queue", resource);
+        let seq = seq_key(&self.namespace, resource);
+        let tag = resource.tag();
+        let (verb, member) = match op {
+            QueueOp::Enter(member) => ("enter", member),
+            QueueOp::Beat => ("beat", ""),
+            QueueOp::Leave(member) => ("leave", member),
+        };
+        let done = self
+            .run(Call {
+                script: &SCRIPTS.queue,
+                tag: &tag,
+                keys: &[&queue, &seq],
+                args: &[
+                    verb,
+                    &self.instance,
+                    QUEUE_HORIZON_MS,
+                    SEQ_KEY_TTL_TEXT,
+                    &self.wake_channel,
+                    &tag,
+                    member,
+                ],
+                acks: None,
+            })
+            .await?;
+        match ints::<1>(&done.value)? {
+            [1] => Ok(()),
+            _ => Err(bad_reply()),
+        }
     }
 
     pub(super) async fn renew(
@@ -650,33 +730,49 @@ impl RedisStore {
             })
             .await?;
         let items = done.value;
-        let [status, changes] = ints::<2>(&items)?;
+        let [status, changes, live, limit, _, delay, held_by] = ints_or_mode(&items)?;
         let changes = non_negative(changes).ok_or_else(bad_reply)?;
+        let live = usize::try_from(live).map_err(|_| bad_reply())?;
+        let version = format!("{changes}.{live}");
         if status == 0 {
             return Ok(StoreInspect::Free {
-                version: format!("{changes}.0"),
+                version,
+                lock_delay_ms: non_negative(delay).filter(|d| *d > 0),
             });
         }
-        if status != 1 {
+        if status != 1 || live == 0 || items.len() != 7 + 6 * live {
             return Err(bad_reply());
         }
-        let [_, _, remaining, fence, held_by, acquired, renewed, granted] = ints::<8>(&items)?;
-        Ok(StoreInspect::Held {
-            lease: StoreLease {
+        let mode = match items.get(4) {
+            Some(Value::BulkString(b)) => std::str::from_utf8(b).ok().and_then(Mode::from_code),
+            Some(Value::SimpleString(s)) => Mode::from_code(s),
+            _ => None,
+        }
+        .ok_or_else(bad_reply)?;
+        let mut permits = Vec::with_capacity(live);
+        for at in (7..items.len()).step_by(6) {
+            let [remaining, fence, acquired, renewed, granted] = ints::<5>(&items[at..])?;
+            permits.push(StoreLease {
                 fencing_token: token_of(fence)?,
                 remaining_ms: non_negative(remaining).unwrap_or(0),
                 ttl_ms: non_negative(granted).ok_or_else(bad_reply)?,
                 acquired_at: store_time(acquired)?,
                 renewed_at: store_time(renewed)?,
-                holder: label(&items, 8)?,
-            },
+                holder: label(&items, at + 5)?,
+            });
+        }
+        permits.sort_by_key(|p| p.fencing_token);
+        Ok(StoreInspect::Held {
+            permits,
+            limit: u32::try_from(limit).map_err(|_| bad_reply())?,
+            mode,
             held_by: match held_by {
                 1 => Some(HeldBy::Caller),
                 2 => Some(HeldBy::CallerOtherOperation),
                 3 => Some(HeldBy::Other),
                 _ => None,
             },
-            version: format!("{changes}.1"),
+            version,
         })
     }
 
@@ -875,6 +971,16 @@ fn on_event(waiters: &WaitRegistry, payload: &str) {
 
 fn non_negative(pttl: i64) -> Option<u64> {
     u64::try_from(pttl).ok()
+}
+
+/// The inspect reply's head: six integers around the mode letter at 4.
+fn ints_or_mode(items: &[Value]) -> Result<[i64; 7], StoreError> {
+    if items.len() < 7 {
+        return Err(bad_reply());
+    }
+    let [status, changes, live, limit] = ints::<4>(items)?;
+    let [delay, held_by] = ints::<2>(&items[5..])?;
+    Ok([status, changes, live, limit, 0, delay, held_by])
 }
 
 fn store_time(ms: i64) -> Result<StoreTime, StoreError> {

@@ -1,4 +1,4 @@
-//! The four lease scripts, compiled into the binary from `lua/`, with their
+//! The lease scripts, compiled into the binary from `lua/`, with their
 //! SHA-1 computed once at start (never per request).
 
 use std::sync::LazyLock;
@@ -45,6 +45,8 @@ pub struct Scripts {
     pub release: Script,
     /// `lua/inspect.lua`
     pub inspect: Script,
+    /// `lua/queue.lua`
+    pub queue: Script,
 }
 
 /// The scripts, hashed once.
@@ -53,4 +55,5 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     renew: Script::new("renew", include_str!("../../../lua/renew.lua")),
     release: Script::new("release", include_str!("../../../lua/release.lua")),
     inspect: Script::new("inspect", include_str!("../../../lua/inspect.lua")),
+    queue: Script::new("queue", include_str!("../../../lua/queue.lua")),
 });

@@ -1,0 +1,63 @@
+-- queue: the fair queue of waiters of one resource (DESIGN.md §12), kept only
+-- while some instance has waiters for it.
+-- KEYS[1] queue     <ns>:queue:v2:{<purpose>:<digest>}  sorted set
+-- KEYS[2] sequence  <ns>:seq:v2:{<purpose>:<digest>}    (see acquire.lua)
+-- ARGV[1] verb: 'enter', 'beat' or 'leave'
+-- ARGV[2] this instance's id  ARGV[3] heartbeat horizon ms (beat/enter)
+-- ARGV[4] sequence key ttl ms  ARGV[5] event channel  ARGV[6] resource tag
+-- ARGV[7] member ('<mode>:<instance>:<n>'; enter/leave)
+-- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- (see acquire.lua).
+-- Members: each waiter '<mode>:<instance>:<n>' with score = the server
+-- clock in µs when it entered (its place; ties go by member), and each
+-- instance '~<instance>' with score = -(its heartbeat deadline in ms). A
+-- waiter is live while its instance's deadline is in the future: one beat
+-- per instance and resource keeps all its waiters, and a dead instance's
+-- waiters stop holding up the queue when its deadline passes. The key
+-- expires by itself after the last deadline; the sequence's fourth part
+-- ("queue until") tells acquire when it can skip the queue altogether.
+-- Returns {tag(1)}; {tag(-9), error} Redis refused a write.
+local tag = tonumber(ARGV[8]) * 16 + 9
+local verb = ARGV[1]
+if verb == 'leave' then
+  redis.pcall('ZREM', KEYS[1], ARGV[7])
+  -- The next waiter may go now.
+  redis.pcall('PUBLISH', ARGV[5], ARGV[6] .. '\t\tqueue')
+  return {tag + 1}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = now + tonumber(ARGV[3])
+local done
+if verb == 'enter' then
+  done = redis.pcall('ZADD', KEYS[1], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[7])
+  if type(done) == 'table' and done.err then
+    return {tag - 9, done.err}
+  end
+end
+done = redis.pcall('ZADD', KEYS[1], -deadline, '~' .. ARGV[2])
+if type(done) == 'table' and done.err then
+  return {tag - 9, done.err}
+end
+redis.pcall('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
+-- Tell acquire the queue exists until this deadline.
+local seq = redis.call('GET', KEYS[2])
+local a, b, c, d = '0', '0', '0', '0'
+if seq then
+  local a1, b1, c1, d1 = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
+  if a1 then
+    a, b, c, d = a1, b1, c1, (d1 ~= '' and d1 or '0')
+  end
+end
+if tonumber(d) < deadline then
+  local mark = a .. ':' .. b .. ':' .. c .. ':' .. string.format('%.0f', deadline)
+  if seq then
+    done = redis.pcall('SET', KEYS[2], mark, 'KEEPTTL')
+  else
+    done = redis.pcall('SET', KEYS[2], mark, 'PX', ARGV[4])
+  end
+  if type(done) == 'table' and done.err then
+    return {tag - 9, done.err}
+  end
+end
+return {tag + 1}
