@@ -32,12 +32,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Acquire, AcquireOptions, Client, EndReason, Error, LeaseHandle, Watchdog};
 use crate::domain::{
-    Attempt, HolderLabel, Inspection, OperationId, OwnerToken, RenewOutcome, ResourceId,
+    Attempt, HolderLabel, Inspection, LeaseShape, OperationId, OwnerToken, RenewOutcome, ResourceId,
 };
 
 /// The pause before retrying an acquire whose answer was lost, with the
 /// same attempt (so a replay answers `replayed_same_operation`).
 const SAME_ATTEMPT_PAUSE: Duration = Duration::from_millis(50);
+
+/// Milliseconds of a duration, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// How an [`Election`] (or [`Observer`]) campaigns and follows.
 #[derive(Debug, Clone)]
@@ -62,6 +67,11 @@ pub struct ElectionSettings {
     /// at most TTL / 2 is used. Zero: the token fires when the validity
     /// ends, not before.
     pub leading_margin: Duration,
+    /// The lease's lock-delay (Consul's): when a leader's lease *expires*
+    /// (its process died or was cut off, rather than resigning), nobody
+    /// leads until this long after the expiry, time for the old leader's
+    /// writes in flight to land or fail. Up to 60 s. Default zero.
+    pub lock_delay: Duration,
     /// The bound of the event channel. Default 64.
     pub event_capacity: usize,
     /// Whether a candidate also follows the leader (one long-poll in
@@ -79,6 +89,7 @@ impl ElectionSettings {
             wait: Duration::from_secs(10),
             retry_period: Duration::from_secs(1),
             leading_margin: ttl / 10,
+            lock_delay: Duration::ZERO,
             event_capacity: 64,
             follow: true,
         }
@@ -311,6 +322,7 @@ fn after_acquire(settings: &ElectionSettings, answer: &Result<Acquire, Error>) -
         Ok(Acquire::Contended {
             retry_after_ms,
             waited_ms,
+            ..
         }) => {
             let waited = Duration::from_millis(waited_ms.unwrap_or(0));
             if !settings.wait.is_zero() && waited >= settings.wait / 2 {
@@ -322,6 +334,9 @@ fn after_acquire(settings: &ElectionSettings, answer: &Result<Acquire, Error>) -
         // Our owner token holds it for another operation: cannot happen
         // with a fresh token per term, but a new attempt gets out of it.
         Ok(Acquire::OwnerOperationConflict { .. }) => Next::FreshAttempt(settings.retry_period),
+        // Someone holds the resource as a counting lease: no term until
+        // those holders are gone. Ask again now and then.
+        Ok(Acquire::LimitMismatch { .. }) => Next::Retry(settings.retry_period),
         // A held lease is handled by the caller; here for completeness.
         Ok(Acquire::Acquired { .. } | Acquire::ReplayedSameOperation { .. }) => {
             Next::Retry(Duration::ZERO)
@@ -540,6 +555,10 @@ impl Election {
                 ttl: inner.settings.ttl,
                 wait: inner.settings.wait,
                 holder: Some(self.holder()),
+                shape: LeaseShape {
+                    lock_delay_ms: millis(inner.settings.lock_delay),
+                    ..LeaseShape::default()
+                },
             };
             let answer = tokio::select! {
                 biased;
@@ -559,7 +578,7 @@ impl Election {
                     return Ok(Some((attempt, handle)));
                 }
                 // Someone else holds it: not us.
-                Ok(Acquire::Contended { .. }) => may_hold = false,
+                Ok(Acquire::Contended { .. } | Acquire::LimitMismatch { .. }) => may_hold = false,
                 Ok(Acquire::OwnerOperationConflict { .. }) => {}
                 Err(Error::Indeterminate { .. }) => may_hold = true,
                 Err(ref e) => {
@@ -798,6 +817,7 @@ async fn follow<T>(
 mod tests {
     use super::*;
     use crate::client::{Cause, Rejection};
+    use crate::domain::ContendedReason;
 
     fn settings() -> ElectionSettings {
         ElectionSettings {
@@ -824,6 +844,7 @@ mod tests {
         let answer = Ok(Acquire::Contended {
             retry_after_ms: 400,
             waited_ms: Some(1000),
+            reason: None,
         });
         assert_eq!(after_acquire(&settings(), &answer), Next::Retry(ms(0)));
     }
@@ -836,6 +857,7 @@ mod tests {
                 &Ok(Acquire::Contended {
                     retry_after_ms,
                     waited_ms: None,
+                    reason: None,
                 }),
             )
         };
@@ -848,6 +870,7 @@ mod tests {
         let answer = Ok(Acquire::Contended {
             retry_after_ms: 80,
             waited_ms: None,
+            reason: Some(ContendedReason::LockDelay),
         });
         assert_eq!(after_acquire(&no_wait, &answer), Next::Retry(ms(80)));
     }
@@ -895,6 +918,12 @@ mod tests {
     }
 
     #[test]
+    fn a_counting_lease_in_the_way_is_asked_again_later() {
+        let answer = Ok(Acquire::LimitMismatch { limit: 3 });
+        assert_eq!(after_acquire(&settings(), &answer), Next::Retry(ms(200)));
+    }
+
+    #[test]
     fn rejection_ends_the_campaign() {
         let answer = Err(Error::Rejected(Box::new(Rejection {
             status: 400,
@@ -916,6 +945,11 @@ mod tests {
             ttl_ms: None,
             acquired_at: None,
             renewed_at: None,
+            limit: None,
+            mode: None,
+            holders: u32::from(held),
+            permits: Vec::new(),
+            lock_delay_ms: None,
         }
     }
 

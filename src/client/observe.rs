@@ -56,7 +56,8 @@ fn anonymous() -> Result<OperationId, Error> {
     })
 }
 
-/// An `inspected` answer, checked as [`Client::inspect`] checks it.
+/// An `inspected` answer, checked as [`Client::inspect`] checks it (a copy
+/// of its tail: `inspect` builds its own URL; if it took one, this could go).
 fn inspection(reply: &Reply, op: &OperationId) -> Result<Inspection, Error> {
     if reply.outcome() != "inspected" {
         return Err(reply.failure(op));
@@ -79,5 +80,10 @@ fn inspection(reply: &Reply, op: &OperationId) -> Result<Inspection, Error> {
         ttl_ms: w.ttl_ms,
         acquired_at: w.acquired_at,
         renewed_at: w.renewed_at,
+        limit: w.limit,
+        mode: w.mode,
+        holders: w.holders.unwrap_or(0),
+        permits: w.permits.clone().unwrap_or_default(),
+        lock_delay_ms: w.lock_delay_remaining_ms,
     })
 }
