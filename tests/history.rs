@@ -2,13 +2,16 @@
 //! Jepsen's lock and lease checkers.
 //!
 //! Concurrent clients (12 tasks) run realistic lease cycles on 3 resources
-//! over 2 leasehold instances sharing one store: create an attempt, acquire
+//! (a plain lease, a counting lease of 3 permits, and a read-write lease
+//! with mostly shared holders) over 2 leasehold instances sharing one
+//! store: create an attempt, acquire
 //! (a third with `waitMs`), hold, maybe renew, release; on `indeterminate`
 //! they retry with the same attempt or inspect; after a "not applied" answer
 //! they probe (release or inspect with the same attempt). Every request is
 //! recorded with its send and reply instants on one monotonic clock, and the
 //! pure checker of `tests/common/history.rs` judges the history afterwards:
-//! safety (no two attempts believe they hold one lease), fencing, honesty
+//! safety (never more holders than the limit, never shared and exclusive
+//! at once), fencing, honesty
 //! (`unavailable` means not applied), typed answers and recovery after each
 //! fault window (an `acquired` within 5 s).
 //!
@@ -68,6 +71,8 @@ use serde_json::{json, Value};
 const P: &str = "history";
 const CLIENTS: usize = 12;
 const RESOURCES: usize = 3;
+/// The limit of resource 1, a counting lease.
+const COUNTED: u64 = 3;
 const COMMAND_TIMEOUT_MS: u64 = 500;
 const DRIFT: Duration = Duration::from_millis(10);
 const RECOVERY_BOUND: Duration = Duration::from_secs(5);
@@ -271,6 +276,19 @@ async fn client(rec: Arc<Recorder>, id: usize) {
         if let Some(w) = wait {
             body["waitMs"] = json!(w);
         }
+        // Resource 0 is a plain lease, 1 a counting lease of COUNTED
+        // permits, 2 a read-write lease (mostly shared holders).
+        let (limit, shared) = match resource {
+            1 => (Some(COUNTED), false),
+            2 => (None, rng.chance(70)),
+            _ => (None, false),
+        };
+        if let Some(l) = limit {
+            body["limit"] = json!(l);
+        }
+        if shared {
+            body["mode"] = json!("shared");
+        }
         // Acquire; on an uncertain answer retry with the same attempt (on
         // either instance) or inspect.
         let mut held = false;
@@ -278,6 +296,8 @@ async fn client(rec: Arc<Recorder>, id: usize) {
             let mut e = on(Verb::Acquire, rng.below(apps));
             e.ttl_ms = Some(ttl);
             e.wait_ms = wait;
+            e.limit = limit;
+            e.shared = shared;
             let a = rec.call(e, Some(&token), Some(body.clone())).await;
             match a.outcome.as_str() {
                 "acquired" | "replayed_same_operation" => {
@@ -398,10 +418,39 @@ fn min_run() -> Duration {
         .map_or(Duration::ZERO, Duration::from_secs)
 }
 
+/// The most belief intervals of `resource` (of the given mode) that were on
+/// at one instant.
+fn most_at_once(events: &[Event], resource: usize, shared: bool) -> usize {
+    let mine: Vec<_> = common::history::beliefs(events, DRIFT)
+        .into_iter()
+        .filter(|b| b.event.resource == resource && b.event.shared == shared)
+        .collect();
+    mine.iter()
+        .map(|b| {
+            mine.iter()
+                .filter(|a| a.start <= b.start && a.end > b.start)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Checks a history, prints its figures, panics with every violation.
 fn judge(store: &str, events: &[Event], faults: &[FaultWindow], checks: Checks) {
     let figures = summary(events, faults);
     println!("history [{store}]: {figures}");
+    // The run must have exercised what it claims: several holders of the
+    // counting lease at once, and several shared holders at once.
+    let (counted, shared) = (
+        most_at_once(events, 1, false),
+        most_at_once(events, 2, true),
+    );
+    println!("history [{store}]: most holders at once: counting lease {counted}, shared {shared}");
+    assert!(
+        counted >= 2 && shared >= 2,
+        "history [{store}]: the workload never had several holders at once \
+         (counting lease {counted}, shared {shared}): the run proves nothing about limits"
+    );
     let violations = check_all(events, faults, DRIFT, RECOVERY_BOUND, checks);
     if violations.is_empty() {
         return;

@@ -5,8 +5,9 @@
 //! reply instants on one monotonic clock (offsets from the run's start). The
 //! checker never looks at the store: it judges only what callers were told.
 //!
-//! * [`check_safety`]: the intervals in which an attempt may believe it holds
-//!   a lease never overlap between different attempts on one resource;
+//! * [`check_safety`]: at no instant do more attempts believe they hold a
+//!   resource than its `limit` allows (1: a plain lease), and never a shared
+//!   and an exclusive holder at once;
 //! * [`check_fencing`]: fencing tokens are distinct per acquisition and grow
 //!   in real-time order; replays and renews carry their acquisition's token;
 //! * [`check_honesty`]: an attempt whose every acquire was answered
@@ -64,6 +65,10 @@ pub struct Event {
     pub ttl_ms: Option<u64>,
     /// The wait asked for (acquire).
     pub wait_ms: Option<u64>,
+    /// The limit asked for (acquire; `None`: 1).
+    pub limit: Option<u64>,
+    /// Asked for shared mode (acquire).
+    pub shared: bool,
     /// Inspect's `heldBy`.
     pub held_by: Option<String>,
     /// `operationId` of an `indeterminate` answer.
@@ -224,38 +229,94 @@ pub fn beliefs(events: &[Event], drift: Duration) -> Vec<Belief> {
     out
 }
 
-/// Safety: belief intervals of different attempts on one resource never
-/// overlap, except across a window in which the store lost its data.
+/// Safety: at no instant do more different attempts believe they hold one
+/// resource than the limit they acquired it with (1 for a plain lease), and
+/// never a shared and an exclusive one at once, except across a window in
+/// which the store lost its data.
 pub fn check_safety(events: &[Event], drift: Duration, faults: &[FaultWindow]) -> Vec<Violation> {
     let all = beliefs(events, drift);
+    // The limit and mode of each attempt's acquisitions, from its acquires.
+    let mut shape: HashMap<(&str, usize), (u64, bool)> = HashMap::new();
+    for e in events.iter().filter(|e| e.verb() == Verb::Acquire) {
+        shape.insert(
+            (e.attempt.as_str(), e.resource),
+            (e.limit.unwrap_or(1), e.shared),
+        );
+    }
+    let shape_of = |b: &Belief| {
+        shape
+            .get(&(b.event.attempt.as_str(), b.event.resource))
+            .copied()
+            .unwrap_or((1, false))
+    };
     let mut out = Vec::new();
-    for (i, a) in all.iter().enumerate() {
-        for b in &all[i + 1..] {
-            if b.event.resource != a.event.resource || b.start >= a.end {
-                break;
-            }
-            if b.event.attempt == a.event.attempt {
-                continue;
-            }
-            let excused = faults
+    for (i, b) in all.iter().enumerate() {
+        // Every belief of another attempt on the resource that is still on
+        // when `b` starts (`all` is sorted by resource, then start).
+        let mut overlapping: Vec<&Belief> = all[..i]
+            .iter()
+            .filter(|a| {
+                a.event.resource == b.event.resource
+                    && a.end > b.start
+                    && a.event.attempt != b.event.attempt
+            })
+            .collect();
+        overlapping.retain(|a| {
+            !faults
                 .iter()
-                .any(|f| f.data_loss && f.end >= a.event.send && f.start <= b.start);
-            if excused {
-                continue;
-            }
-            out.push(Violation {
-                check: "safety",
-                what: format!(
-                    "two attempts believed they held resource {} at once for {:.1} ms \
-                     (from {:.1} ms to {:.1} ms)",
-                    a.event.resource,
-                    ms(a.end.min(b.end) - b.start),
-                    ms(b.start),
-                    ms(a.end.min(b.end)),
-                ),
-                events: vec![a.event.clone(), b.event.clone()],
-            });
+                .any(|f| f.data_loss && f.end >= a.event.send && f.start <= b.start)
+        });
+        if overlapping.is_empty() {
+            continue;
         }
+        let (limit, shared) = shape_of(b);
+        let mixed: Vec<&&Belief> = overlapping
+            .iter()
+            .filter(|a| shape_of(a).1 != shared)
+            .collect();
+        let mut holders: Vec<&str> = overlapping
+            .iter()
+            .filter(|a| !shape_of(a).1)
+            .map(|a| a.event.attempt.as_str())
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
+        let over = !shared && holders.len() as u64 + 1 > limit;
+        if mixed.is_empty() && !over {
+            continue;
+        }
+        let what = if !mixed.is_empty() {
+            format!(
+                "a shared and an exclusive holder believed they held resource {} at once \
+                 (from {:.1} ms)",
+                b.event.resource,
+                ms(b.start)
+            )
+        } else if limit == 1 {
+            let a = overlapping[0];
+            format!(
+                "two attempts believed they held resource {} at once for {:.1} ms \
+                 (from {:.1} ms to {:.1} ms)",
+                b.event.resource,
+                ms(a.end.min(b.end) - b.start),
+                ms(b.start),
+                ms(a.end.min(b.end)),
+            )
+        } else {
+            format!(
+                "{} attempts believed they held resource {} (limit {limit}) at once at {:.1} ms",
+                holders.len() + 1,
+                b.event.resource,
+                ms(b.start)
+            )
+        };
+        let mut involved: Vec<Event> = overlapping.iter().map(|a| a.event.clone()).collect();
+        involved.push(b.event.clone());
+        out.push(Violation {
+            check: "safety",
+            what,
+            events: involved,
+        });
     }
     out
 }
@@ -437,6 +498,7 @@ pub fn documented(verb: Verb, status: u16, outcome: &str) -> bool {
                 | (200, "replayed_same_operation")
                 | (409, "owner_operation_conflict")
                 | (409, "contended")
+                | (409, "limit_mismatch")
         ),
         Verb::Renew => matches!(
             (status, outcome),

@@ -90,6 +90,69 @@ fn safety_fails_for_two_holders_at_once() {
     assert_eq!(v[0].events.len(), 2);
 }
 
+/// An acquire grant asked with `limit` and `shared`.
+fn shaped(attempt: &str, send: u64, token: u64, limit: u64, shared: bool) -> Event {
+    Event {
+        limit: Some(limit),
+        shared,
+        ..grant(
+            attempt,
+            Verb::Acquire,
+            send,
+            send + 5,
+            "acquired",
+            token,
+            100,
+        )
+    }
+}
+
+#[test]
+fn safety_allows_up_to_limit_holders_and_no_more() {
+    let three = numbered(vec![
+        shaped("a", 0, 1, 3, false),
+        shaped("b", 10, 2, 3, false),
+        shaped("c", 20, 3, 3, false),
+    ]);
+    assert!(check_safety(&three, DRIFT, &[]).is_empty());
+    let four = numbered(vec![
+        shaped("a", 0, 1, 3, false),
+        shaped("b", 10, 2, 3, false),
+        shaped("c", 20, 3, 3, false),
+        shaped("d", 30, 4, 3, false),
+    ]);
+    let v = check_safety(&four, DRIFT, &[]);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].what.contains("4 attempts"), "{}", v[0].what);
+    assert_eq!(v[0].events.len(), 4);
+}
+
+#[test]
+fn safety_allows_many_shared_but_never_shared_with_exclusive() {
+    let readers = numbered(vec![
+        shaped("r1", 0, 1, 1, true),
+        shaped("r2", 10, 2, 1, true),
+        shaped("r3", 20, 3, 1, true),
+    ]);
+    assert!(check_safety(&readers, DRIFT, &[]).is_empty());
+    let writer_after = numbered(vec![
+        shaped("r1", 0, 1, 1, true),
+        shaped("w", 50, 2, 1, false),
+    ]);
+    let v = check_safety(&writer_after, DRIFT, &[]);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].what.contains("shared and an exclusive"),
+        "{}",
+        v[0].what
+    );
+    let reader_after = numbered(vec![
+        shaped("w", 0, 1, 1, false),
+        shaped("r1", 50, 2, 1, true),
+    ]);
+    assert_eq!(check_safety(&reader_after, DRIFT, &[]).len(), 1);
+}
+
 #[test]
 fn safety_cuts_at_renew_and_a_renew_starts_its_own_interval() {
     // a renews at 40 (renewed: a new interval to 40 + 200 - 10 = 230), so b
