@@ -45,8 +45,6 @@ const RELEASE_LUA: &str = include_str!("../lua/release.lua");
 /// The service's defaults, mirrored so raw Redis runs the same keys and arguments.
 const NAMESPACE: &str = "leasehold";
 const PURPOSE: &str = "bench";
-/// `FENCE_KEY_TTL_MS` in `src/store/redis/mod.rs` (7 days).
-const FENCE_TTL_MS: &str = "604800000";
 const LEASE_TTL_MS: u64 = 30_000;
 /// Raw releases publish here; nobody subscribes (the service's channel is
 /// `<ns>:wake:v2`, and raw traffic must not wake the service).
@@ -724,10 +722,8 @@ impl Raw {
             .arg(token)
             .arg(op)
             .arg(LEASE_TTL_MS)
-            .arg(FENCE_TTL_MS)
             .arg("")
-            .arg(RAW_WAKE_CHANNEL)
-            .arg(format!("{PURPOSE}:{digest}"))
+            .arg("")
             .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }
