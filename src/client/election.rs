@@ -1,4 +1,4 @@
-//! [`Election`] and [`Observer`]: leader election on one lease, after
+//! [`Election`] and [`Observer`](super::Observer): leader election on one lease, after
 //! client-go's `leaderelection` and etcd's `concurrency.Election`.
 //!
 //! The recipe (DESIGN.md §10) in leasehold's own verbs:
@@ -12,7 +12,7 @@
 //! | resign | release |
 //!
 //! Events reach the caller in order on one bounded [`mpsc`] channel,
-//! handed out with the [`Election`] (or [`Observer`]). A full channel makes
+//! handed out with the [`Election`] (or [`Observer`](super::Observer)). A full channel makes
 //! the campaign wait for the reader: read it promptly, or leadership starts
 //! (and its work) are delayed. Renewal never waits for the reader: a
 //! [`Watchdog`] renews in its own task.
@@ -30,9 +30,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::{Acquire, AcquireOptions, Client, EndReason, Error, LeaseHandle, Watchdog};
+use super::observe::{follow, pause, Waited};
+use super::{Acquire, AcquireOptions, Client, EndReason, Error, Leader, LeaseHandle, Watchdog};
 use crate::domain::{
-    Attempt, HolderLabel, Inspection, LeaseShape, OperationId, OwnerToken, RenewOutcome, ResourceId,
+    Attempt, HolderLabel, LeaseShape, OperationId, OwnerToken, RenewOutcome, ResourceId,
 };
 
 /// The pause before retrying an acquire whose answer was lost, with the
@@ -44,7 +45,7 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// How an [`Election`] (or [`Observer`]) campaigns and follows.
+/// How an [`Election`] (or [`Observer`](super::Observer)) campaigns and follows.
 #[derive(Debug, Clone)]
 pub struct ElectionSettings {
     /// The lease's TTL (client-go's `LeaseDuration`): how long the others
@@ -77,7 +78,7 @@ pub struct ElectionSettings {
     /// Whether a candidate also follows the leader (one long-poll in
     /// flight) and sends [`ElectionEvent::NewLeader`]. Default true; off
     /// halves a candidate's requests when only its own term matters.
-    /// An [`Observer`] always follows.
+    /// An [`Observer`](super::Observer) always follows.
     pub follow: bool,
 }
 
@@ -93,40 +94,6 @@ impl ElectionSettings {
             event_capacity: 64,
             follow: true,
         }
-    }
-}
-
-/// Who leads, as an inspect answer shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Leader {
-    /// The leader's holder label; `None` when nobody leads, or when the
-    /// lease was taken without a label.
-    pub holder: Option<String>,
-    /// The leader's fencing token; `None` when nobody leads.
-    pub fencing_token: Option<u64>,
-}
-
-impl Leader {
-    /// Nobody leads.
-    pub const NONE: Leader = Leader {
-        holder: None,
-        fencing_token: None,
-    };
-
-    /// The leader an inspect answer shows.
-    pub fn of(inspection: &Inspection) -> Self {
-        if !inspection.held {
-            return Self::NONE;
-        }
-        Self {
-            holder: inspection.holder.as_ref().map(|h| h.as_str().to_owned()),
-            fencing_token: inspection.fencing_token,
-        }
-    }
-
-    /// Whether someone leads.
-    pub fn is_held(&self) -> bool {
-        self.fencing_token.is_some()
     }
 }
 
@@ -282,21 +249,6 @@ struct Term {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// How a wait ended.
-enum Waited {
-    Elapsed,
-    Stopped,
-}
-
-/// Waits `d` unless `stop` fires first.
-async fn pause(d: Duration, stop: &CancellationToken) -> Waited {
-    tokio::select! {
-        biased;
-        _ = stop.cancelled() => Waited::Stopped,
-        _ = sleep(d) => Waited::Elapsed,
-    }
 }
 
 /// What the campaign loop does after an acquire answer that did not make
@@ -715,104 +667,6 @@ impl Election {
     }
 }
 
-/// A follower that never campaigns: tells of every change of leader.
-#[derive(Debug, Clone)]
-pub struct Observer {
-    client: Client,
-    resource: ResourceId,
-    settings: ElectionSettings,
-    events: mpsc::Sender<Leader>,
-}
-
-impl Observer {
-    /// An observer of `resource` (only `wait`, `retry_period` and
-    /// `event_capacity` of the settings matter), and the receiver of the
-    /// leaders it sees.
-    pub fn new(
-        client: Client,
-        resource: ResourceId,
-        settings: ElectionSettings,
-    ) -> (Self, mpsc::Receiver<Leader>) {
-        let (events, rx) = mpsc::channel(settings.event_capacity.max(1));
-        (
-            Self {
-                client,
-                resource,
-                settings,
-                events,
-            },
-            rx,
-        )
-    }
-
-    /// Follows the leader with the inspect long-poll until `cancel` fires
-    /// (or the receiver is dropped): sends the leader found first, then
-    /// every change (another holder label, another term, nobody).
-    pub async fn observe(&self, cancel: CancellationToken) {
-        follow(
-            &self.client,
-            &self.resource,
-            &self.settings,
-            &cancel,
-            &self.events,
-            |leader| leader,
-        )
-        .await;
-    }
-}
-
-/// The observe loop shared by candidates and observers.
-async fn follow<T>(
-    client: &Client,
-    resource: &ResourceId,
-    settings: &ElectionSettings,
-    stop: &CancellationToken,
-    events: &mpsc::Sender<T>,
-    wrap: fn(Leader) -> T,
-) {
-    let mut version: Option<String> = None;
-    let mut last: Option<Leader> = None;
-    loop {
-        let asked = Instant::now();
-        let answer = tokio::select! {
-            biased;
-            _ = stop.cancelled() => return,
-            answer = client.inspect_changed(resource, version.as_deref(), settings.wait) => answer,
-        };
-        match answer {
-            Ok(inspection) => {
-                // Unchanged, and well before the wait was over: a service
-                // that does not hold long-polls (an older one). Poll at the
-                // retry period rather than in a tight loop.
-                if version.as_deref() == Some(inspection.version.as_str())
-                    && asked.elapsed() < settings.wait / 2
-                {
-                    if let Waited::Stopped = pause(settings.retry_period, stop).await {
-                        return;
-                    }
-                }
-                let leader = Leader::of(&inspection);
-                version = Some(inspection.version);
-                if last.as_ref() != Some(&leader) {
-                    last = Some(leader.clone());
-                    tokio::select! {
-                        biased;
-                        _ = stop.cancelled() => return,
-                        sent = events.send(wrap(leader)) => if sent.is_err() { return },
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::debug!(purpose = %resource.purpose, outcome = e.outcome_name(), "observe long-poll failed");
-                let wait = e.retry_after().unwrap_or(settings.retry_period);
-                if let Waited::Stopped = pause(wait, stop).await {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -932,45 +786,6 @@ mod tests {
             errors: Vec::new(),
         })));
         assert_eq!(after_acquire(&settings(), &answer), Next::Fail);
-    }
-
-    fn inspection(held: bool, holder: Option<&str>, fencing_token: Option<u64>) -> Inspection {
-        Inspection {
-            held,
-            version: "3.1".into(),
-            remaining_ms: fencing_token.map(|_| 400),
-            fencing_token,
-            held_by: None,
-            holder: holder.map(|h| HolderLabel::parse(h).expect("label")),
-            ttl_ms: None,
-            acquired_at: None,
-            renewed_at: None,
-            limit: None,
-            mode: None,
-            holders: u32::from(held),
-            permits: Vec::new(),
-            lock_delay_ms: None,
-        }
-    }
-
-    #[test]
-    fn the_leader_is_the_inspected_holder_and_term() {
-        assert_eq!(
-            Leader::of(&inspection(true, Some("pod-a"), Some(7))),
-            Leader {
-                holder: Some("pod-a".into()),
-                fencing_token: Some(7),
-            }
-        );
-        let unlabelled = Leader::of(&inspection(true, None, Some(8)));
-        assert!(unlabelled.is_held());
-        assert_eq!(unlabelled.holder, None);
-        // Whatever else an answer carries, not held is nobody.
-        assert_eq!(
-            Leader::of(&inspection(false, Some("pod-a"), Some(7))),
-            Leader::NONE
-        );
-        assert!(!Leader::NONE.is_held());
     }
 
     #[test]

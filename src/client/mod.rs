@@ -58,11 +58,11 @@ use std::time::Duration;
 
 pub use self::api::{Acquire, AcquireOptions, BuildError, Client, ClientSettings};
 pub use self::election::{
-    Election, ElectionError, ElectionEvent, ElectionSettings, Leader, Leadership, Observer,
-    StopReason,
+    Election, ElectionError, ElectionEvent, ElectionSettings, Leadership, StopReason,
 };
 pub use self::handle::LeaseHandle;
 pub use self::machine::{HandleCore, LeaseState, Refused, ReleaseReply, RenewReply};
+pub use self::observe::{Leader, Observer};
 pub use self::tls::{ClientIdentity, TlsSettings};
 pub use self::watchdog::{
     EndReason, EventKind, Registration, Watchdog, WatchdogError, WatchdogEvent,
