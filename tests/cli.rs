@@ -100,6 +100,62 @@ async fn the_command_runs_with_the_lease_and_its_status_comes_back() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--holder` is sent: the command, while it holds the lease, inspects it
+/// and sees its own label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_label_is_sent_and_shown() {
+    let (_redis, app) = service().await;
+    let dir = temp_dir();
+    let raw = unique("order-");
+    let seen_file = dir.join("seen.json");
+    let script = format!(
+        "{} inspect --json export {raw} > {}",
+        env!("CARGO_BIN_EXE_leasehold"),
+        seen_file.display()
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "lock",
+            "--holder",
+            "pod-9 (batch)",
+            "--ttl",
+            "5s",
+            "export",
+            &raw,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env("LEASEHOLD_URL", &app.base)
+        .output()
+        .await
+        .expect("run leasehold");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&seen_file).expect("the command ran"))
+            .expect("inspect --json");
+    assert_eq!(seen["held"], true, "{seen}");
+    assert_eq!(seen["holder"], "pod-9 (batch)", "{seen}");
+    let bad = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["lock", "--holder", "a\tb", "export", &raw, "--", "true"])
+        .env("LEASEHOLD_URL", &app.base)
+        .output()
+        .await
+        .expect("run leasehold");
+    assert_eq!(
+        bad.status.code(),
+        Some(64),
+        "a label with a control character is a usage error"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_deleted_under_the_command_stops_it_with_sigterm_and_exits_75() {
     lease_deleted_under_the_command(false).await;

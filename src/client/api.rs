@@ -14,8 +14,8 @@ use super::reply::Reply;
 use super::tls::{self, TlsSettings};
 use super::{Cause, Error, LeaseHandle};
 use crate::domain::{
-    Attempt, ContendedReason, HeldBy, HolderLabel, Inspection, LeaseShape, LostReason, Mode,
-    OperationId, OwnerToken, ReleaseOutcome, RenewOutcome, ResourceId,
+    Attempt, ContendedReason, HolderLabel, Inspection, LeaseShape, LostReason, Mode, OperationId,
+    OwnerToken, ReleaseOutcome, RenewOutcome, ResourceId,
 };
 use crate::domain::{ListLimit, Listing, Purpose};
 
@@ -254,7 +254,7 @@ impl Client {
         &self.inner.settings
     }
 
-    fn lease_url(&self, resource: &ResourceId) -> String {
+    pub(super) fn lease_url(&self, resource: &ResourceId) -> String {
         format!(
             "{}/leases/{}/{}",
             self.inner.base, resource.purpose, resource.digest
@@ -264,7 +264,7 @@ impl Client {
     /// Sends one request and reads its reply, classifying transport
     /// failures: nothing written → `Unavailable`; written (or possibly
     /// written) → `Indeterminate`.
-    async fn call(
+    pub(super) async fn call(
         &self,
         method: Method,
         url: String,
@@ -579,33 +579,7 @@ impl Client {
                 op,
             )
             .await?;
-        if reply.outcome() != "inspected" {
-            return Err(reply.failure(op));
-        }
-        let w = reply.wire();
-        let held_by = match w.held_by.as_deref() {
-            None => None,
-            Some("caller") => Some(HeldBy::Caller),
-            Some("caller_other_operation") => Some(HeldBy::CallerOtherOperation),
-            Some("other") => Some(HeldBy::Other),
-            Some(_) => return Err(reply.unexpected(op)),
-        };
-        Ok(Inspection {
-            held: w.held.ok_or_else(|| reply.unexpected(op))?,
-            version: w.version.clone().ok_or_else(|| reply.unexpected(op))?,
-            remaining_ms: w.remaining_ms,
-            fencing_token: w.fencing_token,
-            held_by,
-            holder: w.holder.clone(),
-            ttl_ms: w.ttl_ms,
-            acquired_at: w.acquired_at,
-            renewed_at: w.renewed_at,
-            limit: w.limit,
-            mode: w.mode,
-            holders: w.holders.unwrap_or(0),
-            permits: w.permits.clone().unwrap_or_default(),
-            lock_delay_ms: w.lock_delay_remaining_ms,
-        })
+        super::observe::inspection(&reply, op)
     }
 }
 
