@@ -150,6 +150,15 @@ impl Modify for Meta {
                         continue;
                     };
                     if let Some(RefOr::T(header)) = response.headers.get_mut("Retry-After") {
+                        // A status shared by outcomes of which only some
+                        // carry it says so ("... not with ...").
+                        if header
+                            .description
+                            .as_deref()
+                            .is_some_and(|d| d.contains("not with"))
+                        {
+                            continue;
+                        }
                         header
                             .extensions
                             .get_or_insert_with(Default::default)

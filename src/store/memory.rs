@@ -431,8 +431,10 @@ impl MemoryStore {
         let key = resource.tag();
         let now = Instant::now();
         let mut state = self.lock();
+        // Prune first: an entry that just ran out leaves its stamp in `freed`.
+        let _ = Self::entry(&mut state, &key, now);
         let freed = state.freed.get(&key).copied().unwrap_or(0);
-        Ok(match Self::entry(&mut state, &key, now) {
+        Ok(match state.leases.get_mut(&key) {
             None => StoreInspect::Free {
                 version: format!("{freed}.0"),
                 lock_delay_ms: None,
