@@ -1987,7 +1987,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
         summary.push_str(&cpu_table);
     }
     let (base_table, base_acquire) = baseline_summary(&phases, &kinds);
-    if env.baseline.is_some() {
+    if phases.iter().any(|p| p.side == Side::Baseline) {
         summary.push_str(&base_table);
     }
     let svc_phases: Vec<&Phase> = phases.iter().filter(|p| p.side == Side::Service).collect();

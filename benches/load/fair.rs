@@ -25,8 +25,8 @@ use http::Method;
 use tokio::sync::Mutex;
 
 use super::{
-    body_json, digest, lease_path, median, percentile, redis_cmd, spread, Client, Env, Http, Opts,
-    Service, Side, Stats, Window,
+    body_json, command_calls, digest, lease_path, median, percentile, redis_cmd, spread, Client,
+    Env, Http, Opts, Service, Side, Stats, Window,
 };
 
 /// `waitMs` of each contender's acquire (below the 5 s request timeout).
@@ -51,6 +51,9 @@ struct Round {
     cycles_per_s: f64,
     same_twice: u64,
     cross_instance: u64,
+    /// Redis EVALSHA calls per acquisition over the whole phase (warm-up
+    /// included): what queueing costs Redis per hand-off.
+    evalsha_per_take: f64,
     errors: Stats,
 }
 
@@ -109,7 +112,7 @@ pub(crate) async fn run(
     }
 
     let mut out = format!(
-        "\n## Fair hand-off: {} contenders on one resource, half on each of two instances; acquire (waitMs {WAIT_MS}), release at once\n\n| build | cycles/s (median [min..max]) | ratio new/baseline (median, min..max) | hand-off p50 / p99 / max ms (all rounds) | per-round hand-off p50 ms | reply first | acquisitions per contender min..max | same contender twice in a row | passed to the other instance | errors |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n## Fair hand-off: {} contenders on one resource, half on each of two instances; acquire (waitMs {WAIT_MS}), release at once\n\n| build | cycles/s (median [min..max]) | ratio new/baseline (median, min..max) | hand-off p50 / p99 / max ms (all rounds) | per-round hand-off p50 ms | reply first | acquisitions per contender min..max | same contender twice in a row | passed to the other instance | Redis EVALSHA per acquisition | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         opts.fair_waiters
     );
     let mut new_p50 = None;
@@ -154,7 +157,7 @@ pub(crate) async fn run(
         let cross: u64 = v.iter().map(|r| r.cross_instance).sum();
         let _ = writeln!(
             out,
-            "| {} | {:.0} [{}] | {ratio} | {:.3} / {:.3} / {:.3} over {} | {} | {} | {}..{} | {:.1} % | {:.1} % | {} |",
+            "| {} | {:.0} [{}] | {ratio} | {:.3} / {:.3} / {:.3} over {} | {} | {} | {}..{} | {:.1} % | {:.1} % | {:.2} | {} |",
             if side == Side::Service { "new (fair queue)" } else { "baseline" },
             median(rates.clone()),
             spread(&rates),
@@ -168,6 +171,7 @@ pub(crate) async fn run(
             per_waiter.iter().max().copied().unwrap_or(0),
             pct(same),
             pct(cross),
+            median(v.iter().map(|r| r.evalsha_per_take).collect()),
             v.iter().map(|r| r.errors.errors() + r.errors.typed()).sum::<u64>(),
         );
         for r in v {
@@ -183,6 +187,7 @@ pub(crate) async fn run(
 /// ends; the takes inside the window are returned in token order.
 async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Result<Round, String> {
     redis_cmd(&mut env.admin.clone(), &["FLUSHALL", "SYNC"]).await?;
+    redis_cmd(&mut env.admin.clone(), &["CONFIG", "RESETSTAT"]).await?;
     let now = Instant::now();
     let win = Window {
         start: now + opts.warmup,
@@ -204,6 +209,9 @@ async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Res
     }
     let mut takes = std::mem::take(&mut *takes.lock().await);
     takes.sort_by_key(|t| t.fence);
+    let calls = command_calls(&mut env.admin.clone()).await?;
+    let evalsha_per_take =
+        calls.get("evalsha").copied().unwrap_or(0) as f64 / takes.len().max(1) as f64;
     let mut lat_ns = Vec::new();
     let (mut reply_first, mut same_twice, mut cross_instance) = (0, 0, 0);
     for w in takes.windows(2) {
@@ -234,6 +242,7 @@ async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Res
         reply_first,
         same_twice,
         cross_instance,
+        evalsha_per_take,
         errors,
     })
 }
