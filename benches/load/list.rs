@@ -127,7 +127,9 @@ async fn walker(env_addr: std::net::SocketAddr, page: usize, win: Window) -> Wal
         }
         cursor = parsed["nextCursor"].as_str().map(str::to_owned);
         if cursor.is_none() {
-            if walk_started >= win.start {
+            // A walk counts when it ends inside the window (it may have
+            // begun during the warm-up: a whole walk can outlast a short window).
+            if Instant::now() <= win.end {
                 w.per_walk.push(seen);
                 w.walk_s.push(walk_started.elapsed().as_secs_f64());
             }
