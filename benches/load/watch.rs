@@ -211,11 +211,26 @@ impl Shared {
     }
 }
 
-/// The soft limit on open files of this process (`/proc/self/limits`).
-fn open_files_limit() -> Option<usize> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+/// The (soft, hard) limits on open files of process `pid` (`/proc/<pid>/limits`).
+fn open_files_limits(pid: &str) -> Option<(usize, usize)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
     let line = text.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
+    let mut v = line.split_whitespace().skip(3);
+    Some((v.next()?.parse().ok()?, v.next()?.parse().ok()?))
+}
+
+/// Raises the soft open-file limit of `pid` towards `want` (at most its
+/// hard limit) with util-linux `prlimit`, which needs neither `unsafe` nor a
+/// crate; returns the soft limit in force afterwards.
+fn raise_open_files(pid: &str, want: usize) -> Option<usize> {
+    let (soft, hard) = open_files_limits(pid)?;
+    if soft >= want {
+        return Some(soft);
+    }
+    let _ = std::process::Command::new("prlimit")
+        .args(["--pid", pid, &format!("--nofile={}:{hard}", want.min(hard))])
+        .status();
+    open_files_limits(pid).map(|(soft, _)| soft)
 }
 
 fn ms_between(from: Instant, to: Instant) -> u64 {
@@ -430,8 +445,14 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
 
     // ---- fan-out and memory: N watchers on A ----
     let mut n = opts.watchers;
-    if let Some(limit) = open_files_limit() {
-        // The bench's own sockets (about one per watcher) plus some slack.
+    // One socket per watcher on each side, plus some slack; the service
+    // needs it as much as the bench.
+    let self_pid = std::process::id().to_string();
+    let limits = [
+        raise_open_files(&self_pid, n + 256),
+        raise_open_files(&pid, n + 256),
+    ];
+    if let Some(limit) = limits.into_iter().flatten().min() {
         if limit < n + 256 {
             let _ = writeln!(out, "\nopen-file limit {limit} is below {} watchers: watching with {} (raise it with `ulimit -n {}` before `cargo bench`)", n, limit.saturating_sub(256), n + 256);
             n = limit.saturating_sub(256).max(1);
