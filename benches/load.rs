@@ -56,9 +56,6 @@ const RELEASE_LUA: &str = include_str!("../lua/release.lua");
 /// The service's defaults, mirrored so raw Redis runs the same keys and arguments.
 const NAMESPACE: &str = "leasehold";
 const PURPOSE: &str = "bench";
-/// `SEQ_KEY_TTL_MS` in `src/store/redis/mod.rs` (7 days); the service
-/// sends the larger of it and the lease TTL.
-const SEQ_TTL_MS: u64 = 604_800_000;
 const LEASE_TTL_MS: u64 = 30_000;
 /// Raw releases publish here; nobody subscribes (the service's channel is
 /// `<ns>:wake:v2`, and raw traffic must not wake the service).
@@ -746,9 +743,9 @@ struct Raw {
 }
 
 impl Raw {
-    /// The record, sequence and queue keys of a resource of `PURPOSE`.
-    fn keys(digest: &str) -> [String; 3] {
-        ["lease", "seq", "queue"].map(|k| format!("{NAMESPACE}:{k}:v2:{{{PURPOSE}:{digest}}}"))
+    /// The record and sequence keys of a resource of `PURPOSE`.
+    fn keys(digest: &str) -> [String; 2] {
+        ["lease", "seq"].map(|k| format!("{NAMESPACE}:{k}:v2:{{{PURPOSE}:{digest}}}"))
     }
 
     async fn acquire(
@@ -762,8 +759,9 @@ impl Raw {
             .await
     }
 
-    /// A plain exclusive acquire (limit 1, no lock-delay, not queued), with
-    /// the arguments in `lua/acquire.lua`'s order, as the service sends them.
+    /// A plain exclusive acquire (no holder label, shape '': limit 1,
+    /// exclusive, no lock-delay, not queued), with the arguments in
+    /// `lua/acquire.lua`'s order, as the service sends them.
     async fn acquire_for(
         &self,
         conn: &mut MultiplexedConnection,
@@ -773,23 +771,16 @@ impl Raw {
         ttl_ms: u64,
     ) -> Result<i64, String> {
         SENT.fetch_add(1, Ordering::Relaxed);
-        let [lease, seq, queue] = Self::keys(digest);
+        let [lease, seq] = Self::keys(digest);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.acquire_sha)
-            .arg(3)
+            .arg(2)
             .arg(&lease)
             .arg(&seq)
-            .arg(&queue)
             .arg(token)
             .arg(op)
             .arg(ttl_ms)
-            .arg(SEQ_TTL_MS.max(ttl_ms))
             .arg("")
-            .arg(RAW_WAKE_CHANNEL)
-            .arg(format!("{PURPOSE}:{digest}"))
-            .arg(1)
-            .arg("x")
-            .arg(0)
             .arg("")
             .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
@@ -803,7 +794,7 @@ impl Raw {
         op: &str,
     ) -> Result<i64, String> {
         SENT.fetch_add(1, Ordering::Relaxed);
-        let [lease, seq, _] = Self::keys(digest);
+        let [lease, seq] = Self::keys(digest);
         let mut cmd = redis::cmd("EVALSHA");
         let tag = format!("{PURPOSE}:{digest}");
         cmd.arg(&self.release_sha)

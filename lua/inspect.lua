@@ -36,7 +36,17 @@ if watch > 0 and watched < now + watch / 2 then
     redis.pcall('SET', KEYS[2], '0:0:' .. mark .. ':0', 'PX', ARGV[4])
   end
 end
-local rec = redis.call('HGETALL', KEYS[1])
+-- A plain lease is a string record "<field>|<value>" (see acquire.lua).
+local cur = redis.pcall('GET', KEYS[1])
+local rec
+if type(cur) == 'string' then
+  local cut = string.find(cur, '|', 1, true)
+  rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
+elseif type(cur) == 'table' then
+  rec = redis.call('HGETALL', KEYS[1])
+else
+  rec = {}
+end
 local l, m, live, delay, held_by = 1, 'x', 0, 0, 0
 local permits = {}
 local caller = ARGV[1] ~= '' and ('p:' .. ARGV[1] .. ':') or nil

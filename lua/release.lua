@@ -16,7 +16,17 @@ local tag = tonumber(ARGV[5]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
-local rec = redis.call('HGETALL', KEYS[1])
+-- A plain lease is a string record "<field>|<value>" (see acquire.lua).
+local cur = redis.pcall('GET', KEYS[1])
+local rec
+if type(cur) == 'string' then
+  local cut = string.find(cur, '|', 1, true)
+  rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
+elseif type(cur) == 'table' then
+  rec = redis.call('HGETALL', KEYS[1])
+else
+  return {tag}
+end
 local held, live, rest, latest = false, 0, 0, 0
 for i = 1, #rec, 2 do
   local field = rec[i]

@@ -18,7 +18,17 @@ local tag = tonumber(ARGV[8]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
-local rec = redis.call('HGETALL', KEYS[1])
+-- A plain lease is a string record "<field>|<value>" (see acquire.lua).
+local cur = redis.pcall('GET', KEYS[1])
+local rec, hashed
+if type(cur) == 'string' then
+  local cut = string.find(cur, '|', 1, true)
+  rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
+elseif type(cur) == 'table' then
+  rec, hashed = redis.call('HGETALL', KEYS[1]), true
+else
+  return {tag}
+end
 local v, others, latest = nil, 0, 0
 for i = 1, #rec, 2 do
   local field = rec[i]
@@ -70,6 +80,17 @@ if ARGV[4] ~= '' and ARGV[4] ~= holder then
     redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
 end
+local now_text = string.format('%.0f', now)
+local value = fence .. '|' .. string.format('%.0f', now + tonumber(ARGV[3]))
+  .. '|' .. acq .. '|' .. now_text .. '|' .. ARGV[3] .. '|' .. ld .. '|' .. holder
+if not hashed then
+  -- A plain lease: the whole record in one SET, with its new TTL.
+  local done = redis.pcall('SET', KEYS[1], mine .. '|' .. value, 'PX', ARGV[3])
+  if type(done) == 'table' and done.err then
+    return {tag - 9, done.err}
+  end
+  return {tag + 1, tonumber(fence), tonumber(acq), now, holder}
+end
 local ends = now + tonumber(ARGV[3]) + tonumber(ld)
 if latest > ends then
   ends = latest
@@ -78,9 +99,7 @@ local done = redis.pcall('PEXPIRE', KEYS[1], ends - now)
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
-local now_text = string.format('%.0f', now)
-done = redis.pcall('HSET', KEYS[1], mine, fence .. '|' .. string.format('%.0f', now + tonumber(ARGV[3]))
-  .. '|' .. acq .. '|' .. now_text .. '|' .. ARGV[3] .. '|' .. ld .. '|' .. holder)
+done = redis.pcall('HSET', KEYS[1], mine, value)
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end

@@ -203,6 +203,10 @@ async fn noscript_after_script_flush_is_recovered() {
 /// the key's PTTL), as if the lease had been acquired long ago.
 const SHORTEN_LEASE: &str = "local t = redis.call('TIME') \
     local ends = string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])) \
+    local s = redis.pcall('GET', KEYS[1]) \
+    if type(s) == 'string' then \
+      local f, fence, rest = string.match(s, '^([^|]*)|(%d+)|%d+|(.*)$') \
+      return redis.call('SET', KEYS[1], f .. '|' .. fence .. '|' .. ends .. '|' .. rest, 'PX', ARGV[1]) end \
     local r = redis.call('HGETALL', KEYS[1]) \
     for i = 1, #r, 2 do if string.sub(r[i], 1, 2) == 'p:' then \
       local f, rest = string.match(r[i + 1], '^(%d+)|%d+|(.*)$') \

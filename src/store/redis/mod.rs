@@ -486,37 +486,36 @@ impl RedisStore {
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         let lease = lease_key(&self.namespace, resource);
         let seq = seq_key(&self.namespace, resource);
-        let queue = key(&self.namespace, "queue", resource);
         let tag = resource.tag();
         let ttl = spec.ttl;
         let ttl_text = ttl.ms().to_string();
-        let seq_ttl = SEQ_KEY_TTL_MS.max(ttl.ms()).to_string();
         let shape = spec.shape;
-        let (limit, delay) = if shape.is_plain() && shape.lock_delay_ms == 0 {
-            (None, None)
+        // The script's `shape` argument: empty for the common case, so the
+        // uncontended plain acquire sends (and Redis parses) no more than it
+        // must.
+        let shape_text = if shape.is_plain() && shape.lock_delay_ms == 0 && spec.queued_as.is_none()
+        {
+            String::new()
         } else {
-            (
-                Some(shape.limit.to_string()),
-                Some(shape.lock_delay_ms.to_string()),
+            format!(
+                "{}:{}:{}:{}",
+                shape.limit,
+                shape.mode.code(),
+                shape.lock_delay_ms,
+                spec.queued_as.unwrap_or("")
             )
         };
         let done = self
             .run(Call {
                 script: &SCRIPTS.acquire,
                 tag: &tag,
-                keys: &[&lease, &seq, &queue],
+                keys: &[&lease, &seq],
                 args: &[
                     attempt.owner_token.expose(),
                     attempt.operation_id.as_str(),
                     &ttl_text,
-                    &seq_ttl,
                     spec.holder.map_or("", HolderLabel::as_str),
-                    &self.wake_channel,
-                    &tag,
-                    limit.as_deref().unwrap_or("1"),
-                    shape.mode.code(),
-                    delay.as_deref().unwrap_or("0"),
-                    spec.queued_as.unwrap_or(""),
+                    &shape_text,
                 ],
                 acks: self.acks,
             })
