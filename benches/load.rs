@@ -1009,6 +1009,8 @@ struct Phase {
     /// `total_reads_processed`): how well its clients batch. Fewer reads per
     /// command cost Redis less CPU per command.
     per_read: f64,
+    /// Redis' µs per EVALSHA (`usec_per_call`).
+    redis_us: f64,
 }
 
 impl Phase {
@@ -1070,6 +1072,23 @@ async fn command_calls(conn: &mut MultiplexedConnection) -> Result<BTreeMap<Stri
         .collect())
 }
 
+/// Redis' own time per EVALSHA in µs (`usec_per_call` of `INFO
+/// commandstats`): how long the scripts ran inside Redis, whatever the
+/// clients did (a neighbour that preempts Redis still inflates it).
+async fn evalsha_usec(conn: &mut MultiplexedConnection) -> Result<f64, String> {
+    let text: String = redis::from_redis_value(redis_cmd(conn, &["INFO", "commandstats"]).await?)
+        .map_err(|e| e.to_string())?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|rest| {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix("usec_per_call="))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(f64::NAN))
+}
+
 async fn run_phase(
     kind: Kind,
     side: Side,
@@ -1127,6 +1146,7 @@ async fn run_phase(
     stats.lat_ns.sort_unstable();
     let reads = stat(&mut env.admin.clone(), "total_reads_processed").await?;
     let calls = command_calls(&mut env.admin.clone()).await?;
+    let redis_us = evalsha_usec(&mut env.admin.clone()).await?;
     // EVALSHA only: commandstats also counts the commands scripts run.
     let per_read = calls.get("evalsha").copied().unwrap_or(0) as f64 / reads.max(1) as f64;
     let sent = SENT.load(Ordering::Relaxed).max(1) as f64;
@@ -1141,6 +1161,7 @@ async fn run_phase(
     Ok(Phase {
         commands,
         per_read,
+        redis_us,
         kind,
         side,
         secs: opts.duration.as_secs_f64(),
@@ -1663,7 +1684,7 @@ fn sides_of(kind: Kind, round: usize, baseline: bool) -> Vec<Side> {
 /// of the two phases of one round, median and min..max. Returns the table
 /// and the acquire ratio with its minimum.
 fn baseline_summary(phases: &[Phase], kinds: &[Kind]) -> (String, Option<(f64, f64, f64)>) {
-    let mut table = String::from("\n## New build against the baseline (LOAD_BASELINE_BIN), same run, same Redis\n\n| scenario | baseline ops/s | new ops/s | ratio new/baseline (median, min..max) | p50 ms base / new | p99 ms base / new | leasehold CPU s/10k ops base / new | redis CPU s/10k ops base / new |\n|---|---|---|---|---|---|---|---|\n");
+    let mut table = String::from("\n## New build against the baseline (LOAD_BASELINE_BIN), same run, same Redis\n\n| scenario | baseline ops/s | new ops/s | ratio new/baseline (median, min..max) | p50 ms base / new | p99 ms base / new | leasehold CPU s/10k ops base / new | redis CPU s/10k ops base / new | Redis µs per EVALSHA base / new |\n|---|---|---|---|---|---|---|---|---|\n");
     let mut acquire = None;
     for &kind in kinds {
         let of = |side: Side| {
@@ -1696,7 +1717,7 @@ fn baseline_summary(phases: &[Phase], kinds: &[Kind]) -> (String, Option<(f64, f
         };
         let _ = writeln!(
             table,
-            "| {} | {:.0} [{}] | {:.0} [{}] | {ratio:.3} ({rmin:.3}..{rmax:.3}) | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} |",
+            "| {} | {:.0} [{}] | {:.0} [{}] | {ratio:.3} ({rmin:.3}..{rmax:.3}) | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.2} / {:.2} |",
             kind.name(),
             median(rates(&base)),
             spread(&rates(&base)),
@@ -1710,6 +1731,8 @@ fn baseline_summary(phases: &[Phase], kinds: &[Kind]) -> (String, Option<(f64, f
             cpu(&new, |c| c.leasehold),
             cpu(&base, |c| c.redis),
             cpu(&new, |c| c.redis),
+            median(base.iter().map(|p| p.redis_us).collect()),
+            median(new.iter().map(|p| p.redis_us).collect()),
         );
     }
     (table, acquire)
