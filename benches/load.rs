@@ -128,7 +128,7 @@ usage: cargo bench --bench load -- [flags]   (each flag also as an env var)
   LOAD_WRAP='valgrind --tool=callgrind ...'  prefix the leasehold command (profiling)
   LOAD_LEASEHOLD_BIN=path  run that leasehold binary instead of this build's
   LOAD_BASELINE_BIN=path   also run that binary (e.g. the previous release) in the
-                         acquire, contended and fair scenarios, phases alternating";
+                         acquire, contended, paced and fair scenarios, phases alternating";
 
 impl Opts {
     fn parse() -> Result<Self, String> {
@@ -1666,12 +1666,19 @@ fn per_10k(cpu_s: f64, ops: u64) -> f64 {
 }
 
 /// The sides of one round of `kind`, in order: raw and service, flipped
-/// every other round; with a baseline (acquire and contended only), raw,
-/// service and baseline rotated so each goes first, second and third.
+/// every other round. With a baseline (acquire, contended, paced): raw,
+/// service and baseline rotated every two rounds and reversed in the second
+/// of each two, so over every two rounds each side runs before each other
+/// side once. (A plain rotation put the service before the baseline in two
+/// rounds of three; on a machine that sped up during the run that alone
+/// moved the new/baseline median by several per cent.)
 fn sides_of(kind: Kind, round: usize, baseline: bool) -> Vec<Side> {
-    if baseline && matches!(kind, Kind::Acquire | Kind::Contended) {
+    if baseline && matches!(kind, Kind::Acquire | Kind::Contended | Kind::Paced) {
         let mut v = vec![Side::Raw, Side::Service, Side::Baseline];
-        v.rotate_left((round - 1) % 3);
+        v.rotate_left((round - 1) / 2 % 3);
+        if round % 2 == 0 {
+            v.reverse();
+        }
         v
     } else if round % 2 == 1 {
         vec![Side::Raw, Side::Service]
