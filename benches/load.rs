@@ -1676,7 +1676,7 @@ fn sides_of(kind: Kind, round: usize, baseline: bool) -> Vec<Side> {
     if baseline && matches!(kind, Kind::Acquire | Kind::Contended | Kind::Paced) {
         let mut v = vec![Side::Raw, Side::Service, Side::Baseline];
         v.rotate_left((round - 1) / 2 % 3);
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             v.reverse();
         }
         v

@@ -82,7 +82,7 @@ pub(crate) async fn run(
         let mut sides = vec![Side::Service];
         if base_pair.is_some() {
             sides.push(Side::Baseline);
-            if round % 2 == 0 {
+            if round.is_multiple_of(2) {
                 sides.reverse();
             }
         }

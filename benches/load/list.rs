@@ -150,7 +150,7 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
     let mut by_walkers: BTreeMap<usize, Vec<(f64, f64, Walks)>> = BTreeMap::new();
     for round in 1..=opts.rounds {
         let mut order = WALKERS;
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             order.reverse();
         }
         for walkers in order {

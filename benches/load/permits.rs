@@ -13,7 +13,7 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
     let mut phases: Vec<Phase> = Vec::new();
     for round in 1..=opts.rounds {
         let mut order = limits;
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             order.reverse();
         }
         for limit in order {
