@@ -23,7 +23,9 @@
 --   "<fence>|<expiresAt>|<acquiredAt>|<renewedAt>|<ttlMs>|<lockDelayMs>|<holder>"
 -- (times in ms of the server clock; the label last, as it may contain '|').
 -- A permit is live while expiresAt > now. An expired permit with a lock-delay
--- stays in the record until expiresAt + lockDelayMs: the delay. The record's
+-- stays in the record until expiresAt + lockDelayMs: the delay. Its own
+-- owner token may acquire at once (ahead of any queue), and doing so ends
+-- that delay: the old permit goes. The record's
 -- PTTL is the latest expiresAt + lockDelayMs of its permits, so Redis deletes
 -- it when the last permit and delay are over, with nobody's help.
 --
@@ -73,7 +75,7 @@ elseif cur then
 end
 local l, m = 1, 'x'
 local live, soonest, same_owner, latest = 0, nil, false, 0
-local stale, delay_end, delay_owner
+local stale, delay_end, returning
 for i = 1, rec and #rec or 0, 2 do
   local field = rec[i]
   local b = string.byte(field, 1)
@@ -98,13 +100,20 @@ for i = 1, rec and #rec or 0, 2 do
       end
     else
       local ends = exp + tonumber(ld)
-      if ends > now then
-        -- A lock-delay runs: the permit stays until it is over.
+      if ends > now and string.sub(field, 1, #owner) == owner then
+        -- The caller's owner token let this permit expire: it may come
+        -- back at once (ahead of any queue), and coming back ends the
+        -- delay its expiry started (the old permit goes with the write).
+        returning = true
+        stale = stale or {}
+        stale[#stale + 1] = field
+      elseif ends > now then
+        -- Another owner's lock-delay runs: the permit stays until it is over.
         if ends > latest then
           latest = ends
         end
         if not delay_end or ends > delay_end then
-          delay_end, delay_owner = ends, string.sub(field, 1, string.find(field, ':', 3, true))
+          delay_end = ends
         end
       else
         stale = stale or {}
@@ -117,7 +126,7 @@ for i = 1, rec and #rec or 0, 2 do
     m = rec[i + 1]
   end
 end
-if delay_end and delay_owner ~= owner then
+if delay_end then
   return {tag, delay_end - now, 1}
 end
 if live > 0 then
@@ -150,18 +159,20 @@ end
 -- Fair queue (only while some instance keeps waiters there): waiters go in
 -- the order they entered; a caller without an entry goes only when nobody
 -- live waits; an exclusive waiter when fewer live waiters are ahead of it
--- than there are free permits; a shared waiter when no exclusive one is ahead.
+-- than there are free permits and no shared one; a shared waiter when no
+-- exclusive one is ahead. An owner back within its own lock-delay skips it.
 local wake_next = false
-if queued > now then
+if queued > now and not returning then
   local QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
   local free = (mode == 'x') and (limit - live) or 10000
   local entries = redis.call('ZRANGEBYSCORE', QUEUE, 0, '+inf', 'LIMIT', 0, 64)
   local alive, dead = {}, nil
-  local ahead, ahead_x, found, lapse = 0, 0, false, nil
+  local ahead, ahead_x, found, lapse, behind = 0, 0, false, nil, 0
   for i = 1, #entries do
     local e = entries[i]
     if e == member then
       found = true
+      behind = #entries - i
       break
     end
     local inst = string.match(e, '^%a:([^:]+):')
@@ -194,14 +205,19 @@ if queued > now then
   if member == '' or not found then
     blocked = ahead > 0 or (member ~= '' and not found)
   elseif mode == 'x' then
-    blocked = ahead >= free
+    -- (a shared waiter ahead waits for every exclusive permit to go: an
+    -- exclusive waiter behind it must not take a free one meanwhile)
+    blocked = ahead >= free or ahead > ahead_x
   else
     blocked = ahead_x > 0
   end
   if blocked then
     return {tag, (lapse or (now + 100)) - now, 2}
   end
-  wake_next = member ~= '' and (mode == 's' or live + 1 < limit)
+  -- Waiters behind this one look again once it holds: the next may go
+  -- now (a free permit, a shared turn), and the rest learn the new
+  -- holder's expiry rather than sleeping until a heartbeat lapses.
+  wake_next = found and behind > 0
 end
 -- Fencing: strictly increasing per resource, also when the sequence key is
 -- gone (evicted, expired, an empty restarted Redis): never below the server

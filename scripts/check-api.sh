@@ -319,10 +319,11 @@ const lease: Schemas["Lease"] = {
   purpose: "invoice-export",
   digest: "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
   fencingToken: 1, ttlMs: 30000, remainingMs: 30000, guarantee: "fenced",
+  acquiredAt: "2026-12-03T14:55:00.123Z", renewedAt: "2026-12-03T14:55:00.123Z",
 };
 const minimal: [Schemas["Acquired"], Schemas["Inspected"], Schemas["ContendedProblem"], Schemas["AcquireBody"]] = [
   { outcome: "acquired", lease },
-  { outcome: "inspected", held: false },
+  { outcome: "inspected", held: false, version: "0.0", holders: 0 },
   { type: "/problems/contended", title: "t", status: 409, detail: "d", outcome: "contended", retryAfterMs: 50 },
   { ttlMs: 30000 },
 ];
@@ -415,6 +416,11 @@ step "promtool check metrics on a live scrape after the lease cycle" scrape_chec
 #   apply to, renew after release, answers 404 lost (tests/contract.rs checks
 #   that). schemathesis 4.32 ignores a per-operation switch for this check in
 #   the stateful phase, so it is excluded for the run.
+# - watchLease (GET /leases/{purpose}/{digest}/events) is excluded: it is a
+#   server-sent event stream that by design never ends while the service
+#   runs, and schemathesis reads every response to its end (each example
+#   would hit the request timeout). tests/watch.rs covers it against real
+#   processes; inspect's long-poll parameters stay fuzzed.
 # max_response_time is set to the documented bound, not the 10 s default: an
 # acquire may wait server-side up to waitMs (30 s), plus the store timeout.
 # Bounded: --max-examples per operation and phase; a fixed seed, so a failure
@@ -424,7 +430,7 @@ step "promtool check metrics on a live scrape after the lease cycle" scrape_chec
 fuzz() {
   # In $TMP: hypothesis keeps its example database in the working directory.
   (cd "$TMP" && schemathesis --no-color run "$BASE/openapi.json" \
-    --checks all --exclude-checks use_after_free --max-response-time 35 --max-examples 30 --seed "${LEASEHOLD_FUZZ_SEED:-1}" --workers 1 --request-timeout 40 --generation-database none \
+    --checks all --exclude-checks use_after_free --exclude-operation-id watchLease --max-response-time 35 --max-examples 30 --seed "${LEASEHOLD_FUZZ_SEED:-1}" --workers 1 --request-timeout 40 --generation-database none \
     -H "Authorization: Bearer $API_KEY") 2>&1 | cut -c1-400 | tail -n 80
   return "${PIPESTATUS[0]}"
 }

@@ -141,6 +141,17 @@ pub struct ServeArgs {
     /// Concurrent server-side waits; more are answered `overloaded`.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: usize,
+    /// Concurrent watches (long-polls and event streams); more are answered `overloaded`.
+    #[arg(long, env = "LEASEHOLD_MAX_WATCHERS", default_value_t = 16_384)]
+    pub max_watchers: usize,
+    /// Internal (tests): an event stream's keep-alive comment interval, at most 15 s.
+    #[arg(
+        long,
+        env = "LEASEHOLD_SSE_KEEPALIVE_MS",
+        default_value_t = 15_000,
+        hide = true
+    )]
+    pub sse_keepalive_ms: u64,
     /// Pooled Redis connections.
     #[arg(long, env = "LEASEHOLD_POOL_SIZE", default_value_t = 32)]
     pub pool_size: u32,
@@ -231,6 +242,8 @@ impl ServeArgs {
             ("LEASEHOLD_IDLE_TIMEOUT_MS", self.idle_timeout_ms),
             ("LEASEHOLD_BODY_LIMIT_BYTES", self.body_limit_bytes as u64),
             ("LEASEHOLD_MEMORY_MAX_LEASES", self.memory_max_leases as u64),
+            ("LEASEHOLD_MAX_WATCHERS", self.max_watchers as u64),
+            ("LEASEHOLD_SSE_KEEPALIVE_MS", self.sse_keepalive_ms),
             (
                 "LEASEHOLD_TLS_RELOAD_INTERVAL_MS",
                 self.tls_reload_interval_ms,
@@ -281,6 +294,18 @@ impl ServeArgs {
                 "",
             ),
             ("LEASEHOLD_POOL_SIZE", u64::from(self.pool_size), 1024, ""),
+            (
+                "LEASEHOLD_MAX_WATCHERS",
+                self.max_watchers as u64,
+                1_000_000,
+                "",
+            ),
+            (
+                "LEASEHOLD_SSE_KEEPALIVE_MS",
+                self.sse_keepalive_ms,
+                15_000,
+                "",
+            ),
             (
                 "LEASEHOLD_TLS_RELOAD_INTERVAL_MS",
                 self.tls_reload_interval_ms,

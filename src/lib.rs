@@ -21,6 +21,11 @@
 //!    answers it with the outcome's status (`application/problem+json` for
 //!    every non-2xx, `Retry-After` where there is a retry hint).
 //!
+//! Watches (`GET …?changedSince=V&waitMs=N` and `GET …/events`, in
+//! [`http::watch`]) join [`watch::WatchHub`]: one reader per watched
+//! resource per instance, woken by the same store events as waits, fans
+//! each change out to every watcher.
+//!
 //! Underneath, [`http::server`] runs the listener loop (connection cap,
 //! header/idle timeout, graceful shutdown) and, with
 //! `LEASEHOLD_TLS_CERT_FILE`, the TLS handshake of [`http::tls`], whose
@@ -224,6 +229,10 @@ pub async fn run_with(
             + 3 * args.command_timeout()
             + Duration::from_secs(1),
         http_meters: telemetry::Handles::new(),
+        watch: http::watch::WatchSettings {
+            max_watchers: args.max_watchers,
+            keepalive: Duration::from_millis(args.sse_keepalive_ms),
+        },
     });
     // Histogram samples are buffered until a scrape or an upkeep drains them:
     // without a scraper they would grow memory by every request. Drain them

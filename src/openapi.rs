@@ -52,6 +52,11 @@ relative to the attempt, `Lease-Owner-Token` alone compares the owner token only
 both), `Lease-Operation-Id` alone names no one and gives no `heldBy`. The other lease verbs require \
 both headers.
 
+**Watching.** Every inspect answer carries `version`, which changes when the resource is acquired, \
+released, expires or its holder label changes. Inspect with `changedSince=<version>&waitMs=<ms>` \
+long-polls for the next change; `GET /leases/{purpose}/{digest}/events` streams every change as \
+server-sent events (`Last-Event-ID` resumes). Both count against the service's watch cap.
+
 **Validity.** Treat a lease as yours for at most `remainingMs` minus the drift budget (10 ms by \
 default), counted from when you *sent* the request.
 
@@ -71,6 +76,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::leases::renew,
         crate::http::leases::release,
         crate::http::leases::inspect,
+        crate::http::watch::events,
         crate::http::health::livez,
         crate::http::health::readyz,
         crate::http::health::metrics,
@@ -365,7 +371,8 @@ pub struct Inspected {
     #[schema(nullable = false)]
     pub permits: Option<Vec<crate::domain::PermitView>>,
     /// A lock-delay that runs after a holder's lease expired: how long it
-    /// has left; present only then.
+    /// has left; present only then (on a free resource, or beside the live
+    /// permits of a counting lease).
     #[schema(nullable = false, minimum = 1, maximum = 60000)]
     pub lock_delay_remaining_ms: Option<u64>,
     /// The holder's remaining time to live; present when held.

@@ -177,6 +177,11 @@ impl LeaseService {
         &self.waiters
     }
 
+    /// Cancelled when shutdown begins: waits and watches end.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
     fn record<T: OutcomeName>(
         &self,
         verb: &'static str,
@@ -209,7 +214,8 @@ impl LeaseService {
         }
     }
 
-    fn overloaded(&self) -> Failure {
+    /// `overloaded`, with the configured retry hint.
+    pub fn overloaded(&self) -> Failure {
         Failure::Overloaded {
             retry_after_ms: self.settings.retry_after_ms,
         }
@@ -321,6 +327,20 @@ impl LeaseService {
                 },
                 None,
             )),
+            // Refused for the queue without a place in it: nobody's expiry
+            // says when to come back (the store's hint, when the head's
+            // heartbeat lapses, is for waiters), so the fallback.
+            Ok(StoreAcquire::Contended {
+                why: Contention::Queued,
+                ..
+            }) if member.is_none() => Ok((
+                AcquireOutcome::Contended {
+                    retry_after_ms: fallback,
+                    waited_ms: waited,
+                    reason: Some(ContendedReason::Queued),
+                },
+                Some(Contention::Queued),
+            )),
             Ok(StoreAcquire::Contended { remaining_ms, why }) => Ok((
                 AcquireOutcome::Contended {
                     retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
@@ -353,6 +373,13 @@ impl LeaseService {
             .acquire_inner(resource, attempt, request, started)
             .await;
         self.record("acquire", resource, started, &result);
+        if let Ok(AcquireOutcome::Contended { reason, .. }) = &result {
+            self.meters.contended(match reason {
+                None => "held",
+                Some(ContendedReason::LockDelay) => "lock_delay",
+                Some(ContendedReason::Queued) => "queued",
+            });
+        }
         result
     }
 
@@ -627,6 +654,7 @@ pub fn inspection(found: StoreInspect) -> Inspection {
             mode,
             held_by,
             version,
+            lock_delay_ms,
         } => {
             let first = permits.first().cloned();
             Inspection {
@@ -643,7 +671,7 @@ pub fn inspection(found: StoreInspect) -> Inspection {
                 mode: Some(mode),
                 holders: u32::try_from(permits.len()).unwrap_or(u32::MAX),
                 permits: permits.into_iter().map(PermitView::from).collect(),
-                lock_delay_ms: None,
+                lock_delay_ms,
             }
         }
     }

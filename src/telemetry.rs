@@ -20,10 +20,21 @@ pub const POOL_CONNECTIONS: &str = "leasehold_store_pool_connections";
 pub const POOL_WAIT: &str = "leasehold_store_pool_wait_seconds";
 /// Acquire requests currently waiting server-side.
 pub const WAITERS: &str = "leasehold_waiters";
+/// Acquires answered `contended`, by why (`held`, `lock_delay`, `queued`).
+pub const CONTENDED: &str = "leasehold_lease_contended_total";
 /// HTTP requests by method, route template and status.
 pub const HTTP_REQUESTS: &str = "leasehold_http_requests_total";
 /// HTTP request latency by method and route template.
 pub const HTTP_DURATION: &str = "leasehold_http_request_duration_seconds";
+// Watches (DESIGN.md §9).
+/// Watches (long-polls and event streams) open on this instance.
+pub const WATCHERS: &str = "leasehold_watchers";
+/// Resources with at least one watcher on this instance (one store reader each).
+pub const WATCH_GROUPS: &str = "leasehold_watch_groups";
+/// Changes delivered to watchers, by kind.
+pub const WATCH_EVENTS: &str = "leasehold_watch_events_total";
+/// Store reads made by watch groups, by result (`ok`, `error`).
+pub const WATCH_READS: &str = "leasehold_watch_reads_total";
 /// Constant 1, labelled with the version.
 pub const BUILD_INFO: &str = "leasehold_build_info";
 
@@ -50,6 +61,8 @@ pub fn install_metrics() -> PrometheusHandle {
             describe();
             metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
             metrics::gauge!(WAITERS).set(0.0);
+            metrics::gauge!(WATCHERS).set(0.0);
+            metrics::gauge!(WATCH_GROUPS).set(0.0);
             handle
         })
         .clone()
@@ -81,6 +94,31 @@ fn describe() {
         WAITERS,
         Unit::Count,
         "Acquire requests currently waiting server-side."
+    );
+    describe_gauge!(
+        WATCHERS,
+        Unit::Count,
+        "Watches (long-polls and event streams) open on this instance."
+    );
+    describe_gauge!(
+        WATCH_GROUPS,
+        Unit::Count,
+        "Resources with at least one watcher on this instance; each has one store reader."
+    );
+    describe_counter!(
+        WATCH_EVENTS,
+        Unit::Count,
+        "Changes delivered to watchers, by kind (acquired, released, expired, holder_changed)."
+    );
+    describe_counter!(
+        WATCH_READS,
+        Unit::Count,
+        "Store reads made by watch groups (once per change per instance, not per watcher), by result."
+    );
+    describe_counter!(
+        CONTENDED,
+        Unit::Count,
+        "Acquires answered contended, by reason: held (every permit taken, or the other mode holds it), lock_delay (a lock-delay after an expiry runs), queued (waiters that started earlier go first)."
     );
     describe_counter!(
         HTTP_REQUESTS,
@@ -192,6 +230,7 @@ pub struct OperationMeters {
     purposes: PurposeLabels,
     counters: Handles<(&'static str, &'static str, u32), Counter>,
     durations: Handles<&'static str, Histogram>,
+    contended: Handles<&'static str, Counter>,
 }
 
 impl OperationMeters {
@@ -201,7 +240,16 @@ impl OperationMeters {
             purposes: PurposeLabels::new(max_purposes),
             counters: Handles::new(),
             durations: Handles::new(),
+            contended: Handles::new(),
         }
+    }
+
+    /// Counts one acquire answered `contended` for `reason` (`held`,
+    /// `lock_delay` or `queued`: a fixed set, so the label stays bounded).
+    pub fn contended(&self, reason: &'static str) {
+        self.contended
+            .get(reason, || metrics::counter!(CONTENDED, "reason" => reason))
+            .increment(1);
     }
 
     /// Counts one `verb` with `outcome` on `purpose` and records how long it took.

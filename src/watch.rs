@@ -1,23 +1,656 @@
 //! Watches: who on this instance follows which resource, and how a change
 //! reaches them (DESIGN.md §9).
 //!
-//! Fed by the same events as waits ([`crate::wait::WaitRegistry::changed`]):
-//! the Redis scripts publish acquires (while watched), releases and holder
-//! changes on the wake-up channel; the embedded store reports them directly.
+//! Per watched resource this instance runs one *group*: a task that reads
+//! the store once per change and hands the new state to every watcher of
+//! the resource through a `tokio::sync::watch` channel, so a change costs
+//! one store read per instance, not one per watcher. A group reads
+//!
+//! - when it starts (the read marks the resource watched in the store, so
+//!   acquires and holder changes anywhere publish events);
+//! - on every event for its resource ([`WatchHub::changed`], fed by the
+//!   same wake-up channel as waits) and when events may have been missed
+//!   ([`WatchHub::changed_all`]);
+//! - at the holder's expiry (nothing publishes an expiry: a timer at
+//!   `remainingMs + 1`);
+//! - every [`REFRESH`] while it has watchers, which keeps the store's watch
+//!   mark alive (it lasts 30 s) and the countdown of `remainingMs` honest.
+//!
+//! It ends when its last watcher leaves (the map entry goes with it) or at
+//! shutdown. The kind of a change (`acquired`, `released`, `expired`,
+//! `holder_changed`) is derived from the old and new state, with the event
+//! names as hints, so a missed message never produces a wrong event: a new
+//! fencing token is an acquisition, a lease gone is a release or (when its
+//! time was up) an expiry, the same token with a new version is a holder
+//! change. A watcher that fell behind sees the latest state and the change
+//! from what it saw last (changes faster than a read coalesce).
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{Failure, Inspection, ResourceId};
+use crate::telemetry::{WATCHERS, WATCH_EVENTS, WATCH_GROUPS, WATCH_READS};
 use crate::wait::Change;
 
-/// The watchers of this instance.
+/// How often a group re-reads while it has watchers (the store's watch
+/// mark lasts 30 s and is renewed when less than half is left).
+pub const REFRESH: Duration = Duration::from_secs(10);
+
+/// After a failed read, a group tries again this much later.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// A lease whose countdown is this close to zero when it is found gone
+/// expired rather than being released (the countdown runs from the end of
+/// the read that saw it, a little after the store measured it).
+const EXPIRY_SLACK: Duration = Duration::from_millis(5);
+
+/// How a group reads its resource (the service's watcher read).
+pub type Read = Arc<
+    dyn Fn(ResourceId) -> Pin<Box<dyn Future<Output = Result<Inspection, Failure>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A state a group read, and when.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// What the store answered (no `heldBy`: a group reads as nobody).
+    pub inspection: Inspection,
+    /// When the read completed.
+    pub read_at: Instant,
+    /// The inspection as JSON, rendered once for every watcher.
+    json: std::sync::OnceLock<String>,
+}
+
+impl Snapshot {
+    /// A state read just now.
+    pub fn new(inspection: Inspection) -> Self {
+        Self {
+            inspection,
+            read_at: Instant::now(),
+            json: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The inspection as read, as JSON: serialized once, however many
+    /// watchers a change goes to (`remainingMs` as of the read, which for a
+    /// change event is a moment ago).
+    pub fn json(&self) -> &str {
+        self.json
+            .get_or_init(|| serde_json::to_string(&self.inspection).unwrap_or_default())
+    }
+
+    /// The version.
+    pub fn version(&self) -> &str {
+        &self.inspection.version
+    }
+
+    /// The inspection as of now: every remaining time counted down since
+    /// the read.
+    pub fn now(&self) -> Inspection {
+        let mut inspection = self.inspection.clone();
+        let elapsed = u64::try_from(self.read_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let left = |ms: u64| ms.saturating_sub(elapsed);
+        inspection.remaining_ms = inspection.remaining_ms.map(left);
+        inspection.lock_delay_ms = inspection.lock_delay_ms.map(|ms| left(ms).max(1));
+        for permit in &mut inspection.permits {
+            permit.remaining_ms = left(permit.remaining_ms);
+        }
+        inspection
+    }
+
+    /// When the first of the holders' permits runs out, as far as this read
+    /// knows.
+    fn expires_at(&self) -> Option<Instant> {
+        let i = &self.inspection;
+        let soonest = i
+            .permits
+            .iter()
+            .map(|p| p.remaining_ms)
+            .min()
+            .or(i.remaining_ms)?;
+        i.held
+            .then(|| self.read_at + Duration::from_millis(soonest))
+    }
+
+    /// The fencing tokens of the live permits, each with its end.
+    fn fences(&self) -> Vec<(u64, Instant)> {
+        let i = &self.inspection;
+        let at = |ms: u64| self.read_at + Duration::from_millis(ms);
+        if !i.permits.is_empty() {
+            return i
+                .permits
+                .iter()
+                .map(|p| (p.fencing_token, at(p.remaining_ms)))
+                .collect();
+        }
+        match (i.held, i.fencing_token) {
+            (true, Some(fence)) => vec![(fence, at(i.remaining_ms.unwrap_or(0)))],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// What a group publishes to its watchers.
+#[derive(Debug, Clone)]
+enum Published {
+    /// No read has completed yet.
+    Pending,
+    /// The group's first read failed (later failures keep the last state).
+    Failed(Failure),
+    /// The latest state, the change that led to it (`None` for the first
+    /// read), and the version it replaced.
+    State {
+        snapshot: Arc<Snapshot>,
+        change: Option<Change>,
+        previous: Option<Arc<Snapshot>>,
+    },
+}
+
+/// One watched resource on this instance.
+struct Group {
+    /// Signalled on an event for the resource; a signal with no one
+    /// waiting is kept, so an event during a read triggers another read.
+    wake: Notify,
+    /// The event names seen since the last read (bits of [`hint_bit`]).
+    hints: AtomicU8,
+    /// Watchers; changed only under the hub's map lock.
+    watchers: AtomicUsize,
+    /// Ends the group's task.
+    stop: CancellationToken,
+    /// A receiver to clone for each new watcher (the task owns the sender).
+    rx: watch::Receiver<Published>,
+}
+
+fn hint_bit(change: Option<Change>) -> u8 {
+    match change {
+        Some(Change::Acquired) => 1,
+        Some(Change::Released) => 2,
+        Some(Change::Expired) => 4,
+        Some(Change::HolderChanged) => 8,
+        None => 16,
+    }
+}
+
+/// The watchers of this instance (cheap to clone: one shared map).
+#[derive(Clone, Default)]
+pub struct WatchHub {
+    inner: Arc<Inner>,
+}
+
 #[derive(Default)]
-pub struct WatchHub {}
+struct Inner {
+    groups: Mutex<HashMap<String, Arc<Group>>>,
+    watchers: AtomicUsize,
+}
 
 impl WatchHub {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Group>>> {
+        self.inner.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// `change` (when known) happened to `tag` on some instance.
     pub fn changed(&self, tag: &str, change: Option<Change>) {
-        let _ = (tag, change);
+        if let Some(group) = self.map().get(tag) {
+            group.hints.fetch_or(hint_bit(change), Ordering::AcqRel);
+            group.wake.notify_one();
+        }
     }
 
     /// Events may have been missed (the subscription reconnected): every
     /// watched resource is read again.
-    pub fn changed_all(&self) {}
+    pub fn changed_all(&self) {
+        for group in self.map().values() {
+            group.hints.fetch_or(hint_bit(None), Ordering::AcqRel);
+            group.wake.notify_one();
+        }
+    }
+
+    /// Watchers on this instance.
+    pub fn watchers(&self) -> usize {
+        self.inner.watchers.load(Ordering::Acquire)
+    }
+
+    /// Resources with at least one watcher on this instance.
+    pub fn groups(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Registers a watcher of `resource`, or `None` when `max_watchers` are
+    /// watching already. The first watcher of a resource starts its group,
+    /// which reads with `read()` and ends at `shutdown` at the latest.
+    pub fn join(
+        &self,
+        resource: &ResourceId,
+        max_watchers: usize,
+        read: impl FnOnce() -> Read,
+        shutdown: &CancellationToken,
+    ) -> Option<Watcher> {
+        let admitted = self
+            .inner
+            .watchers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max_watchers).then_some(n + 1)
+            })
+            .is_ok();
+        if !admitted {
+            return None;
+        }
+        metrics::gauge!(WATCHERS).increment(1.0);
+        let tag = resource.tag();
+        let mut map = self.map();
+        let group = match map.get(&tag) {
+            Some(group) => Arc::clone(group),
+            None => {
+                let (tx, rx) = watch::channel(Published::Pending);
+                let group = Arc::new(Group {
+                    wake: Notify::new(),
+                    hints: AtomicU8::new(0),
+                    watchers: AtomicUsize::new(0),
+                    stop: shutdown.child_token(),
+                    rx,
+                });
+                map.insert(tag.clone(), Arc::clone(&group));
+                metrics::gauge!(WATCH_GROUPS).increment(1.0);
+                tokio::spawn(run_group(Arc::clone(&group), tx, resource.clone(), read()));
+                group
+            }
+        };
+        group.watchers.fetch_add(1, Ordering::Relaxed);
+        drop(map);
+        Some(Watcher {
+            hub: self.clone(),
+            tag,
+            rx: group.rx.clone(),
+            group,
+            last: None,
+        })
+    }
+}
+
+/// One watcher; leaving (drop) unregisters it, and the last one of a
+/// resource ends its group.
+pub struct Watcher {
+    hub: WatchHub,
+    tag: String,
+    group: Arc<Group>,
+    rx: watch::Receiver<Published>,
+    /// The state this watcher saw last.
+    last: Option<Arc<Snapshot>>,
+}
+
+impl Watcher {
+    /// The group's latest state (waiting for its first read); from here on
+    /// [`Watcher::next`] reports changes from it.
+    pub async fn current(&mut self) -> Result<Arc<Snapshot>, Failure> {
+        loop {
+            let published = self.rx.borrow_and_update().clone();
+            match published {
+                Published::State { snapshot, .. } => {
+                    self.last = Some(Arc::clone(&snapshot));
+                    return Ok(snapshot);
+                }
+                Published::Failed(failure) => return Err(failure),
+                Published::Pending => {
+                    if self.rx.changed().await.is_err() {
+                        // The group ended before its first read: shutdown.
+                        return Err(Failure::Unavailable {
+                            retry_after_ms: 1000,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next change from the state this watcher saw last, and the new
+    /// state; `None` when the group ended (shutdown). Cancel-safe.
+    pub async fn next(&mut self) -> Option<(Change, Arc<Snapshot>)> {
+        loop {
+            self.rx.changed().await.ok()?;
+            let Published::State {
+                snapshot,
+                change,
+                previous,
+            } = self.rx.borrow_and_update().clone()
+            else {
+                continue;
+            };
+            let change = match &self.last {
+                Some(last) if last.version() == snapshot.version() => continue,
+                // It saw the state the group's change started from.
+                Some(last)
+                    if previous
+                        .as_ref()
+                        .is_some_and(|p| p.version() == last.version()) =>
+                {
+                    change.unwrap_or_else(|| classify(last, &snapshot, 0))
+                }
+                Some(last) => classify(last, &snapshot, 0),
+                None => change.unwrap_or(Change::Acquired),
+            };
+            self.last = Some(Arc::clone(&snapshot));
+            metrics::counter!(WATCH_EVENTS, "kind" => change.as_str()).increment(1);
+            return Some((change, snapshot));
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let mut map = self.hub.map();
+        // The last watcher removes the group (if the map still holds this
+        // one). Counted under the lock: two leaving at once see each other.
+        if self.group.watchers.fetch_sub(1, Ordering::Relaxed) == 1 {
+            if map
+                .get(&self.tag)
+                .is_some_and(|g| Arc::ptr_eq(g, &self.group))
+            {
+                map.remove(&self.tag);
+                metrics::gauge!(WATCH_GROUPS).decrement(1.0);
+            }
+            self.group.stop.cancel();
+        }
+        drop(map);
+        self.hub.inner.watchers.fetch_sub(1, Ordering::AcqRel);
+        metrics::gauge!(WATCHERS).decrement(1.0);
+    }
+}
+
+/// `<changes>.<live permits>` as numbers, when a version has that shape.
+fn parts(version: &str) -> Option<(u64, u64)> {
+    let (changes, live) = version.split_once('.')?;
+    Some((changes.parse().ok()?, live.parse().ok()?))
+}
+
+/// Whether `version` comes after `than`: more changes, or as many with fewer
+/// live permits (for one change count the live count only falls). Versions
+/// of another shape are merely compared for difference.
+pub fn newer(version: &str, than: &str) -> bool {
+    match (parts(version), parts(than)) {
+        (Some((c, n)), Some((tc, tn))) => c > tc || (c == tc && n < tn),
+        _ => version != than,
+    }
+}
+
+/// The change from `old` to `new` (whose versions differ); `hints` are the
+/// event names seen in between (bits of [`hint_bit`]). By the holders'
+/// fencing tokens: a new one is an acquisition; one gone is a release, or an
+/// expiry when its time was up (and no release was heard, and the store
+/// counted no change: an expiry is not one); the same ones under a new
+/// version are a holder change.
+fn classify(old: &Snapshot, new: &Snapshot, hints: u8) -> Change {
+    let (was, is) = (old.fences(), new.fences());
+    if is.iter().any(|(f, _)| !was.iter().any(|(g, _)| g == f)) {
+        return Change::Acquired;
+    }
+    let gone: Vec<Instant> = was
+        .iter()
+        .filter(|(f, _)| !is.iter().any(|(g, _)| g == f))
+        .map(|(_, end)| *end)
+        .collect();
+    if gone.is_empty() {
+        return if was.is_empty() {
+            // Acquired and let go between two reads: the latest change.
+            Change::Released
+        } else {
+            Change::HolderChanged
+        };
+    }
+    let released = hints & hint_bit(Some(Change::Released)) != 0
+        || matches!(
+            (parts(old.version()), parts(new.version())),
+            (Some((a, _)), Some((b, _))) if b > a
+        );
+    let time_was_up = gone.iter().any(|end| new.read_at + EXPIRY_SLACK >= *end);
+    if !released && time_was_up {
+        Change::Expired
+    } else {
+        Change::Released
+    }
+}
+
+/// A group: read, publish, sleep until an event, the expiry, the refresh or
+/// the end.
+async fn run_group(
+    group: Arc<Group>,
+    tx: watch::Sender<Published>,
+    resource: ResourceId,
+    read: Read,
+) {
+    let mut current: Option<Arc<Snapshot>> = None;
+    loop {
+        // Taken before the read: an event during the read is a new hint and
+        // (through the Notify permit) another read.
+        let hints = group.hints.swap(0, Ordering::AcqRel);
+        let result = tokio::select! {
+            biased;
+            () = group.stop.cancelled() => return,
+            result = read(resource.clone()) => result,
+        };
+        metrics::counter!(WATCH_READS, "result" => if result.is_ok() { "ok" } else { "error" })
+            .increment(1);
+        let retry = result.is_err();
+        match result {
+            Ok(inspection) => {
+                let snapshot = Arc::new(Snapshot::new(inspection));
+                match current.take() {
+                    None => {
+                        let _ = tx.send(Published::State {
+                            snapshot: Arc::clone(&snapshot),
+                            change: None,
+                            previous: None,
+                        });
+                    }
+                    Some(old) if old.version() != snapshot.version() => {
+                        let change = classify(&old, &snapshot, hints);
+                        tracing::debug!(tag = %resource.tag(), change = change.as_str(), version = snapshot.version(), "watched resource changed");
+                        let _ = tx.send(Published::State {
+                            snapshot: Arc::clone(&snapshot),
+                            change: Some(change),
+                            previous: Some(old),
+                        });
+                    }
+                    // Same version (a renewal, a refresh): the fresher
+                    // countdown is kept, nobody is woken.
+                    Some(_) => {
+                        tx.send_if_modified(|published| {
+                            if let Published::State { snapshot: s, .. } = published {
+                                *s = Arc::clone(&snapshot);
+                            }
+                            false
+                        });
+                    }
+                }
+                current = Some(snapshot);
+            }
+            Err(failure) => {
+                tracing::debug!(tag = %resource.tag(), ?failure, "watch read failed; retrying");
+                if current.is_none() {
+                    let _ = tx.send(Published::Failed(failure));
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut wake_at = now + if retry { RETRY } else { REFRESH };
+        if let Some(expiry) = current.as_ref().and_then(|s| s.expires_at()) {
+            // +1 ms: the remaining time is truncated to whole milliseconds.
+            wake_at = wake_at.min(expiry + Duration::from_millis(1));
+        }
+        tokio::select! {
+            biased;
+            () = group.stop.cancelled() => return,
+            () = group.wake.notified() => {}
+            () = tokio::time::sleep_until(wake_at) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(version: &str, fence: Option<u64>, remaining_ms: u64) -> Snapshot {
+        Snapshot::new(Inspection {
+            held: fence.is_some(),
+            version: version.to_owned(),
+            remaining_ms: fence.map(|_| remaining_ms),
+            fencing_token: fence,
+            held_by: None,
+            holder: None,
+            ttl_ms: fence.map(|_| 30_000),
+            acquired_at: None,
+            renewed_at: None,
+            limit: None,
+            mode: None,
+            holders: u32::from(fence.is_some()),
+            permits: Vec::new(),
+            lock_delay_ms: None,
+        })
+    }
+
+    /// A store of one resource for a hub: its state, and how often a group read it.
+    fn fake_store() -> (Arc<Mutex<Inspection>>, Arc<AtomicUsize>, Read) {
+        let state = Arc::new(Mutex::new(snapshot("1.0", None, 0).inspection));
+        let reads = Arc::new(AtomicUsize::new(0));
+        let (s, r) = (Arc::clone(&state), Arc::clone(&reads));
+        let read: Read = Arc::new(move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+            let now = s
+                .lock()
+                .map(|g| g.clone())
+                .map_err(|_| Failure::Unavailable { retry_after_ms: 1 });
+            Box::pin(async move { now })
+        });
+        (state, reads, read)
+    }
+
+    fn resource() -> ResourceId {
+        ResourceId {
+            purpose: crate::domain::Purpose::parse("p").expect("purpose"),
+            digest: crate::domain::ResourceDigest::of_raw_id("r"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_read_per_change_fans_out_to_every_watcher() {
+        let hub = WatchHub::default();
+        let (state, reads, read) = fake_store();
+        let stop = CancellationToken::new();
+        let r = resource();
+        let mut watchers: Vec<Watcher> = (0..100)
+            .map(|_| {
+                hub.join(&r, 1000, || Arc::clone(&read), &stop)
+                    .expect("admitted")
+            })
+            .collect();
+        for w in &mut watchers {
+            assert_eq!(w.current().await.expect("read").version(), "1.0");
+        }
+        assert_eq!(reads.load(Ordering::SeqCst), 1, "one read for 100 watchers");
+        *state.lock().expect("lock") = snapshot("2.1", Some(5), 30_000).inspection;
+        hub.changed(&r.tag(), Some(Change::Acquired));
+        for w in &mut watchers {
+            let (change, s) = w.next().await.expect("change");
+            assert_eq!((change, s.version()), (Change::Acquired, "2.1"));
+        }
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            2,
+            "one more read for the change"
+        );
+        assert!(
+            hub.join(&r, 100, || Arc::clone(&read), &stop).is_none(),
+            "cap"
+        );
+        assert_eq!(hub.watchers(), 100);
+        drop(watchers);
+        assert_eq!(
+            (hub.watchers(), hub.groups()),
+            (0, 0),
+            "nothing left behind"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_last_of_many_leaving_watchers_removes_the_group() {
+        let hub = WatchHub::default();
+        let (_, _, read) = fake_store();
+        let stop = CancellationToken::new();
+        let r = resource();
+        for _ in 0..200 {
+            let watchers: Vec<Watcher> = (0..4)
+                .map(|_| {
+                    hub.join(&r, 100, || Arc::clone(&read), &stop)
+                        .expect("admitted")
+                })
+                .collect();
+            assert_eq!(hub.groups(), 1);
+            std::thread::scope(|s| {
+                for w in watchers {
+                    s.spawn(move || drop(w));
+                }
+            });
+            assert_eq!((hub.watchers(), hub.groups()), (0, 0), "group left behind");
+        }
+    }
+
+    #[test]
+    fn versions_order_by_changes_then_falling_live_count() {
+        assert!(newer("5.1", "4.1"));
+        assert!(newer("5.0", "5.1"));
+        assert!(!newer("5.1", "5.0"));
+        assert!(!newer("5.1", "5.1"));
+        assert!(!newer("4.0", "5.1"));
+        assert!(newer("x", "5.1"));
+        assert!(!newer("x", "x"));
+    }
+
+    #[test]
+    fn changes_follow_from_the_two_states() {
+        let free = snapshot("4.0", None, 0);
+        let held = snapshot("5.1", Some(7), 30_000);
+        assert_eq!(classify(&free, &held, 0), Change::Acquired);
+        assert_eq!(
+            classify(&held, &snapshot("7.1", Some(9), 30_000), 0),
+            Change::Acquired
+        );
+        assert_eq!(
+            classify(&held, &snapshot("6.1", Some(7), 30_000), 0),
+            Change::HolderChanged
+        );
+        // Gone long before its time, the count moved: a release.
+        assert_eq!(
+            classify(&held, &snapshot("6.0", None, 0), 0),
+            Change::Released
+        );
+        // Gone with the count unmoved, well before its time: a release
+        // (the embedded store counts no change for it).
+        assert_eq!(
+            classify(&held, &snapshot("5.0", None, 0), 0),
+            Change::Released
+        );
+        // Gone when its time was up: an expiry, unless a release was heard.
+        let ending = snapshot("5.1", Some(7), 0);
+        assert_eq!(
+            classify(&ending, &snapshot("5.0", None, 0), 0),
+            Change::Expired
+        );
+        assert_eq!(
+            classify(
+                &ending,
+                &snapshot("5.0", None, 0),
+                hint_bit(Some(Change::Released))
+            ),
+            Change::Released
+        );
+    }
 }

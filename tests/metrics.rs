@@ -106,6 +106,7 @@ const STORE_SECONDS: &str = "leasehold_store_command_duration_seconds";
 const HTTP: &str = "leasehold_http_requests_total";
 const HTTP_SECONDS: &str = "leasehold_http_request_duration_seconds";
 const LEASE_ROUTE: &str = "/leases/{purpose}/{digest}";
+const WATCH_ROUTE: &str = "/leases/{purpose}/{digest}/events";
 
 /// A histogram moved by exactly `n` observations: `_count` and the `+Inf`
 /// bucket by `n`, `_sum` by a positive amount, every bucket by at most `n`,
@@ -450,6 +451,30 @@ async fn route_labels_are_the_templates_the_router_matched() {
         ("GET", "/leases/route-label".into(), "unmatched"),
         ("GET", "/leases".into(), "unmatched"),
         ("GET", format!("/LEASES/route-label/{d}"), "unmatched"),
+        // The event stream (a valid one would stream for ever: 400 and 405 here).
+        (
+            "GET",
+            "/leases/route-label/v1.bad/events".into(),
+            WATCH_ROUTE,
+        ),
+        (
+            "POST",
+            format!("/leases/route-label/{d}/events"),
+            WATCH_ROUTE,
+        ),
+        ("GET", "/leases//v1.bad/events".into(), WATCH_ROUTE),
+        ("GET", "/leases/route-label//events".into(), WATCH_ROUTE),
+        (
+            "GET",
+            format!("/leases/route-label/{d}/events/"),
+            "unmatched",
+        ),
+        (
+            "GET",
+            format!("/leases/route-label/{d}/events/x"),
+            "unmatched",
+        ),
+        ("GET", format!("/leases/route-label/{d}/other"), "unmatched"),
         ("GET", "/livez".into(), "/livez"),
         ("GET", "/livez/".into(), "unmatched"),
         ("GET", "/readyz".into(), "/readyz"),
@@ -625,4 +650,66 @@ async fn metrics_can_move_to_their_own_listener() {
             .is_err(),
         "closed at shutdown"
     );
+}
+
+/// Watch metrics: streams of one resource are as many watchers and one
+/// group while open; an acquire is one store read for all of them and one
+/// delivered event each; clients that go take watchers and group with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_gauges_and_counters_follow_streams() {
+    const N: usize = 20;
+    let _turn = SERIAL.lock().await;
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--sse-keepalive-ms", "50"])).await;
+    let p = unique("watch-");
+    let d = digest();
+    let before = scrape(&app).await;
+    let gauge = |s: &Scrape, name: &str| s.sum(name, &[]);
+    /// Reads `stream` until its text so far contains `what` (bounded).
+    async fn until(stream: &mut reqwest::Response, seen: &mut String, what: &str) {
+        while !seen.contains(what) {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), stream.chunk())
+                .await
+                .expect("stream stalled")
+                .expect("read")
+                .expect("stream open");
+            seen.push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+        }
+    }
+    let mut streams = Vec::new();
+    for _ in 0..N {
+        let mut stream = app
+            .http
+            .get(format!("{}/leases/{p}/{d}/events", app.base))
+            .send()
+            .await
+            .expect("open stream");
+        assert_eq!(stream.status(), StatusCode::OK);
+        let mut seen = String::new();
+        until(&mut stream, &mut seen, "event: state\n").await;
+        streams.push((stream, seen));
+    }
+    let open = scrape(&app).await;
+    let more = |name: &str| gauge(&open, name) - gauge(&before, name);
+    assert_eq!(more("leasehold_watchers"), N as f64);
+    assert_eq!(more("leasehold_watch_groups"), 1.0);
+    let a = app.attempt().await;
+    assert_eq!(app.acquire(&p, &d, &a, 30_000).await.outcome(), "acquired");
+    for (stream, seen) in &mut streams {
+        until(stream, seen, "event: acquired\n").await;
+    }
+    let heard = scrape(&app).await;
+    let events = |s: &Scrape| s.sum("leasehold_watch_events_total", &[("kind", "acquired")]);
+    assert_eq!(events(&heard) - events(&before), N as f64);
+    let reads = |s: &Scrape| s.sum("leasehold_watch_reads_total", &[("result", "ok")]);
+    assert_eq!(
+        reads(&heard) - reads(&before),
+        2.0,
+        "one read when the group began, one for the acquire, for {N} watchers"
+    );
+    drop(streams);
+    scrape_until(&app, "watchers and group gone", |s| {
+        gauge(s, "leasehold_watchers") == gauge(&before, "leasehold_watchers")
+            && gauge(s, "leasehold_watch_groups") == gauge(&before, "leasehold_watch_groups")
+    })
+    .await;
 }

@@ -253,7 +253,8 @@ pub struct Inspection {
     /// Every holder, oldest first (when held).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub permits: Vec<PermitView>,
-    /// A lock-delay that runs after an expiry: how long it has left.
+    /// A lock-delay that runs after an expiry (on a free resource, or
+    /// beside the live permits of a counting lease): how long it has left.
     #[serde(
         rename = "lockDelayRemainingMs",
         skip_serializing_if = "Option::is_none"

@@ -31,7 +31,7 @@ pub enum LiveStatus {
 
 /// Readiness answer.
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"status": "ready", "topology": "standalone", "writable": true, "waiters": 0}))]
+#[schema(example = json!({"status": "ready", "topology": "standalone", "writable": true, "waiters": 0, "watchers": 0}))]
 pub struct Ready {
     #[schema(value_type = ReadyStatus, inline)]
     pub status: &'static str,
@@ -43,6 +43,9 @@ pub struct Ready {
     /// Acquire requests waiting server-side on this instance.
     #[schema(minimum = 0, example = 0)]
     pub waiters: usize,
+    /// Watches (long-polls and event streams) open on this instance.
+    #[schema(minimum = 0, example = 0)]
+    pub watchers: usize,
 }
 
 /// `ready`: a writable primary answered within the command timeout.
@@ -78,7 +81,7 @@ pub async fn livez() -> Response {
     operation_id = "readyz",
     tag = "operations",
     responses(
-        (status = 200, description = "Ready to serve leases.", body = Ready, example = json!({"status": "ready", "topology": "memory", "writable": true, "waiters": 0})),
+        (status = 200, description = "Ready to serve leases.", body = Ready, example = json!({"status": "ready", "topology": "memory", "writable": true, "waiters": 0, "watchers": 0})),
         (status = 503, description = "`not_ready`: the store is not reachable or not writable.", body = NotReadyProblem, content_type = "application/problem+json"),
     ),
     security(())
@@ -91,6 +94,7 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
             topology: r.topology,
             writable: true,
             waiters: app.service.waiters().waiting(),
+            watchers: app.service.waiters().watch().watchers(),
         })
         .into_response();
     }

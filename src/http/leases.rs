@@ -3,15 +3,15 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, RawPathParamsRejection};
-use axum::extract::{RawPathParams, State};
+use axum::extract::{RawPathParams, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::extract::{self, Asker, Headers, HeadersAndBody, Problems};
+use super::extract::{self, Headers, HeadersAndBody, Problems};
 use super::problem::{respond, ApiError};
-use super::AppState;
+use super::{watch, AppState};
 use crate::domain::{Attempt, HolderLabel, LeaseShape, Mode, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
@@ -47,23 +47,25 @@ pub struct AcquireBody {
     /// 1–256 characters, no control characters. Anyone the purpose is open
     /// to sees it (inspect, list, watch): never put a secret here.
     #[serde(default)]
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, example = "worker-7:8080")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$", example = "worker-7:8080")]
     pub holder: Option<HolderLabel>,
     /// Optional: how many may hold the resource at once (1 to 10000; left
     /// out: 1, a plain lease). Every holder must ask with the same limit
     /// (another while held: `limit_mismatch`).
     #[serde(default, deserialize_with = "whole_opt")]
-    #[schema(minimum = 1, maximum = 10000, example = 1)]
+    #[schema(minimum = 1, maximum = 10000, example = 1, nullable = false)]
     pub limit: Option<u64>,
     /// Optional: `exclusive` (left out; counted by `limit`) or `shared` (any
     /// number of shared holders, and no exclusive one meanwhile).
     #[serde(default)]
+    #[schema(nullable = false)]
     pub mode: Option<Mode>,
     /// Optional: when this lease *expires* (is not released), nobody else
     /// may acquire the resource for this long (0 to 60000 ms; left out: 0);
-    /// its own owner token may.
+    /// its own owner token may, at once and ahead of any waiters, which
+    /// ends the delay.
     #[serde(default, deserialize_with = "whole_opt")]
-    #[schema(minimum = 0, maximum = 60000, example = 0)]
+    #[schema(minimum = 0, maximum = 60000, example = 0, nullable = false)]
     pub lock_delay_ms: Option<u64>,
 }
 
@@ -79,7 +81,7 @@ pub struct RenewBody {
     /// Optional: a new public holder label (etcd's Proclaim); the fencing
     /// token stays. Left out: the label stays as it is.
     #[serde(default)]
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, example = "worker-7:8080")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$", example = "worker-7:8080")]
     pub holder: Option<HolderLabel>,
 }
 
@@ -121,9 +123,9 @@ fn whole_opt<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<u64>, D::
 /// The path parameters as the router matched them, percent-decoded and
 /// borrowed (axum's `Path<(String, String)>` would deserialize them into two
 /// new `String`s per request).
-type RawPath = Result<RawPathParams, RawPathParamsRejection>;
+pub(super) type RawPath = Result<RawPathParams, RawPathParamsRejection>;
 
-fn path_resource(path: RawPath, problems: &mut Problems) -> Option<ResourceId> {
+pub(super) fn path_resource(path: RawPath, problems: &mut Problems) -> Option<ResourceId> {
     match path {
         Ok(params) => {
             let (mut purpose, mut digest) = ("", "");
@@ -456,6 +458,13 @@ pub async fn release(
 /// alone compares the token only (`caller_other_operation` when it holds
 /// the lease, whatever the operation; `other` otherwise); the operation id
 /// alone names no one and answers no `heldBy`.
+///
+/// Long-poll: with `changedSince` (a `version` from an earlier answer) and
+/// `waitMs`, the answer waits until the version differs from it (at most
+/// `waitMs`): a watcher hears of an acquire, release or holder change on any
+/// instance within a few milliseconds, and of an expiry within a few
+/// milliseconds of the holder's TTL. Long-polls count against the
+/// service's watch cap (`overloaded` beyond it).
 #[utoipa::path(
     get,
     path = "/leases/{purpose}/{digest}",
@@ -470,15 +479,19 @@ pub async fn release(
             pattern = r"^[A-Za-z0-9_-]{32}$", min_length = 32, max_length = 32, example = "Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz"),
         ("Lease-Operation-Id" = Option<String>, Header, nullable = false, description = "Optional: with `Lease-Owner-Token`, `heldBy` can be `caller`. Alone it names no owner and is ignored (no `heldBy`), though a malformed one is still refused.",
             pattern = r"^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02"),
+        ("changedSince" = Option<String>, Query, nullable = false, description = "Optional, with `waitMs`: a `version` from an earlier answer. The answer comes at once when the version differs from it, else when it changes, else after `waitMs` with the unchanged state (always `inspected`).",
+            pattern = r"^[A-Za-z0-9._-]{1,64}$", min_length = 1, max_length = 64, example = "12.1"),
+        ("waitMs" = Option<u64>, Query, nullable = false, description = "Optional: how long to wait for a change of `changedSince`, in milliseconds (left out or 0: answer at once; at most 30000 by default). Shutdown answers early with the current state.",
+            minimum = 0, maximum = 30000, example = 5000),
     ),
     responses(
         (status = 200, description = "`inspected`.", body = Inspected),
-        (status = 400, description = "`invalid_request`: a malformed path parameter or attempt header (a missing one is fine).", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 400, description = "`invalid_request`: a malformed path parameter, attempt header or query parameter (a missing one is fine).", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable` or `overloaded`: not applied.", body = ServiceUnavailable, content_type = "application/problem+json",
+        (status = 503, description = "`unavailable`, or `overloaded` (too many requests in flight, or the watch cap is reached): not applied.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
         (status = 504, description = "`indeterminate`: the read was sent with both attempt headers and no certain reply came (without them an uncertain read is `unavailable`).", body = IndeterminateProblem, content_type = "application/problem+json"),
     ),
@@ -487,6 +500,7 @@ pub async fn release(
 pub async fn inspect(
     State(app): State<AppState>,
     path: RawPath,
+    RawQuery(query): RawQuery,
     Headers(headers): Headers,
 ) -> Response {
     let result = async {
@@ -494,15 +508,13 @@ pub async fn inspect(
         let mut problems = Problems::default();
         let resource = path_resource(path, &mut problems);
         let asker = extract::asker(&headers, &mut problems);
+        let poll = watch::long_poll(query.as_deref(), app.service.bounds(), &mut problems);
         problems.finish()?;
         let (resource, asker) = (parsed(resource)?, parsed(asker)?);
         app.authorize(&headers, &resource)?;
-        let answer = match asker {
-            Asker::Anyone => app.service.inspect(&resource, None).await,
-            Asker::Attempt(attempt) => app.service.inspect(&resource, Some(&attempt)).await,
-            Asker::Owner(owner_token) => {
-                app.service.inspect_as_owner(&resource, &owner_token).await
-            }
+        let answer = match poll {
+            None => watch::inspect_as(&app, &resource, &asker).await,
+            Some(poll) => watch::wait_for_change(&app, &resource, &asker, poll).await,
         };
         Ok::<_, ApiError>(respond(&answer))
     };

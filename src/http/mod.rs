@@ -12,6 +12,7 @@ pub mod problem;
 pub mod problems;
 pub mod server;
 pub mod tls;
+pub mod watch;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -56,6 +57,8 @@ pub struct App {
     pub request_timeout: Duration,
     /// HTTP metric handles by (method, route, status).
     pub http_meters: Handles<(&'static str, &'static str, u16), (Counter, Histogram)>,
+    /// Watch bounds (long-polls and event streams).
+    pub watch: watch::WatchSettings,
 }
 
 impl App {
@@ -127,6 +130,9 @@ fn acceptable_request_id(value: &HeaderValue) -> bool {
 /// The lease route template.
 const LEASE_ROUTE: &str = "/leases/{purpose}/{digest}";
 
+/// A lease's event stream (DESIGN.md §9).
+const WATCH_ROUTE: &str = "/leases/{purpose}/{digest}/events";
+
 /// Every route template served, as `'static` metric labels.
 /// The problem pages' template (`type` of every problem+json answer).
 const PROBLEM_ROUTE: &str = "/problems/{type}";
@@ -152,6 +158,9 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             // As the router (matchit) does: an empty purpose matches (the
             // handler answers 400), an empty last segment does not.
             (Some(_purpose), Some(digest), None) if !digest.is_empty() => LEASE_ROUTE,
+            (Some(_purpose), Some(_digest), Some("events")) if segments.next().is_none() => {
+                WATCH_ROUTE
+            }
             _ => "unmatched",
         };
     }
@@ -200,6 +209,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
                 .delete(leases::release)
                 .get(leases::inspect),
         )
+        .route(WATCH_ROUTE, get(watch::events))
         .route(ROUTES[2], get(health::livez))
         .route(ROUTES[3], get(health::readyz))
         .route(ROUTES[4], get(docs::openapi_json))

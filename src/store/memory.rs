@@ -96,13 +96,22 @@ impl Entry {
         self.live(now).map(|p| p.remaining_ms(now)).min()
     }
 
-    /// The lock-delay that runs: its end and the owner token it spares.
-    fn delay(&self, now: Instant) -> Option<(Instant, &str)> {
+    /// The end of the lock-delay that runs for everyone but `spared` (the
+    /// owner token of a permit whose expiry started it may come back).
+    fn delay(&self, now: Instant, spared: Option<&str>) -> Option<Instant> {
         self.permits
             .iter()
             .filter(|p| !p.live(now) && p.lingers(now))
-            .map(|p| (p.expires_at + p.lock_delay, p.owner_token.as_str()))
-            .max_by_key(|(end, _)| *end)
+            .filter(|p| spared != Some(p.owner_token.as_str()))
+            .map(|p| p.expires_at + p.lock_delay)
+            .max()
+    }
+
+    /// Whether `owner` let a permit expire whose lock-delay still runs.
+    fn returning(&self, owner: &str, now: Instant) -> bool {
+        self.permits
+            .iter()
+            .any(|p| p.owner_token == owner && !p.live(now) && p.lingers(now))
     }
 
     fn probed(&self, probe: Probe<'_>, now: Instant) -> Option<HeldBy> {
@@ -227,20 +236,21 @@ impl MemoryStore {
         let key = resource.tag();
         let now = Instant::now();
         let shape = spec.shape;
+        let owner = attempt.owner_token.expose();
         let mut state = self.lock();
+        let mut returning = false;
         if let Some(entry) = Self::entry(&mut state, &key, now) {
             if let Some(p) = entry.live(now).find(|p| p.is(attempt)) {
                 return Ok(StoreAcquire::Replayed(p.record(now)));
             }
-            if let Some((end, spared)) = entry.delay(now) {
-                if spared != attempt.owner_token.expose() {
-                    let left = end.saturating_duration_since(now);
-                    return Ok(StoreAcquire::Contended {
-                        remaining_ms: Some(u64::try_from(left.as_millis()).unwrap_or(1).max(1)),
-                        why: Contention::LockDelay,
-                    });
-                }
+            if let Some(end) = entry.delay(now, Some(owner)) {
+                let left = end.saturating_duration_since(now);
+                return Ok(StoreAcquire::Contended {
+                    remaining_ms: Some(u64::try_from(left.as_millis()).unwrap_or(1).max(1)),
+                    why: Contention::LockDelay,
+                });
             }
+            returning = entry.returning(owner, now);
             let live = entry.live_count(now);
             if live > 0 {
                 let held = |why| StoreAcquire::Contended {
@@ -274,8 +284,9 @@ impl MemoryStore {
                 }
             }
         }
-        // Fair: a caller that does not wait goes only when nobody waits.
-        if spec.queued_as.is_none() && self.waiters.is_waited_for(&key) {
+        // Fair: a caller that does not wait goes only when nobody waits
+        // (an owner back within its own lock-delay goes at once).
+        if spec.queued_as.is_none() && !returning && self.waiters.is_waited_for(&key) {
             return Ok(StoreAcquire::Contended {
                 remaining_ms: None,
                 why: Contention::Queued,
@@ -323,8 +334,10 @@ impl MemoryStore {
             permits: Vec::new(),
             changes,
         });
-        // The same attempt's expired permit (a lock-delay it spares) goes.
-        entry.permits.retain(|p| !p.is(attempt));
+        // The owner's expired permits go: coming back ends their delay.
+        entry
+            .permits
+            .retain(|p| p.owner_token != owner || p.live(now));
         if entry.permits.iter().all(|p| !p.live(now)) {
             entry.limit = shape.limit;
             entry.mode = shape.mode;
@@ -443,16 +456,18 @@ impl MemoryStore {
                 let mut permits: Vec<StoreLease> = entry.live(now).map(|p| p.record(now)).collect();
                 permits.sort_by_key(|p| p.fencing_token);
                 let version = format!("{}.{}", entry.changes, permits.len());
+                let lock_delay_ms = entry.delay(now, None).map(|end| {
+                    let left = end.saturating_duration_since(now);
+                    u64::try_from(left.as_millis()).unwrap_or(1).max(1)
+                });
                 if permits.is_empty() {
                     StoreInspect::Free {
                         version,
-                        lock_delay_ms: entry.delay(now).map(|(end, _)| {
-                            let left = end.saturating_duration_since(now);
-                            u64::try_from(left.as_millis()).unwrap_or(1).max(1)
-                        }),
+                        lock_delay_ms,
                     }
                 } else {
                     StoreInspect::Held {
+                        lock_delay_ms,
                         held_by: entry.probed(probe, now),
                         limit: entry.limit,
                         mode: entry.mode,

@@ -171,6 +171,9 @@ pub enum StoreInspect {
         held_by: Option<HeldBy>,
         /// The resource's version.
         version: String,
+        /// A lock-delay that runs beside the live permits (a permit of a
+        /// counting lease expired): how long it has left.
+        lock_delay_ms: Option<u64>,
     },
 }
 

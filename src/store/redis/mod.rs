@@ -772,6 +772,7 @@ impl RedisStore {
                 _ => None,
             },
             version,
+            lock_delay_ms: non_negative(delay).filter(|d| *d > 0),
         })
     }
 

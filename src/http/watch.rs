@@ -1,0 +1,372 @@
+//! Watching a lease (DESIGN.md §9): the long-poll of inspect
+//! (`?changedSince=V&waitMs=N`) and the event stream
+//! `GET /leases/{purpose}/{digest}/events`. Both are watchers of
+//! [`crate::watch::WatchHub`]: one store read per change per instance,
+//! fanned out, and counted against `LEASEHOLD_MAX_WATCHERS`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use super::extract::{Asker, Headers, Problems};
+use super::leases::{path_resource, RawPath};
+use super::problem::{respond, respond_one, ApiError};
+use super::AppState;
+use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
+#[allow(unused_imports)] // named by the OpenAPI annotations only
+use crate::openapi::{
+    ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
+    ServiceUnavailable, UnauthorizedProblem,
+};
+use crate::watch::{newer, Read, Snapshot, Watcher};
+
+/// Bounds of watches.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchSettings {
+    /// Concurrent watches (long-polls and streams) on this instance.
+    pub max_watchers: usize,
+    /// An event stream writes a comment line at least this often.
+    pub keepalive: Duration,
+}
+
+/// The watch part of an inspect's query string.
+#[derive(Debug)]
+pub struct LongPoll {
+    /// The version the caller has.
+    pub changed_since: String,
+    /// How long to wait for it to change.
+    pub wait: WaitMs,
+}
+
+/// Longest `changedSince` accepted (a version is two numbers and a dot).
+const MAX_VERSION_LEN: usize = 64;
+
+/// Parses `changedSince` and `waitMs` (both optional; other parameters are
+/// ignored). `None` without a problem: answer at once (no `changedSince`, or
+/// `waitMs` absent or 0).
+pub fn long_poll(query: Option<&str>, bounds: Bounds, problems: &mut Problems) -> Option<LongPoll> {
+    let (mut since, mut wait): (Option<String>, Option<String>) = (None, None);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let slot = match name {
+            "changedSince" => &mut since,
+            "waitMs" => &mut wait,
+            _ => continue,
+        };
+        let Some(value) = percent_decoded(value) else {
+            problems.shape(name, "must be valid percent-encoded UTF-8");
+            continue;
+        };
+        if slot.replace(value).is_some() {
+            problems.shape(name, "must be given at most once");
+        }
+    }
+    let since = since.and_then(|v| {
+        let ok = !v.is_empty()
+            && v.len() <= MAX_VERSION_LEN
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !ok {
+            problems.shape(
+                "changedSince",
+                "must be a version from an earlier answer (1-64 characters of [A-Za-z0-9._-])",
+            );
+        }
+        ok.then_some(v)
+    });
+    let wait = match wait {
+        None => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(ms) => bounds
+                .wait(ms)
+                .map_err(|m| problems.shape("waitMs", m))
+                .ok(),
+            Err(_) => {
+                problems.shape("waitMs", "must be a non-negative integer (milliseconds)");
+                None
+            }
+        },
+    };
+    match (since, wait) {
+        (Some(changed_since), Some(wait)) if wait.ms() > 0 => Some(LongPoll {
+            changed_since,
+            wait,
+        }),
+        _ => None,
+    }
+}
+
+/// `%XX` decoded (and `+` as a space, as forms write it); `None` when that
+/// is not UTF-8 or an escape is malformed.
+fn percent_decoded(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3)?;
+                let hex = std::str::from_utf8(hex).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// An inspect as `asker` (what a plain inspect answers).
+pub async fn inspect_as(
+    app: &AppState,
+    resource: &ResourceId,
+    asker: &Asker,
+) -> Result<Inspection, Failure> {
+    match asker {
+        Asker::Anyone => app.service.inspect(resource, None).await,
+        Asker::Attempt(attempt) => app.service.inspect(resource, Some(attempt)).await,
+        Asker::Owner(owner_token) => app.service.inspect_as_owner(resource, owner_token).await,
+    }
+}
+
+/// How a group of this service reads: the watcher read, which keeps the
+/// resource marked watched in the store.
+fn reader(app: &AppState) -> Read {
+    let app = Arc::clone(app);
+    Arc::new(move |resource: ResourceId| {
+        let app = Arc::clone(&app);
+        Box::pin(async move { app.service.inspect_for_watchers(&resource).await })
+    })
+}
+
+/// Registers a watcher of `resource`, or `overloaded`.
+fn join(app: &AppState, resource: &ResourceId) -> Result<Watcher, Failure> {
+    app.service
+        .waiters()
+        .watch()
+        .join(
+            resource,
+            app.watch.max_watchers,
+            || reader(app),
+            app.service.shutdown_token(),
+        )
+        .ok_or_else(|| app.service.overloaded())
+}
+
+/// The long-poll of inspect: answers at once when the version differs from
+/// `changedSince`, else when it changes, else after `waitMs` (or at
+/// shutdown) with the unchanged state. The group's state is answered as is
+/// to an anonymous caller; with attempt headers the answer is read again as
+/// that caller (`heldBy`).
+pub async fn wait_for_change(
+    app: &AppState,
+    resource: &ResourceId,
+    asker: &Asker,
+    poll: LongPoll,
+) -> Result<Inspection, Failure> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(poll.wait.ms());
+    let since = poll.changed_since;
+    let mut watcher = join(app, resource)?;
+    let mut latest = watcher.current().await?;
+    if latest.version() != since {
+        if newer(latest.version(), &since) {
+            return answer(app, resource, asker, &latest).await;
+        }
+        // The caller has seen a later state than this instance's group (an
+        // event still on its way, or a store that started over): look now.
+        let fresh = inspect_as(app, resource, asker).await?;
+        if fresh.version != since {
+            return Ok(fresh);
+        }
+    }
+    let shutdown = app.service.shutdown_token();
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            next = watcher.next() => match next {
+                Some((_, snapshot)) if newer(snapshot.version(), &since) => {
+                    return answer(app, resource, asker, &snapshot).await;
+                }
+                Some((_, snapshot)) => latest = snapshot,
+                None => break,
+            },
+            () = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    drop(watcher);
+    if latest.version() == since {
+        answer(app, resource, asker, &latest).await
+    } else {
+        inspect_as(app, resource, asker).await
+    }
+}
+
+async fn answer(
+    app: &AppState,
+    resource: &ResourceId,
+    asker: &Asker,
+    snapshot: &Snapshot,
+) -> Result<Inspection, Failure> {
+    match asker {
+        Asker::Anyone => Ok(snapshot.now()),
+        _ => inspect_as(app, resource, asker).await,
+    }
+}
+
+/// Watch a lease (server-sent events).
+///
+/// A `text/event-stream` of the resource's changes. First an `event: state`
+/// with the current inspect answer (left out when `Last-Event-ID` names the
+/// current version: resuming with nothing missed), then one event per change:
+/// `acquired`, `released`, `expired`, `holder_changed`, each with `id:` the
+/// new `version` and `data:` the new state (the inspect answer, without
+/// `heldBy`; `remainingMs` as of the event). Changes that come faster than
+/// the service reads them coalesce into one event, named after the latest.
+/// A comment line (`: keepalive`) comes at least every 15 s. The stream
+/// ends at shutdown; resume with `Last-Event-ID`. Counts against the
+/// service's watch cap (`overloaded` beyond it).
+#[utoipa::path(
+    get,
+    path = "/leases/{purpose}/{digest}/events",
+    operation_id = "watchLease",
+    tag = "leases",
+    params(
+        ("purpose" = String, Path, description = "What the lease is for.",
+            pattern = r"^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63, example = "invoice-export"),
+        ("digest" = String, Path, description = "The resource digest.",
+            pattern = r"^v1\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false, description = "Optional: the `id` of the last event received; the first `state` event is sent only when the version differs from it.",
+            max_length = 64, example = "12.1"),
+    ),
+    responses(
+        (status = 200, description = "The event stream: `state`, then `acquired`, `released`, `expired` and `holder_changed` events, each with `id` the version and `data` the inspect answer.",
+            content_type = "text/event-stream", body = String,
+            example = "event: state\nid: 12.1\ndata: {\"outcome\":\"inspected\",\"held\":true,\"version\":\"12.1\",\"remainingMs\":29998,\"fencingToken\":1764686400000000,\"holder\":\"worker-7:8080\",\"ttlMs\":30000,\"acquiredAt\":\"2026-12-03T14:55:00.123Z\",\"renewedAt\":\"2026-12-03T14:55:00.123Z\"}\n\n"),
+        (status = 400, description = "`invalid_request`: a malformed path parameter.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
+        (status = 503, description = "`overloaded` (the watch cap is reached) or `unavailable` (the first read failed).", body = ServiceUnavailable, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
+    ),
+    security((), ("apiKey" = []))
+)]
+pub async fn events(
+    State(app): State<AppState>,
+    path: RawPath,
+    Headers(headers): Headers,
+) -> Response {
+    let result = async {
+        app.authenticate(&headers)?;
+        let mut problems = Problems::default();
+        let resource = path_resource(path, &mut problems);
+        problems.finish()?;
+        let resource = resource.ok_or(ApiError::Internal)?;
+        app.authorize(&headers, &resource)?;
+        let last_event_id = headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut watcher = match join(&app, &resource) {
+            Ok(watcher) => watcher,
+            Err(failure) => return Ok(respond_one(&failure)),
+        };
+        let current = match watcher.current().await {
+            Ok(current) => current,
+            Err(failure) => return Ok(respond(&Err::<Inspection, _>(failure))),
+        };
+        let first =
+            (last_event_id.as_deref() != Some(current.version())).then(|| state_event(&current));
+        Ok::<_, ApiError>(stream(
+            watcher,
+            first,
+            app.watch.keepalive,
+            app.service.shutdown_token().clone(),
+        ))
+    };
+    result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// One event: `event:`, `id:` (the version) and `data:` (the state).
+fn event(kind: &str, snapshot: &Snapshot, data: &str) -> Bytes {
+    Bytes::from(format!(
+        "event: {kind}\nid: {}\ndata: {data}\n\n",
+        snapshot.version()
+    ))
+}
+
+/// The `state` event: the group's state may be seconds old, so its
+/// countdown is brought up to now.
+fn state_event(snapshot: &Snapshot) -> Bytes {
+    let data = serde_json::to_string(&snapshot.now()).unwrap_or_default();
+    event("state", snapshot, &data)
+}
+
+/// What the stream body keeps between events.
+struct Stream {
+    watcher: Watcher,
+    first: Option<Bytes>,
+    keepalive: tokio::time::Interval,
+    shutdown: CancellationToken,
+}
+
+/// The 200 answer: events until shutdown (the body then ends cleanly) or
+/// until the client goes (the body is dropped, and the watcher with it).
+fn stream(
+    watcher: Watcher,
+    first: Option<Bytes>,
+    keepalive: Duration,
+    shutdown: CancellationToken,
+) -> Response {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let state = Stream {
+        watcher,
+        first,
+        keepalive: tick,
+        shutdown,
+    };
+    let body = futures_util::stream::unfold(state, |mut s| async move {
+        if let Some(first) = s.first.take() {
+            return Some((Ok::<_, Infallible>(first), s));
+        }
+        let chunk = tokio::select! {
+            biased;
+            () = s.shutdown.cancelled() => return None,
+            next = s.watcher.next() => {
+                // Just read: the JSON rendered once for every watcher.
+                let (change, snapshot) = next?;
+                event(change.as_str(), &snapshot, snapshot.json())
+            }
+            _ = s.keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
+        };
+        Some((Ok(chunk), s))
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Proxies that buffer answers (nginx) pass this one through as it comes.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
