@@ -253,7 +253,7 @@ impl Client {
         &self.inner.settings
     }
 
-    fn lease_url(&self, resource: &ResourceId) -> String {
+    pub(super) fn lease_url(&self, resource: &ResourceId) -> String {
         format!(
             "{}/leases/{}/{}",
             self.inner.base, resource.purpose, resource.digest
@@ -263,7 +263,7 @@ impl Client {
     /// Sends one request and reads its reply, classifying transport
     /// failures: nothing written → `Unavailable`; written (or possibly
     /// written) → `Indeterminate`.
-    async fn call(
+    pub(super) async fn call(
         &self,
         method: Method,
         url: String,

@@ -17,6 +17,11 @@
 //! * [`Watchdog`] renews registered handles below their TTL and hands each
 //!   registration a [`CancellationToken`](tokio_util::sync::CancellationToken)
 //!   that is cancelled once, when the lease stops protecting the work.
+//! * [`Election`] campaigns for one lease with a public holder label and
+//!   tells, on a bounded channel, when this candidate starts and stops
+//!   leading (with a [`Leadership`] token cancelled before the lease's local
+//!   validity ends) and every change of leader; [`Observer`] follows the
+//!   leader without campaigning ([`Client::inspect_changed`], the long-poll).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -40,8 +45,10 @@
 //! ```
 
 mod api;
+mod election;
 mod handle;
 mod machine;
+mod observe;
 mod reply;
 mod tls;
 mod watchdog;
@@ -50,8 +57,12 @@ use std::fmt;
 use std::time::Duration;
 
 pub use self::api::{Acquire, AcquireOptions, BuildError, Client, ClientSettings};
+pub use self::election::{
+    Election, ElectionError, ElectionEvent, ElectionSettings, Leadership, StopReason,
+};
 pub use self::handle::LeaseHandle;
 pub use self::machine::{HandleCore, LeaseState, Refused, ReleaseReply, RenewReply};
+pub use self::observe::{Leader, Observer};
 pub use self::tls::{ClientIdentity, TlsSettings};
 pub use self::watchdog::{
     EndReason, EventKind, Registration, Watchdog, WatchdogError, WatchdogEvent,
