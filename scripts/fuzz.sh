@@ -47,6 +47,7 @@ seed operation_id 'job-1.retry_2~x'
 seed owner_token 'Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz'
 seed attempt_headers '\x07Q2hhbmdlTWVOb3RBUmVhbFRva2VuMTIz\xffjob-1'
 seed json_bodies '\x00{"ttlMs": 30000, "waitMs": 5000}'
+seed list_query 'aW52b2ljZS1leHBvcnQvcy8wLzAxMjM0NTY3ODlhYmNkZWYvMTcvdjEuMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMA'
 
 cargo +nightly fuzz build -O
 logs="$(mktemp -d)"

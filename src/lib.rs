@@ -21,6 +21,10 @@
 //!    answers it with the outcome's status (`application/problem+json` for
 //!    every non-2xx, `Retry-After` where there is a retry hint).
 //!
+//! A listing (`GET /leases/{purpose}`) takes the same way with one read per
+//! page: the embedded store walks its key range, Redis `SCAN`s each master
+//! and reads every key found with the inspect script (`store/redis/list.rs`).
+//!
 //! Watches (`GET …?changedSince=V&waitMs=N` and `GET …/events`, in
 //! [`http::watch`]) join [`watch::WatchHub`]: one reader per watched
 //! resource per instance, woken by the same store events as waits, fans
@@ -39,8 +43,8 @@
 //!
 //! `client` (feature `client`) speaks this API over http or https, with a
 //! lease handle's closed state machine and a renewing watchdog; `cli`
-//! (feature `cli`, on by default) builds the binary's `lock` and `inspect`
-//! subcommands on it. Neither is on the server's request path.
+//! (feature `cli`, on by default) builds the binary's `lock`, `inspect` and
+//! `list` subcommands on it. Neither is on the server's request path.
 
 pub mod config;
 pub mod domain;

@@ -76,6 +76,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::leases::renew,
         crate::http::leases::release,
         crate::http::leases::inspect,
+        crate::http::list::list,
         crate::http::watch::events,
         crate::http::health::livez,
         crate::http::health::readyz,
@@ -93,6 +94,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         IndeterminateProblem, InvalidRequestProblem, FieldError,
         PayloadTooLargeProblem, HeadersTooLargeProblem, UnsupportedMediaTypeProblem, UnauthorizedProblem, ForbiddenProblem,
         NotFoundProblem, LeaseNotFound, NotReadyProblem, Live, Ready, ProblemType,
+        crate::http::list::Listed, crate::domain::ListedLease,
     )),
     modifiers(&Meta),
     tags(
@@ -1073,6 +1075,68 @@ mod tests {
         attempts.extend(refusals(true));
         for response in attempts {
             check(&doc, "/attempts", "post", response).await;
+        }
+
+        // Listing: a page with and without a next cursor, and every refusal.
+        let listed = |holder: Option<&str>, next: Option<&str>| {
+            respond_one(&crate::domain::Listing {
+                leases: vec![crate::domain::ListedLease {
+                    digest: ResourceDigest::of_raw_id("order-42"),
+                    holder: holder.and_then(|h| crate::domain::HolderLabel::parse(h).ok()),
+                    fencing_token: 7,
+                    remaining_ms: 10,
+                    ttl_ms: 30_000,
+                    acquired_at: crate::domain::StoreTime(1_764_686_400_000),
+                    renewed_at: crate::domain::StoreTime(1_764_686_401_000),
+                    holders: if next.is_some() { 2 } else { 1 },
+                    limit: if next.is_some() { 3 } else { 1 },
+                    mode: crate::domain::Mode::Exclusive,
+                    // Two holders: both listed.
+                    permits: next.map(|_| {
+                        [7, 9]
+                            .map(|fencing_token| crate::domain::PermitView {
+                                holder: None,
+                                fencing_token,
+                                remaining_ms: 10,
+                                ttl_ms: 30_000,
+                                acquired_at: crate::domain::StoreTime(1_764_686_400_000),
+                                renewed_at: crate::domain::StoreTime(1_764_686_401_000),
+                            })
+                            .to_vec()
+                    }),
+                }],
+                next_cursor: next.map(str::to_owned),
+            })
+        };
+        let mut list = vec![
+            listed(None, None),
+            listed(Some("pod-1"), Some("aW52b2ljZS1leHBvcnQvYS92MQ")),
+            ApiError::Forbidden.into_response(),
+            ApiError::NotFound.into_response(),
+        ];
+        list.extend(failures().into_iter().skip(3));
+        list.extend(refusals(false));
+        for failure in [
+            Failure::Unavailable {
+                retry_after_ms: 1000,
+            },
+            Failure::Overloaded { retry_after_ms: 50 },
+        ] {
+            list.push(respond_one(&failure));
+        }
+        let mut statuses = std::collections::BTreeSet::new();
+        for response in list {
+            statuses.insert(check(&doc, "/leases/{purpose}", "get", response).await.0);
+        }
+        for status in doc["paths"]["/leases/{purpose}"]["get"]["responses"]
+            .as_object()
+            .expect("responses")
+            .keys()
+        {
+            assert!(
+                statuses.iter().any(|s| s.as_str() == status),
+                "list {status} never checked"
+            );
         }
     }
 

@@ -2,6 +2,8 @@
 //! turned into typed outcomes, and per-operation metrics. The HTTP layer
 //! calls only this.
 
+mod list;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -37,6 +37,8 @@ pub const WATCH_EVENTS: &str = "leasehold_watch_events_total";
 pub const WATCH_READS: &str = "leasehold_watch_reads_total";
 /// Constant 1, labelled with the version.
 pub const BUILD_INFO: &str = "leasehold_build_info";
+/// Leases returned by listing pages (`GET /leases/{purpose}`).
+pub const LIST_LEASES: &str = "leasehold_list_leases_total";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -129,6 +131,11 @@ fn describe() {
         HTTP_DURATION,
         Unit::Seconds,
         "HTTP request latency by method and route template."
+    );
+    describe_counter!(
+        LIST_LEASES,
+        Unit::Count,
+        "Leases returned by listing pages (pages themselves count as verb 'list' in leasehold_lease_operations_total)."
     );
     describe_gauge!(
         BUILD_INFO,

@@ -795,7 +795,8 @@ async fn size_media_type_and_routing_limits_are_problem_json() {
     for path in [
         "/nope",
         "/leases",
-        &format!("/leases/{P}"),
+        // `/leases/{P}` lists leases; with a trailing slash it is nothing.
+        &format!("/leases/{P}/"),
         &format!("/leases/{P}/{}/extra", digest()),
     ] {
         let r = app.get(path).await;
@@ -812,6 +813,20 @@ async fn size_media_type_and_routing_limits_are_problem_json() {
     for method in ["PUT", "PATCH", "DELETE", "GET"] {
         assert!(allow.contains(method), "Allow: {allow}");
     }
+    let r = TestApp::reply(
+        app.http
+            .post(format!("{}/leases/{P}", app.base))
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    problem_ok(
+        "405 POST list",
+        &r,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
     let r = app.get("/attempts").await;
     problem_ok(
         "405 GET attempts",

@@ -1,4 +1,4 @@
-//! `leasehold lock` and `leasehold inspect` as real processes against a
+//! `leasehold lock`, `inspect` and `list` as real processes against a
 //! real service (a `TestApp` on a real `redis-server`). HTTPS: cli_tls.rs.
 //!
 //! Children are `sh -c` scripts that leave marker files; the tests wait for
@@ -97,6 +97,62 @@ async fn the_command_runs_with_the_lease_and_its_status_comes_back() {
     assert_eq!(out.code(), 127, "stderr: {}", out.stderr);
     let r = app.inspect("export", digest.as_str(), None).await;
     assert_eq!(r.body["held"], false, "{:?}", r.body);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--holder` is sent: the command, while it holds the lease, inspects it
+/// and sees its own label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_label_is_sent_and_shown() {
+    let (_redis, app) = service().await;
+    let dir = temp_dir();
+    let raw = unique("order-");
+    let seen_file = dir.join("seen.json");
+    let script = format!(
+        "{} inspect --json export {raw} > {}",
+        env!("CARGO_BIN_EXE_leasehold"),
+        seen_file.display()
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "lock",
+            "--holder",
+            "pod-9 (batch)",
+            "--ttl",
+            "5s",
+            "export",
+            &raw,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env("LEASEHOLD_URL", &app.base)
+        .output()
+        .await
+        .expect("run leasehold");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&seen_file).expect("the command ran"))
+            .expect("inspect --json");
+    assert_eq!(seen["held"], true, "{seen}");
+    assert_eq!(seen["holder"], "pod-9 (batch)", "{seen}");
+    let bad = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["lock", "--holder", "a\tb", "export", &raw, "--", "true"])
+        .env("LEASEHOLD_URL", &app.base)
+        .output()
+        .await
+        .expect("run leasehold");
+    assert_eq!(
+        bad.status.code(),
+        Some(64),
+        "a label with a control character is a usage error"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -424,4 +480,58 @@ async fn lock_waits_for_a_holder_that_goes_away() {
         .expect("a fencing token");
     assert!(token > r.fencing_token(), "a newer fencing token");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_prints_every_lease_of_a_purpose_once() {
+    let (_redis, app) = service().await;
+    let purpose = unique("listed-");
+    let mut held = std::collections::BTreeSet::new();
+    for i in 0..5 {
+        let (raw, a) = (unique("order-"), app.attempt().await);
+        let d = ResourceDigest::of_raw_id(&raw);
+        let body = if i == 0 {
+            serde_json::json!({"ttlMs": 30_000, "holder": "pod-7"})
+        } else {
+            serde_json::json!({"ttlMs": 30_000})
+        };
+        let r = app.acquire_body(&purpose, d.as_str(), &a, &body).await;
+        assert_eq!(r.outcome(), "acquired");
+        held.insert(d.as_str().to_owned());
+    }
+    // Pages of 2: the CLI follows every cursor.
+    let out = run(&[
+        "list",
+        "--url",
+        &app.base,
+        "--json",
+        "--page-size",
+        "2",
+        &purpose,
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let listed: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let digests: std::collections::BTreeSet<String> = listed
+        .iter()
+        .map(|v| v["digest"].as_str().expect("digest").to_owned())
+        .collect();
+    assert_eq!(listed.len(), 5, "{}", out.stdout);
+    assert_eq!(digests, held);
+    assert!(listed.iter().all(|v| v["fencingToken"].as_u64().is_some()));
+    assert_eq!(listed.iter().filter(|v| v["holder"] == "pod-7").count(), 1);
+
+    let out = run(&["list", "--url", &app.base, &purpose]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(out.stdout.lines().count(), 6, "{}", out.stdout);
+    assert!(out.stdout.starts_with("DIGEST"), "{}", out.stdout);
+
+    let out = run(&["list", "--url", &app.base, "--page-size", "0", &purpose]).await;
+    assert_eq!(out.code(), 64, "stderr: {}", out.stderr);
+    let out = run(&["list", "--url", &app.base, "Not-A-Purpose"]).await;
+    assert_eq!(out.code(), 64, "stderr: {}", out.stderr);
 }

@@ -448,7 +448,7 @@ async fn route_labels_are_the_templates_the_router_matched() {
         ("GET", "/leases/route-label/".into(), "unmatched"),
         ("GET", "/leases//".into(), "unmatched"),
         ("GET", "/leases///".into(), "unmatched"),
-        ("GET", "/leases/route-label".into(), "unmatched"),
+        ("GET", "/leases/route-label".into(), "/leases/{purpose}"),
         ("GET", "/leases".into(), "unmatched"),
         ("GET", format!("/LEASES/route-label/{d}"), "unmatched"),
         // The event stream (a valid one would stream for ever: 400 and 405 here).

@@ -1011,6 +1011,27 @@ async fn acl_rules_from_the_docs_are_enough() {
     contract_basics(&app, "standalone").await;
     // The wake-up subscription works too: a waiter is woken by the release.
     woken_by_release(&app, &app, &digest()).await;
+    // Listing: SCAN, INFO server, PING and the inspect script, page by page.
+    let (held, holder) = (digest(), app.attempt().await);
+    assert_eq!(
+        app.acquire(P, &held, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    let mut query = "limit=1".to_owned();
+    let mut listed = Vec::new();
+    loop {
+        let r = app.get(&format!("/leases/{P}?{query}")).await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+        listed.extend(r.body["leases"].as_array().into_iter().flatten().cloned());
+        match r.body["nextCursor"].as_str() {
+            Some(next) => query = format!("limit=1&cursor={next}"),
+            None => break,
+        }
+    }
+    assert!(
+        listed.iter().any(|l| l["digest"] == held.as_str()),
+        "{listed:?}"
+    );
     // Nothing outside the namespace, no admin commands.
     let denied = server.cli_as("leasehold", &password, &["GET", "other:key"]);
     assert!(denied.is_err_and(|e| e.contains("NOPERM")));

@@ -1,6 +1,7 @@
 //! The operator's command line (feature `cli`): `leasehold lock` runs a
-//! command while holding a lease, `leasehold inspect` shows a lease. Both
-//! speak the HTTP API through [`crate::client`].
+//! command while holding a lease, `leasehold inspect` shows a lease,
+//! `leasehold list` a purpose's leases. All speak the HTTP API through
+//! [`crate::client`].
 //!
 //! Exit codes follow BSD `sysexits.h`, as `flock`, `consul lock` and cron
 //! wrappers expect:
@@ -15,6 +16,7 @@
 //! | 77 | the service refused the API key (401/403) |
 
 mod inspect;
+mod list;
 mod lock;
 
 use std::path::PathBuf;
@@ -27,6 +29,7 @@ use crate::client::{self, Client, ClientIdentity, ClientSettings, TlsSettings};
 use crate::domain::{Purpose, ResourceDigest, ResourceId};
 
 pub use self::inspect::InspectArgs;
+pub use self::list::ListArgs;
 pub use self::lock::LockArgs;
 
 /// Bad usage or settings (EX_USAGE).
@@ -56,6 +59,8 @@ pub enum ClientCommand {
     Lock(LockArgs),
     /// Show whether a lease is held, its remaining time and fencing token.
     Inspect(InspectArgs),
+    /// List every lease held on a purpose (all pages; each lease once).
+    List(ListArgs),
 }
 
 impl ClientCommand {
@@ -75,6 +80,7 @@ impl ClientCommand {
             match self {
                 Self::Lock(args) => lock::run(args).await,
                 Self::Inspect(args) => inspect::run(args).await,
+                Self::List(args) => list::run(args).await,
             }
         })
     }
@@ -272,7 +278,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Whether `name` is one of [`ClientCommand`]'s subcommands.
 pub fn is_client_command(name: &str) -> bool {
-    matches!(name, "lock" | "inspect")
+    matches!(name, "lock" | "inspect" | "list")
 }
 
 #[cfg(test)]

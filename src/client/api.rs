@@ -14,9 +14,10 @@ use super::reply::Reply;
 use super::tls::{self, TlsSettings};
 use super::{Cause, Error, LeaseHandle};
 use crate::domain::{
-    Attempt, ContendedReason, HeldBy, HolderLabel, Inspection, LeaseShape, LostReason, Mode,
-    OperationId, OwnerToken, ReleaseOutcome, RenewOutcome, ResourceId,
+    Attempt, ContendedReason, HolderLabel, Inspection, LeaseShape, LostReason, Mode, OperationId,
+    OwnerToken, ReleaseOutcome, RenewOutcome, ResourceId,
 };
+use crate::domain::{ListLimit, Listing, Purpose};
 
 const OWNER_TOKEN_HEADER: &str = "Lease-Owner-Token";
 const OPERATION_ID_HEADER: &str = "Lease-Operation-Id";
@@ -578,32 +579,59 @@ impl Client {
                 op,
             )
             .await?;
-        if reply.outcome() != "inspected" {
-            return Err(reply.failure(op));
+        super::observe::inspection(&reply, op)
+    }
+}
+
+impl Client {
+    /// One page of the leases held on `purpose` (`GET /leases/{purpose}`):
+    /// `limit` leases at most (the service's default, 100, when `None`),
+    /// from `cursor` (a previous page's `next_cursor`; the start when
+    /// `None`). A read: whatever fails, nothing changed (an uncertain
+    /// reply is `Indeterminate` with the operation id `list`).
+    pub async fn list(
+        &self,
+        purpose: &Purpose,
+        limit: Option<ListLimit>,
+        cursor: Option<&str>,
+    ) -> Result<Listing, Error> {
+        let op = OperationId::parse("list").map_err(|_| Error::Unavailable {
+            retry_after: None,
+            cause: Cause::Connect,
+        })?;
+        let mut url =
+            Url::parse(&format!("{}/leases/{purpose}", self.inner.base)).map_err(|_| {
+                Error::Unavailable {
+                    retry_after: None,
+                    cause: Cause::Connect,
+                }
+            })?;
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(limit) = limit {
+                query.append_pair("limit", &limit.get().to_string());
+            }
+            if let Some(cursor) = cursor {
+                query.append_pair("cursor", cursor);
+            }
         }
-        let w = reply.wire();
-        let held_by = match w.held_by.as_deref() {
-            None => None,
-            Some("caller") => Some(HeldBy::Caller),
-            Some("caller_other_operation") => Some(HeldBy::CallerOtherOperation),
-            Some("other") => Some(HeldBy::Other),
-            Some(_) => return Err(reply.unexpected(op)),
-        };
-        Ok(Inspection {
-            held: w.held.ok_or_else(|| reply.unexpected(op))?,
-            version: w.version.clone().ok_or_else(|| reply.unexpected(op))?,
-            remaining_ms: w.remaining_ms,
-            fencing_token: w.fencing_token,
-            held_by,
-            holder: w.holder.clone(),
-            ttl_ms: w.ttl_ms,
-            acquired_at: w.acquired_at,
-            renewed_at: w.renewed_at,
-            limit: w.limit,
-            mode: w.mode,
-            holders: w.holders.unwrap_or(0),
-            permits: w.permits.clone().unwrap_or_default(),
-            lock_delay_ms: w.lock_delay_remaining_ms,
+        let url = String::from(url).trim_end_matches('?').to_owned();
+        let reply = self
+            .call(
+                Method::GET,
+                url,
+                None,
+                None,
+                self.inner.settings.request_timeout,
+                &op,
+            )
+            .await?;
+        if reply.outcome() != "listed" {
+            return Err(reply.failure(&op));
+        }
+        Ok(Listing {
+            leases: reply.listed(&op)?,
+            next_cursor: reply.wire().next_cursor.clone(),
         })
     }
 }

@@ -59,9 +59,9 @@ fn anonymous() -> Result<OperationId, Error> {
     })
 }
 
-/// An `inspected` answer, checked as [`Client::inspect`] checks it (a copy
-/// of its tail: `inspect` builds its own URL; if it took one, this could go).
-fn inspection(reply: &Reply, op: &OperationId) -> Result<Inspection, Error> {
+/// An `inspected` answer, checked against the contract (both
+/// [`Client::inspect`] and the long-poll read it).
+pub(super) fn inspection(reply: &Reply, op: &OperationId) -> Result<Inspection, Error> {
     if reply.outcome() != "inspected" {
         return Err(reply.failure(op));
     }

@@ -7,8 +7,8 @@ use serde::Deserialize;
 
 use super::{Cause, Error, Rejection};
 use crate::domain::{
-    Guarantee, HolderLabel, Lease, Mode, OperationId, PermitView, Purpose, Replication,
-    ResourceDigest, ResourceId, StoreTime,
+    Guarantee, HolderLabel, Lease, ListedLease, Mode, OperationId, PermitView, Purpose,
+    Replication, ResourceDigest, ResourceId, StoreTime,
 };
 use crate::http::problem::FieldError;
 
@@ -39,6 +39,27 @@ pub(super) struct Wire {
     pub(super) operation_id: Option<String>,
     pub(super) detail: Option<String>,
     errors: Option<Vec<WireFieldError>>,
+    leases: Option<Vec<WireListed>>,
+    pub(super) next_cursor: Option<String>,
+}
+
+/// One lease of a `listed` answer.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireListed {
+    digest: String,
+    #[serde(default)]
+    holder: Option<HolderLabel>,
+    fencing_token: u64,
+    remaining_ms: u64,
+    ttl_ms: u64,
+    acquired_at: StoreTime,
+    renewed_at: StoreTime,
+    holders: u32,
+    limit: u32,
+    mode: Mode,
+    #[serde(default)]
+    permits: Option<Vec<PermitView>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,6 +124,8 @@ impl Reply {
             operation_id: None,
             detail: None,
             errors: None,
+            leases: None,
+            next_cursor: None,
         };
         self.wire.as_ref().unwrap_or(&EMPTY)
     }
@@ -179,6 +202,33 @@ impl Reply {
             acquired_at: w.acquired_at,
             renewed_at: w.renewed_at,
         })
+    }
+
+    /// The `leases` of a `listed` answer, each digest checked.
+    pub(super) fn listed(&self, op: &OperationId) -> Result<Vec<ListedLease>, Error> {
+        let leases = self
+            .wire()
+            .leases
+            .as_ref()
+            .ok_or_else(|| self.unexpected(op))?;
+        leases
+            .iter()
+            .map(|w| {
+                Ok(ListedLease {
+                    digest: ResourceDigest::parse(&w.digest).map_err(|_| self.unexpected(op))?,
+                    holder: w.holder.clone(),
+                    fencing_token: w.fencing_token,
+                    remaining_ms: w.remaining_ms,
+                    ttl_ms: w.ttl_ms,
+                    acquired_at: w.acquired_at,
+                    renewed_at: w.renewed_at,
+                    holders: w.holders,
+                    limit: w.limit,
+                    mode: w.mode,
+                    permits: w.permits.clone(),
+                })
+            })
+            .collect()
     }
 
     pub(super) fn retry_after_ms(&self, op: &OperationId) -> Result<u64, Error> {

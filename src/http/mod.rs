@@ -8,6 +8,7 @@ pub mod docs;
 pub mod extract;
 pub mod health;
 pub mod leases;
+pub mod list;
 pub mod problem;
 pub mod problems;
 pub mod server;
@@ -36,7 +37,7 @@ use tracing::Instrument as _;
 
 use self::auth::ApiKeys;
 use self::problem::ApiError;
-use crate::domain::ResourceId;
+use crate::domain::{Purpose, ResourceId};
 use crate::service::LeaseService;
 use crate::telemetry::{Handles, HTTP_DURATION, HTTP_REQUESTS};
 
@@ -70,6 +71,15 @@ impl App {
     /// 401/403 unless the caller may use the resource's purpose.
     pub fn authorize(&self, headers: &HeaderMap, resource: &ResourceId) -> Result<(), ApiError> {
         self.api_keys.authorize(headers, &resource.purpose)
+    }
+
+    /// 401/403 unless the caller may use `purpose` (listing).
+    pub fn authorize_purpose(
+        &self,
+        headers: &HeaderMap,
+        purpose: &Purpose,
+    ) -> Result<(), ApiError> {
+        self.api_keys.authorize(headers, purpose)
     }
 }
 
@@ -137,7 +147,7 @@ const WATCH_ROUTE: &str = "/leases/{purpose}/{digest}/events";
 /// The problem pages' template (`type` of every problem+json answer).
 const PROBLEM_ROUTE: &str = "/problems/{type}";
 
-const ROUTES: [&str; 7] = [
+const ROUTES: [&str; 8] = [
     "/attempts",
     LEASE_ROUTE,
     "/livez",
@@ -145,6 +155,7 @@ const ROUTES: [&str; 7] = [
     "/openapi.json",
     "/docs",
     "/metrics",
+    list::ROUTE,
 ];
 
 /// The route template `path` is served by, or `unmatched`: the router's own
@@ -158,6 +169,7 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             // As the router (matchit) does: an empty purpose matches (the
             // handler answers 400), an empty last segment does not.
             (Some(_purpose), Some(digest), None) if !digest.is_empty() => LEASE_ROUTE,
+            (Some(purpose), None, None) if !purpose.is_empty() => list::ROUTE,
             (Some(_purpose), Some(_digest), Some("events")) if segments.next().is_none() => {
                 WATCH_ROUTE
             }
@@ -173,7 +185,11 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
     }
     ROUTES
         .into_iter()
-        .filter(|route| *route != LEASE_ROUTE && (serves_metrics || *route != "/metrics"))
+        .filter(|route| {
+            *route != LEASE_ROUTE
+                && *route != list::ROUTE
+                && (serves_metrics || *route != "/metrics")
+        })
         .find(|route| *route == path)
         .unwrap_or("unmatched")
 }
@@ -209,6 +225,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
                 .delete(leases::release)
                 .get(leases::inspect),
         )
+        .route(list::ROUTE, get(list::list))
         .route(WATCH_ROUTE, get(watch::events))
         .route(ROUTES[2], get(health::livez))
         .route(ROUTES[3], get(health::readyz))

@@ -15,9 +15,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     AcquireSpec, Contention, Probe, QueueOp, Readiness, StoreAcquire, StoreError, StoreInspect,
-    StoreLease, StoreRelease, StoreRenew,
+    StoreLease, StoreListed, StorePage, StoreRelease, StoreRenew,
 };
-use crate::domain::{Attempt, HeldBy, HolderLabel, Mode, ResourceId, StoreTime, Ttl};
+use crate::domain::{
+    Attempt, HeldBy, HolderLabel, ListCursor, Mode, Purpose, ResourceDigest, ResourceId, StoreTime,
+    Ttl,
+};
 use crate::wait::{Change, WaitRegistry};
 
 /// Most shared holders at once (as on Redis).
@@ -477,6 +480,52 @@ impl MemoryStore {
                 }
             }
         })
+    }
+
+    /// A purpose's leases are the key range `<purpose>:…`, in digest order;
+    /// the cursor is the last digest returned, so a lease held throughout a
+    /// listing is on exactly one page. Entries without a live permit (not
+    /// yet swept, or only a lock-delay left) are skipped, not removed: a
+    /// listing takes no write path.
+    pub(super) async fn list(
+        &self,
+        purpose: &Purpose,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<StorePage, StoreError> {
+        use std::ops::Bound;
+        let prefix = format!("{purpose}:");
+        let start = match cursor {
+            Some(ListCursor::After(digest)) => Bound::Excluded(format!("{prefix}{digest}")),
+            // `Store::accepts` keeps other cursors out; start over if one came.
+            _ => Bound::Included(prefix.clone()),
+        };
+        let now = Instant::now();
+        let state = self.lock();
+        let mut held = state
+            .leases
+            .range::<String, _>((start, Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(&prefix))
+            .filter(|(_, entry)| entry.live_count(now) > 0);
+        let mut leases = Vec::with_capacity(limit.min(1000));
+        for (key, entry) in held.by_ref().take(limit) {
+            let digest = ResourceDigest::parse(&key[prefix.len()..])
+                .map_err(|_| StoreError::Unavailable("embedded store key is not a digest"))?;
+            let mut permits: Vec<StoreLease> = entry.live(now).map(|p| p.record(now)).collect();
+            permits.sort_by_key(|p| p.fencing_token);
+            leases.push(StoreListed {
+                digest,
+                permits,
+                limit: entry.limit,
+                mode: entry.mode,
+            });
+        }
+        let more = held.next().is_some();
+        let next = match leases.last() {
+            Some(last) if more => Some(ListCursor::After(last.digest.clone())),
+            _ => None,
+        };
+        Ok(StorePage { leases, next })
     }
 
     pub(super) fn queue_member(&self, mode: Mode) -> String {

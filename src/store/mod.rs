@@ -19,6 +19,7 @@ use std::sync::Arc;
 use crate::domain::{
     Attempt, HeldBy, HolderLabel, LeaseShape, Mode, OwnerToken, ResourceId, StoreTime, Ttl,
 };
+use crate::domain::{ListCursor, Purpose, ResourceDigest};
 
 /// A live lease as the store holds it: the public record of its holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,6 +185,28 @@ impl StoreInspect {
             StoreInspect::Free { version, .. } | StoreInspect::Held { version, .. } => version,
         }
     }
+}
+
+/// A held resource as a listing reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreListed {
+    /// The resource.
+    pub digest: ResourceDigest,
+    /// Every live permit, oldest (smallest fencing token) first; never empty.
+    pub permits: Vec<StoreLease>,
+    /// The limit its holders agreed on.
+    pub limit: u32,
+    /// Their mode.
+    pub mode: Mode,
+}
+
+/// One page of a purpose's leases, as a store read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorePage {
+    /// The held resources of this page, each at most once.
+    pub leases: Vec<StoreListed>,
+    /// Where the next page starts; `None` when the listing is complete.
+    pub next: Option<ListCursor>,
 }
 
 /// A store call that did not produce an answer.
@@ -360,6 +383,28 @@ impl Store {
         watching: bool,
     ) -> Result<StoreInspect, StoreError> {
         dispatch!(self, s => s.inspect(resource, probe, watching).await)
+    }
+
+    /// One page of the live leases of `purpose`, from `cursor` (the start
+    /// when `None`), at most `limit` of them; bounded work per page (a page
+    /// may hold fewer, and still a next cursor). The cursor must be one
+    /// [`Store::accepts`].
+    pub async fn list(
+        &self,
+        purpose: &Purpose,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<StorePage, StoreError> {
+        dispatch!(self, s => s.list(purpose, cursor, limit).await)
+    }
+
+    /// Whether `cursor` is of the kind this store issues (a cursor of the
+    /// embedded store means nothing to Redis, and back).
+    pub fn accepts(&self, cursor: &ListCursor) -> bool {
+        match self {
+            Store::Memory(_) => matches!(cursor, ListCursor::After(_)),
+            Store::Redis(s) => s.accepts(cursor),
+        }
     }
 
     /// A new entry name for the fair queue of this instance's waiters.

@@ -288,6 +288,54 @@ impl ClusterBackend {
         Err(StoreError::Unavailable("too many Redis Cluster redirects"))
     }
 
+    /// The lowest slot of every master in the slot map, ascending: the
+    /// order (stable across failovers, which keep a master's slots) in which
+    /// a listing visits the masters. Reads the map first if none is known.
+    pub async fn shards(&self, deadline: Instant) -> Result<Vec<u16>, StoreError> {
+        if self.masters().is_empty() {
+            self.refresh(deadline).await?;
+        }
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        let mut lowest: Vec<Option<u16>> = vec![None; map.nodes.len()];
+        for (slot, owner) in map.owners.iter().enumerate() {
+            if let (Some(first @ None), Ok(slot)) =
+                (lowest.get_mut(usize::from(*owner)), u16::try_from(slot))
+            {
+                *first = Some(slot);
+            }
+        }
+        let mut shards: Vec<u16> = lowest.into_iter().flatten().collect();
+        shards.sort_unstable();
+        Ok(shards)
+    }
+
+    /// A shared connection to the master serving `slot`, for read-only
+    /// commands (listing).
+    pub async fn slot_conn(
+        &self,
+        slot: u16,
+        deadline: Instant,
+    ) -> Result<super::pool::Conn, StoreError> {
+        let addr = match self.owner(slot) {
+            Some(addr) => addr,
+            None => {
+                self.refresh(deadline).await?;
+                self.owner(slot).ok_or(StoreError::Unavailable(
+                    "no Redis Cluster node serves the slot",
+                ))?
+            }
+        };
+        self.pool(&addr)?
+            .checkout(deadline)
+            .await
+            .inspect_err(|_| self.want_refresh())
+    }
+
+    /// Asks for a slot map refresh (a listing met a node that failed).
+    pub fn suspect_map(&self) {
+        self.want_refresh();
+    }
+
     /// Ready when a master of the map answers and says `cluster_state:ok`.
     pub async fn readiness(&self, deadline: Instant) -> Readiness {
         let not_ready = |detail: String| Readiness {

@@ -13,6 +13,7 @@
 
 mod cluster;
 mod exec;
+mod list;
 mod node;
 mod pool;
 mod reply;

@@ -334,6 +334,16 @@ impl SentinelBackend {
         }
     }
 
+    /// A shared connection to the current master, for read-only commands
+    /// (listing); waits like [`SentinelBackend::execute`] while no master
+    /// is known.
+    pub async fn master_conn(&self, deadline: Instant) -> Result<super::pool::Conn, StoreError> {
+        let target = self.current(deadline).await?;
+        target.pool.checkout(deadline).await.inspect_err(|err| {
+            self.suspect(&target, err);
+        })
+    }
+
     /// The master to write to, waiting (until `deadline`) while it is unknown
     /// or a failover is under way.
     async fn current(&self, deadline: Instant) -> Result<Arc<Target>, StoreError> {
