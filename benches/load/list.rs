@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use http::Method;
 
 use super::{
-    digest, median, percentile, redis_cmd, spread, Client, Env, Http, Opts, Stats, Window, PURPOSE,
+    cpu_between, digest, median, percentile, redis_cmd, spread, Client, Cpu, Env, Http, Opts,
+    Stats, Window, PURPOSE,
 };
 
 /// TTL of the listed leases: longer than any run.
@@ -64,6 +65,15 @@ struct Walks {
     /// Leases seen by each complete walk.
     per_walk: Vec<u64>,
     walk_s: Vec<f64>,
+}
+
+/// CPU seconds per 1 000 pages.
+fn per_1k(cpu_s: f64, pages: u64) -> f64 {
+    if pages == 0 {
+        f64::NAN
+    } else {
+        cpu_s / pages as f64 * 1_000.0
+    }
 }
 
 /// Percent-encodes a cursor for the query string.
@@ -144,10 +154,10 @@ async fn walker(env_addr: std::net::SocketAddr, page: usize, win: Window) -> Wal
 pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
     let fill_s = fill(opts, env).await?;
     let mut out = format!(
-        "\n## List: {} held leases of one purpose (created with raw EVALSHA in {fill_s:.1} s), {} per page, each walker following nextCursor to the end and starting over\n\n| walkers | pages/s (median [min..max]) | leases/s | page p50 ms | page p99 ms | complete walks | leases per walk min..max | walk s (median) | errors |\n|---|---|---|---|---|---|---|---|---|\n",
+        "\n## List: {} held leases of one purpose (created with raw EVALSHA in {fill_s:.1} s), {} per page, each walker following nextCursor to the end and starting over\n\n| walkers | pages/s (median [min..max]) | leases/s | page p50 ms | page p99 ms | complete walks | leases per walk min..max | walk s (median) | CPU s per 1 000 pages: leasehold, redis | errors |\n|---|---|---|---|---|---|---|---|---|---|\n",
         opts.list_leases, opts.list_page
     );
-    let mut by_walkers: BTreeMap<usize, Vec<(f64, f64, Walks)>> = BTreeMap::new();
+    let mut by_walkers: BTreeMap<usize, Vec<(f64, f64, Walks, Cpu)>> = BTreeMap::new();
     for round in 1..=opts.rounds {
         let mut order = WALKERS;
         if round.is_multiple_of(2) {
@@ -159,6 +169,11 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
                 start: now + opts.warmup,
                 end: now + opts.warmup + opts.duration,
             };
+            let cpu = cpu_between(
+                env.pids.clone(),
+                tokio::time::Instant::from_std(win.start),
+                tokio::time::Instant::from_std(win.end),
+            );
             let tasks: Vec<_> = (0..walkers)
                 .map(|_| tokio::spawn(walker(env.addr, opts.list_page, win)))
                 .collect();
@@ -171,6 +186,7 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
                 all.walk_s.extend(w.walk_s);
             }
             all.pages.lat_ns.sort_unstable();
+            let cpu = cpu.await.map_err(|e| e.to_string())?;
             let secs = opts.duration.as_secs_f64();
             let (pages, leases) = (all.pages.ops as f64 / secs, all.leases as f64 / secs);
             println!(
@@ -183,7 +199,7 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
             by_walkers
                 .entry(walkers)
                 .or_default()
-                .push((pages, leases, all));
+                .push((pages, leases, all, cpu));
         }
     }
     for (walkers, v) in &by_walkers {
@@ -195,7 +211,7 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
             .collect();
         let _ = writeln!(
             out,
-            "| {walkers} | {:.0} [{}] | {:.0} | {:.3} | {:.3} | {} | {}..{} | {:.2} | {} |",
+            "| {walkers} | {:.0} [{}] | {:.0} | {:.3} | {:.3} | {} | {}..{} | {:.2} | {:.3}, {:.3} | {} |",
             median(rates.clone()),
             spread(&rates),
             median(v.iter().map(|r| r.1).collect()),
@@ -205,6 +221,8 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
             per_walk.iter().min().copied().unwrap_or(0),
             per_walk.iter().max().copied().unwrap_or(0),
             median(v.iter().flat_map(|r| r.2.walk_s.iter().copied()).collect()),
+            median(v.iter().map(|r| per_1k(r.3.leasehold, r.2.pages.ops)).collect()),
+            median(v.iter().map(|r| per_1k(r.3.redis, r.2.pages.ops)).collect()),
             v.iter()
                 .map(|r| r.2.pages.errors() + r.2.pages.typed())
                 .sum::<u64>(),
