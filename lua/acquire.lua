@@ -254,10 +254,12 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
     redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
   end
   if watched > now then
-    redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')), string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
+    redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
+      string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
   end
   if wake_next then
-    redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')), string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
+    redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
+      string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
   end
   return {tag + 1, fence, now}
 end
@@ -298,9 +300,11 @@ end
 -- has some) hear of the acquire; nobody pays for the event otherwise. The
 -- next queued waiter looks at once when a permit is still free for it.
 if watched > now then
-  redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')), string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.' .. (live + 1) .. '\tacquired')
+  redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
+    string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.' .. (live + 1) .. '\tacquired')
 end
 if wake_next then
-  redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')), string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
+  redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
+    string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
 end
 return {tag + 1, fence, now}

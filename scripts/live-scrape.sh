@@ -37,10 +37,19 @@ curl -sf "$BASE/readyz" >/dev/null || { echo "live-scrape: leasehold did not bec
 D="$("$BIN" digest live-scrape-resource)"
 TOKEN="$(curl -sf -XPOST "$BASE/attempts" -H 'content-type: application/json' -d '{"operationId":"scrape-1"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["ownerToken"])')"
 H=(-H "Lease-Owner-Token: $TOKEN" -H "Lease-Operation-Id: scrape-1" -H 'content-type: application/json')
-curl -s -o /dev/null -XPUT "$BASE/leases/scrape/$D" "${H[@]}" -d '{"ttlMs":30000}'
-curl -s -o /dev/null -XPUT "$BASE/leases/scrape/$D" "${H[@]}" -d '{"ttlMs":30000}'
+# A watcher follows the resource through the cycle (watch metrics), and
+# the cycle lists the purpose while it holds the lease (list metrics).
+curl -sN --max-time 20 "$BASE/leases/scrape/$D/events" >"$WORK/events" 2>/dev/null &
+EV_PID=$!
+for _ in $(seq 1 200); do grep -q '^event: state' "$WORK/events" 2>/dev/null && break; sleep 0.05; done
+curl -s -o /dev/null -XPUT "$BASE/leases/scrape/$D" "${H[@]}" -d '{"ttlMs":30000,"holder":"live-scrape"}'
+curl -s -o /dev/null -XPUT "$BASE/leases/scrape/$D" "${H[@]}" -d '{"ttlMs":30000,"holder":"live-scrape"}'
 curl -s -o /dev/null -XPATCH "$BASE/leases/scrape/$D" "${H[@]}" -d '{"ttlMs":30000}'
 curl -s -o /dev/null "$BASE/leases/scrape/$D" "${H[@]}"
+curl -s -o /dev/null "$BASE/leases/scrape?limit=10"
 curl -s -o /dev/null -XDELETE "$BASE/leases/scrape/$D" "${H[@]}"
+for _ in $(seq 1 200); do grep -q '^event: released' "$WORK/events" 2>/dev/null && break; sleep 0.05; done
+grep -q '^event: released' "$WORK/events" || { echo "live-scrape: the watcher heard no release" >&2; cat "$WORK/events" >&2; exit 1; }
+kill "$EV_PID" 2>/dev/null || true
 curl -sf "$BASE/metrics" >"$OUT"
 echo "live-scrape: $(grep -c '^leasehold_' "$OUT") samples written to $OUT"

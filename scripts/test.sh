@@ -52,7 +52,7 @@ stage() { # name cmd...
 # ------------------------------------------------------------ static checks --
 stage "cargo fmt --check" cargo fmt --all -- --check
 stage "cargo clippy -D warnings" cargo clippy --all-targets --all-features --locked -- -D warnings
-stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua
+stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua lua/queue.lua
 
 # ------------------------------------------------------------------- tests --
 log "cargo test (all features)"
