@@ -964,9 +964,14 @@ async fn subscribe_wakeups(
 fn on_event(waiters: &WaitRegistry, payload: &str) {
     let mut parts = payload.split('\t');
     let tag = parts.next().unwrap_or_default();
-    match parts.nth(1).and_then(Change::parse) {
-        Some(change) => waiters.changed(tag, change),
-        None => waiters.changed_somehow(tag),
+    match parts.nth(1) {
+        // The fair queue moved (a waiter left, or a permit is free for the
+        // next one): only waiters look; the resource itself did not change.
+        Some("queue") => waiters.wake(tag),
+        kind => match kind.and_then(Change::parse) {
+            Some(change) => waiters.changed(tag, change),
+            None => waiters.changed_somehow(tag),
+        },
     }
 }
 
