@@ -29,7 +29,7 @@ if seq then
 end
 local watch = tonumber(ARGV[3])
 if watch > 0 and watched < now + watch / 2 then
-  local mark = string.format('%.0f', now + watch)
+  local mark = string.format('%d', now + watch)
   if a then
     redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. (d ~= '' and d or '0'), 'KEEPTTL')
   else

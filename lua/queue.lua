@@ -50,7 +50,7 @@ if seq then
   end
 end
 if tonumber(d) < deadline then
-  local mark = a .. ':' .. b .. ':' .. c .. ':' .. string.format('%.0f', deadline)
+  local mark = a .. ':' .. b .. ':' .. c .. ':' .. string.format('%d', deadline)
   if seq then
     done = redis.pcall('SET', KEYS[2], mark, 'KEEPTTL')
   else

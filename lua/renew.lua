@@ -69,7 +69,7 @@ if ARGV[4] ~= '' and ARGV[4] ~= holder then
     end
   end
   changes = changes + 1
-  local changes_text = string.format('%.0f', changes)
+  local changes_text = string.format('%d', changes)
   local done = redis.pcall('SET', KEYS[2],
     last .. ':' .. changes_text .. ':' .. watched .. ':' .. queued, 'PX', ARGV[5])
   if type(done) == 'table' and done.err then
@@ -80,8 +80,8 @@ if ARGV[4] ~= '' and ARGV[4] ~= holder then
     redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
 end
-local now_text = string.format('%.0f', now)
-local value = fence .. '|' .. string.format('%.0f', now + tonumber(ARGV[3]))
+local now_text = string.format('%d', now)
+local value = fence .. '|' .. string.format('%d', now + tonumber(ARGV[3]))
   .. '|' .. acq .. '|' .. now_text .. '|' .. ARGV[3] .. '|' .. ld .. '|' .. holder
 if not hashed then
   -- A plain lease: the whole record in one SET, with its new TTL.
