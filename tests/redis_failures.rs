@@ -105,6 +105,58 @@ async fn fencing_keeps_increasing_across_flushall() {
     }
 }
 
+/// The acquire script's fast path (a plain lease on a free resource) reads
+/// the sequence key as the general path does: a last token ahead of the
+/// server clock is continued (not replaced by the clock), the change count
+/// goes on from what was stored, a sequence written before the queue mark
+/// existed (three fields) and a queue mark long past both take the fast
+/// path, and what it writes back keeps every mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_and_version_continue_from_a_stored_sequence_ahead_of_the_clock() {
+    let server = RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let ahead: u64 = 8_000_000_000_000_000;
+    for (stored, changes) in [
+        (format!("{ahead}:41:0"), 42),
+        (format!("{ahead}:99:0:1"), 100),
+    ] {
+        let d = digest();
+        let seq = format!("{}:seq:v2:{{{P}:{d}}}", app.namespace);
+        server.cli(&["SET", &seq, &stored]);
+        let a = app.attempt().await;
+        let r = app.acquire(P, &d, &a, 30_000).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{stored}: {:?}", r.body);
+        assert_eq!(r.fencing_token(), ahead + 1, "{stored}: {:?}", r.body);
+        let seen = app.inspect(P, &d, None).await;
+        assert_eq!(
+            seen.body["version"],
+            format!("{changes}.1"),
+            "{stored}: {:?}",
+            seen.body
+        );
+        let marks = if stored.matches(':').count() == 2 {
+            "0:0"
+        } else {
+            "0:1"
+        };
+        assert_eq!(
+            server.cli(&["GET", &seq]),
+            format!("{}:{changes}:{marks}", ahead + 1),
+            "{stored}"
+        );
+        let released = app.release(P, &d, &a).await;
+        assert_eq!(released.status, StatusCode::OK, "{:?}", released.body);
+        let b = app.attempt().await;
+        let again = app.acquire(P, &d, &b, 30_000).await;
+        assert_eq!(
+            again.fencing_token(),
+            ahead + 2,
+            "{stored}: {:?}",
+            again.body
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_reply_is_indeterminate_then_replay_reports_server_ttl() {
     let server = RedisServer::start();
