@@ -299,7 +299,9 @@ local now_text = t[1] .. string.sub(us6, 1, 3)
 local exp_text = string.format('%d', now + ttl)
 if not hashed and limit == 1 and mode == 'x' and delay == 0 then
   -- A plain lease on a free resource (a string record left over can only
-  -- hold an expired permit): one SET with its TTL.
+  -- hold an expired permit): one SET with its TTL. The fast path at the top
+  -- writes the same record and sequence for a caller not queued; a change
+  -- to either write belongs in both.
   done = redis.pcall('SET', KEYS[1], mine .. '|' .. fence_text .. '|' .. exp_text .. '|' .. now_text
     .. '|' .. now_text .. '|' .. ARGV[3] .. '|0|' .. ARGV[4], 'PX', ARGV[3])
   if type(done) == 'table' and done.err then
