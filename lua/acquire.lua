@@ -124,6 +124,8 @@ elseif cur then
   rec, hashed = redis.call('HGETALL', KEYS[1]), true
 end
 local owner = rec and string.sub(mine, 1, #ARGV[1] + 3)
+-- Most long-expired permits one call deletes (see the sweep below).
+local STALE_SWEEP = 256
 local l, m = 1, 'x'
 local live, soonest, same_owner, latest = 0, nil, false, 0
 local stale, delay_end, returning
@@ -136,6 +138,17 @@ for i = 1, rec and #rec or 0, 2 do
     exp = tonumber(exp)
     if exp > now then
       if field == mine then
+        -- A replay tells its caller that it holds this permit: mark the
+        -- permit claimed for as long as it lives, so that the clean-up
+        -- release of a waiter that left (release.lua, mode 'a') leaves it
+        -- alone (DESIGN §14). Refused, the replay is not answered: without
+        -- the mark a clean-up could take the permit from a caller told it
+        -- holds it. (v2 scripts ignore the key: an additive change.)
+        local claimed = redis.pcall('SET', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1))
+          .. ':' .. mine, '1', 'PX', exp - now)
+        if type(claimed) == 'table' and claimed.err then
+          return {tag - 9, claimed.err}
+        end
         return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(granted), string.sub(v, at)}
       end
       live = live + 1
@@ -166,7 +179,9 @@ for i = 1, rec and #rec or 0, 2 do
         if not delay_end or ends > delay_end then
           delay_end = ends
         end
-      else
+      elseif not stale or #stale < STALE_SWEEP then
+        -- Long expired: swept, at most STALE_SWEEP a call (the rest by
+        -- later calls), so that no call's deletes grow with the holders.
         stale = stale or {}
         stale[#stale + 1] = field
       end
@@ -244,9 +259,16 @@ if queued > now and not returning then
     else
       dead = dead or {}
       dead[#dead + 1] = e
+      if alive[inst or ''] ~= -1 then
+        -- The dead instance's heartbeat member goes too (once).
+        dead[#dead + 1] = '~' .. (inst or '')
+        alive[inst or ''] = -1
+      end
     end
   end
   if dead then
+    -- At most 64 entries plus as many heartbeat members were read above, so
+    -- this unpack is bounded (Lua's C stack holds about 8 000).
     redis.pcall('ZREM', QUEUE, unpack(dead))
   end
   if member ~= '' and not found and not redis.call('ZSCORE', QUEUE, member) then
@@ -328,7 +350,11 @@ if not hashed and rec then
   stale = nil
 end
 if stale then
-  redis.pcall('HDEL', KEYS[1], unpack(stale))
+  -- In slices: unpack puts every element on Lua's C stack (about 8 000 at
+  -- most), and an owner's own expired permits are not capped above.
+  for i = 1, #stale, 200 do
+    redis.pcall('HDEL', KEYS[1], unpack(stale, i, math.min(i + 199, #stale)))
+  end
 end
 if live == 0 and (l ~= limit or m ~= mode) then
   done = redis.pcall('HSET', KEYS[1], mine, value, 'l', limit, 'm', mode)

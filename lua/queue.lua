@@ -2,7 +2,10 @@
 -- while some instance has waiters for it.
 -- KEYS[1] queue     <ns>:queue:v2:{<purpose>:<digest>}  sorted set
 -- KEYS[2] sequence  <ns>:seq:v2:{<purpose>:<digest>}    (see acquire.lua)
--- ARGV[1] verb: 'enter', 'beat' or 'leave'
+-- ARGV[1] verb: 'enter', 'front', 'beat' or 'leave'. 'front' enters like
+--         'enter' but ahead of this instance's own first entry among the
+--         first 64 (a turn holder whose place lapsed must not wait behind
+--         its own instance's waiters, who wait for its turn).
 -- ARGV[2] this instance's id  ARGV[3] heartbeat horizon ms (beat/enter)
 -- ARGV[4] sequence key ttl ms  ARGV[5] event channel  ARGV[6] resource tag
 -- ARGV[7] member ('<mode>:<instance>:<n>'; enter/leave)
@@ -29,8 +32,19 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[3])
 local done
-if verb == 'enter' then
-  done = redis.pcall('ZADD', KEYS[1], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[7])
+if verb == 'enter' or verb == 'front' then
+  local score = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if verb == 'front' then
+    local head = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 64)
+    local own = ':' .. ARGV[2] .. ':'
+    for i = 1, #head, 2 do
+      if string.find(head[i], own, 2, true) == 2 and tonumber(head[i + 1]) - 1 < score then
+        score = tonumber(head[i + 1]) - 1
+        break
+      end
+    end
+  end
+  done = redis.pcall('ZADD', KEYS[1], 'NX', score, ARGV[7])
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}
   end

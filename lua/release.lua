@@ -2,17 +2,22 @@
 -- KEYS[1] record  KEYS[2] sequence (see acquire.lua)
 -- ARGV[1] owner token  ARGV[2] operation id
 -- ARGV[3] event channel  ARGV[4] resource tag ("<purpose>:<digest>")
--- ARGV[5] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- ARGV[5] mode: '' the caller's release; 'a' the clean-up of an acquisition
+--         whose waiter left before hearing of it (DESIGN §14): the permit
+--         goes only if nobody has been told it is held since, i.e. it was
+--         never renewed and no replay claimed it (acquire.lua's claim key).
+-- ARGV[6] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Returns {tag(1)} released, {tag(0)} already absent, {tag(-1)} someone
--- else holds it (untouched), {tag(-9), error} Redis refused.
+-- else holds it (untouched), {tag(2)} mode 'a' and the permit was claimed
+-- or renewed (untouched), {tag(-9), error} Redis refused.
 -- The event "<tag>\t<version>\treleased" is published before the delete: an
 -- ACL that denies the channel refuses the release before anything is deleted
 -- (an event without a delete only costs waiters and watchers one look).
 -- A release changes no counter: the version "<changes>.<live permits>" moves
 -- because the live count falls (and for one change count it only falls). A
 -- release never starts a lock-delay: only an expiry does.
-local tag = tonumber(ARGV[5]) * 16 + 9
+local tag = tonumber(ARGV[6]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
@@ -27,17 +32,18 @@ elseif type(cur) == 'table' then
 else
   return {tag}
 end
-local held, live, rest, latest = false, 0, 0, 0
+local held, live, rest, latest, renewed = false, 0, 0, 0, false
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
+    local exp, acq, ren, ld = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|(%d+)|%d+|(%d+)|')
     exp = tonumber(exp)
     if exp > now then
       live = live + 1
     end
     if field == mine then
       held = exp > now
+      renewed = acq ~= ren
     else
       local ends = exp + tonumber(ld)
       if ends > now then
@@ -54,6 +60,10 @@ if not held then
     return {tag - 1}
   end
   return {tag}
+end
+if ARGV[5] == 'a' and (renewed
+    or redis.call('EXISTS', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1)) .. ':' .. mine) == 1) then
+  return {tag + 2}
 end
 local changes = '0'
 local seq = redis.call('GET', KEYS[2])

@@ -58,7 +58,35 @@ if not v then
 end
 local fence, acq, ld, at = string.match(v, '^(%d+)|%d+|(%d+)|%d+|%d+|(%d+)|()')
 local holder = string.sub(v, at)
-if ARGV[4] ~= '' and ARGV[4] ~= holder then
+local relabel = ARGV[4] ~= '' and ARGV[4] ~= holder
+if relabel then
+  holder = ARGV[4]
+end
+local now_text = string.format('%d', now)
+local value = fence .. '|' .. string.format('%d', now + tonumber(ARGV[3]))
+  .. '|' .. acq .. '|' .. now_text .. '|' .. ARGV[3] .. '|' .. ld .. '|' .. holder
+-- The permit is written first: a write Redis refuses (MISCONF, NOREPLICAS)
+-- is refused at the first one, so a refused renew changes nothing, no TTL
+-- and no label event. What follows cannot be refused once it was accepted.
+local done
+if not hashed then
+  -- A plain lease: the whole record in one SET, with its new TTL.
+  done = redis.pcall('SET', KEYS[1], mine .. '|' .. value, 'PX', ARGV[3])
+  if type(done) == 'table' and done.err then
+    return {tag - 9, done.err}
+  end
+else
+  done = redis.pcall('HSET', KEYS[1], mine, value)
+  if type(done) == 'table' and done.err then
+    return {tag - 9, done.err}
+  end
+  local ends = now + tonumber(ARGV[3]) + tonumber(ld)
+  if latest > ends then
+    ends = latest
+  end
+  redis.pcall('PEXPIRE', KEYS[1], ends - now)
+end
+if relabel then
   -- A new label is a change watchers see: bump the change counter.
   local last, changes, watched, queued = fence, 0, '0', '0'
   local seq = redis.call('GET', KEYS[2])
@@ -70,37 +98,9 @@ if ARGV[4] ~= '' and ARGV[4] ~= holder then
   end
   changes = changes + 1
   local changes_text = string.format('%d', changes)
-  local done = redis.pcall('SET', KEYS[2],
-    last .. ':' .. changes_text .. ':' .. watched .. ':' .. queued, 'PX', ARGV[5])
-  if type(done) == 'table' and done.err then
-    return {tag - 9, done.err}
-  end
-  holder = ARGV[4]
+  redis.pcall('SET', KEYS[2], last .. ':' .. changes_text .. ':' .. watched .. ':' .. queued, 'PX', ARGV[5])
   if tonumber(watched) > now then
     redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
-end
-local now_text = string.format('%d', now)
-local value = fence .. '|' .. string.format('%d', now + tonumber(ARGV[3]))
-  .. '|' .. acq .. '|' .. now_text .. '|' .. ARGV[3] .. '|' .. ld .. '|' .. holder
-if not hashed then
-  -- A plain lease: the whole record in one SET, with its new TTL.
-  local done = redis.pcall('SET', KEYS[1], mine .. '|' .. value, 'PX', ARGV[3])
-  if type(done) == 'table' and done.err then
-    return {tag - 9, done.err}
-  end
-  return {tag + 1, tonumber(fence), tonumber(acq), now, holder}
-end
-local ends = now + tonumber(ARGV[3]) + tonumber(ld)
-if latest > ends then
-  ends = latest
-end
-local done = redis.pcall('PEXPIRE', KEYS[1], ends - now)
-if type(done) == 'table' and done.err then
-  return {tag - 9, done.err}
-end
-done = redis.pcall('HSET', KEYS[1], mine, value)
-if type(done) == 'table' and done.err then
-  return {tag - 9, done.err}
 end
 return {tag + 1, tonumber(fence), tonumber(acq), now, holder}

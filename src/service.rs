@@ -35,6 +35,8 @@ pub struct ServiceSettings {
     pub max_in_flight: usize,
     /// Distinct purposes admitted as metric label values.
     pub max_purpose_labels: usize,
+    /// With API keys: the purposes a key names, the only ones labelled.
+    pub labelled_purposes: Option<std::collections::HashSet<String>>,
 }
 
 /// Leases over a [`Store`].
@@ -89,22 +91,32 @@ impl AcquireRequest {
 }
 
 /// A waiter's place in the resource's fair queue. Dropped without being
-/// taken (deadline, disconnect, shutdown), it leaves the queue at once, in
-/// the background.
+/// taken (deadline, disconnect, shutdown), it leaves the queue in the
+/// background, retried until the store confirms it (DESIGN §14).
 struct Place {
     store: Store,
     resource: ResourceId,
     mode: Mode,
     member: Option<String>,
+    waiters: Arc<WaitRegistry>,
+    shutdown: CancellationToken,
 }
 
+/// First pause between two tries of a store call that failed inside a wait
+/// (or of a queue leave); it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(25);
+/// Longest pause between two such tries.
+const RETRY_MAX: Duration = Duration::from_millis(400);
+
 impl Place {
-    fn new(store: Store, resource: ResourceId, mode: Mode) -> Self {
+    fn new(service: &LeaseService, resource: ResourceId, mode: Mode) -> Self {
         Self {
-            store,
+            store: service.store.clone(),
             resource,
             mode,
             member: None,
+            waiters: Arc::clone(&service.waiters),
+            shutdown: service.shutdown.clone(),
         }
     }
 
@@ -112,15 +124,23 @@ impl Place {
         self.member.as_deref()
     }
 
-    /// Takes a (new) place at the back of the queue.
-    async fn enter(&mut self, service: &LeaseService) -> Result<(), Failure> {
+    /// Takes a (new) place: at the back of the queue, or (`front`, for a
+    /// turn holder whose place lapsed) ahead of this instance's own
+    /// entries, so that it never waits behind waiters waiting for its turn.
+    async fn enter(&mut self, service: &LeaseService, front: bool) -> Result<(), Failure> {
         self.leave();
+        // Known before the enter is sent: a cancel or an uncertain reply
+        // during it still leaves on drop.
         let member = self.store.queue_member(self.mode);
+        self.member = Some(member.clone());
+        let op = if front {
+            QueueOp::EnterFront(&member)
+        } else {
+            QueueOp::Enter(&member)
+        };
         let entered = service
-            .admitted(self.store.queue(&self.resource, QueueOp::Enter(&member)))
+            .admitted(self.store.queue(&self.resource, op))
             .await?;
-        // Even an uncertain enter may have left an entry: leave it on drop.
-        self.member = Some(member);
         entered.map_err(|err| service.failure(err, None))
     }
 
@@ -130,18 +150,56 @@ impl Place {
     }
 
     fn leave(&mut self) {
-        if let Some(member) = self.member.take() {
-            let (store, resource) = (self.store.clone(), self.resource.clone());
-            tokio::spawn(async move {
-                let _ = store.queue(&resource, QueueOp::Leave(&member)).await;
-            });
-        }
+        let Some(member) = self.member.take() else {
+            return;
+        };
+        let (store, resource) = (self.store.clone(), self.resource.clone());
+        let (waiters, shutdown) = (Arc::clone(&self.waiters), self.shutdown.clone());
+        tokio::spawn(async move {
+            let mut pause = RETRY_FIRST;
+            loop {
+                if store
+                    .queue(&resource, QueueOp::Leave(&member))
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                // With no waiter of this instance left there, nobody beats
+                // for the entry: it lapses within the heartbeat horizon.
+                if !waiters.is_waited_for(&resource.tag()) {
+                    return;
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+        });
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
         self.leave();
+    }
+}
+
+/// How a wait retries store calls that failed (DESIGN §14).
+struct Retries {
+    pause: Duration,
+    /// An acquire of this wait may have applied and no later answer said
+    /// whether it did.
+    uncertain: bool,
+}
+
+impl Retries {
+    fn new() -> Self {
+        Self {
+            pause: RETRY_FIRST,
+            uncertain: false,
+        }
     }
 }
 
@@ -156,7 +214,10 @@ impl LeaseService {
     ) -> Self {
         Self {
             admission: Semaphore::new(settings.max_in_flight.max(1)),
-            meters: OperationMeters::new(settings.max_purpose_labels),
+            meters: OperationMeters::new(
+                settings.max_purpose_labels,
+                settings.labelled_purposes.clone(),
+            ),
             store,
             settings,
             waiters,
@@ -276,11 +337,7 @@ impl LeaseService {
                 .await;
             if let Err(Ok(abandoned)) = tx.send(result) {
                 if matches!(abandoned.value, StoreAcquire::Acquired(_)) {
-                    tracing::info!(
-                        operation_id = %attempt.operation_id,
-                        "waiter left while its acquire was in flight; releasing the lease it got"
-                    );
-                    let _ = store.release(&resource, &attempt).await;
+                    release_abandoned(&store, &resource, &attempt).await;
                 }
             }
         });
@@ -398,9 +455,6 @@ impl LeaseService {
         if request.wait.ms() == 0 {
             return first.map(|(outcome, _)| outcome);
         }
-        let Ok((AcquireOutcome::Contended { retry_after_ms, .. }, _)) = first else {
-            return first.map(|(outcome, _)| outcome);
-        };
         let deadline =
             tokio::time::Instant::from_std(started) + Duration::from_millis(request.wait.ms());
         let waited = || Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
@@ -409,15 +463,82 @@ impl LeaseService {
             waited_ms,
             reason: None,
         };
+        let mut retries = Retries::new();
+        // An uncertain first look is tried again with the same attempt while
+        // the deadline leaves room: a replay tells whether it applied.
+        let mut first = first;
+        let retry_after_ms = loop {
+            match first {
+                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, _)) => {
+                    retries.uncertain = false;
+                    break retry_after_ms;
+                }
+                Ok((outcome, _)) => return Ok(self.settled_outcome(&retries, outcome, waited())),
+                Err(failure) => {
+                    if !self.pause(&mut retries, &failure, deadline, true).await {
+                        return Err(self.settled_failure(&retries, failure, attempt));
+                    }
+                }
+            }
+            first = self
+                .try_acquire(resource, attempt, request, None, waited())
+                .await;
+        };
         let Some(guard) = self.waiters.enter(&resource.tag()) else {
-            return Err(self.overloaded());
+            return Err(self.settled_failure(&retries, self.overloaded(), attempt));
         };
         let queue = guard.resource();
+        let mut place = Place::new(self, resource.clone(), request.shape.mode);
         // Take a place in the fair queue, in the same order as this
-        // instance's own FIFO turn, so both agree on who is next.
-        let entry = queue.entry.lock().await;
-        let mut place = Place::new(self.store.clone(), resource.clone(), request.shape.mode);
-        place.enter(self).await?;
+        // instance's own FIFO turn, so both agree on who is next; neither
+        // the lock nor the enter outlasts the deadline or shutdown.
+        let entry = tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => {
+                return Ok(contended(retry_after_ms, waited()));
+            }
+            entry = queue.entry.lock() => entry,
+            _ = tokio::time::sleep_until(deadline) => {
+                return self
+                    .last_look(resource, attempt, request, &mut place, &mut retries, waited())
+                    .await;
+            }
+        };
+        let mut enter_retries = Retries::new();
+        loop {
+            let failure = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => {
+                    return Ok(contended(retry_after_ms, waited()));
+                }
+                entered = place.enter(self, false) => match entered {
+                    Ok(()) => break,
+                    Err(failure) => failure,
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    drop(entry);
+                    return self
+                        .last_look(resource, attempt, request, &mut place, &mut retries, waited())
+                        .await;
+                }
+            };
+            if !self
+                .pause(&mut enter_retries, &failure, deadline, false)
+                .await
+            {
+                drop(entry);
+                return self
+                    .last_look(
+                        resource,
+                        attempt,
+                        request,
+                        &mut place,
+                        &mut retries,
+                        waited(),
+                    )
+                    .await;
+            }
+        }
         let mut turn = std::pin::pin!(queue.turn.lock());
         let mut held_turn = tokio::select! {
             biased;
@@ -438,7 +559,14 @@ impl LeaseService {
         if held_turn.is_none() {
             // Never had the turn: one last look, then give up.
             return self
-                .last_look(resource, attempt, request, &mut place, waited())
+                .last_look(
+                    resource,
+                    attempt,
+                    request,
+                    &mut place,
+                    &mut retries,
+                    waited(),
+                )
                 .await;
         }
         let mut holder_ttl;
@@ -455,11 +583,26 @@ impl LeaseService {
                 .await
             {
                 Ok((AcquireOutcome::Contended { retry_after_ms, .. }, why)) => {
+                    retries.uncertain = false;
                     holder_ttl = retry_after_ms;
                     if why == Some(Contention::Requeue) {
                         // This instance missed its heartbeats (frozen?):
-                        // its place is gone; take a new one at the back.
-                        place.enter(self).await?;
+                        // its place is gone; take a new one, ahead of this
+                        // instance's other waiters (they wait for this turn).
+                        if let Err(failure) = place.enter(self, true).await {
+                            if !self.pause(&mut retries, &failure, deadline, false).await {
+                                return self
+                                    .last_look(
+                                        resource,
+                                        attempt,
+                                        request,
+                                        &mut place,
+                                        &mut retries,
+                                        waited(),
+                                    )
+                                    .await;
+                            }
+                        }
                         continue;
                     }
                 }
@@ -471,9 +614,16 @@ impl LeaseService {
                     ) {
                         place.taken();
                     }
-                    return Ok(outcome);
+                    return Ok(self.settled_outcome(&retries, outcome, waited()));
                 }
-                Err(failure) => return Err(failure),
+                Err(failure) => {
+                    // Uncertain or refused: the same attempt again, while
+                    // the deadline leaves room to find out.
+                    if self.pause(&mut retries, &failure, deadline, true).await {
+                        continue;
+                    }
+                    return Err(self.settled_failure(&retries, failure, attempt));
+                }
             }
             // +1 ms: PTTL is truncated to whole milliseconds.
             let expiry = tokio::time::Instant::now() + Duration::from_millis(holder_ttl + 1);
@@ -495,9 +645,72 @@ impl LeaseService {
             if tokio::time::Instant::now() >= deadline {
                 // One last look at the deadline (it may have been freed just now).
                 return self
-                    .last_look(resource, attempt, request, &mut place, waited())
+                    .last_look(
+                        resource,
+                        attempt,
+                        request,
+                        &mut place,
+                        &mut retries,
+                        waited(),
+                    )
                     .await;
             }
+        }
+    }
+
+    /// Waits before trying a failed store call of a wait again; false when
+    /// the failure is not worth a retry (shed by admission) or the deadline
+    /// or shutdown leaves no room. `acquiring`: the call was an acquire,
+    /// which may have applied when its reply was uncertain.
+    async fn pause(
+        &self,
+        retries: &mut Retries,
+        failure: &Failure,
+        deadline: tokio::time::Instant,
+        acquiring: bool,
+    ) -> bool {
+        match failure {
+            Failure::Indeterminate { .. } if acquiring => retries.uncertain = true,
+            Failure::Indeterminate { .. } | Failure::Unavailable { .. } => {}
+            Failure::Overloaded { .. } => return false,
+        }
+        let wake = tokio::time::Instant::now() + retries.pause;
+        if wake >= deadline {
+            return false;
+        }
+        retries.pause = (retries.pause * 2).min(RETRY_MAX);
+        tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => false,
+            _ = tokio::time::sleep_until(wake) => true,
+        }
+    }
+
+    /// The failure a wait answers once it stops retrying: `indeterminate`
+    /// whenever one of its acquires may have applied unseen.
+    fn settled_failure(&self, retries: &Retries, failure: Failure, attempt: &Attempt) -> Failure {
+        if retries.uncertain {
+            Failure::Indeterminate {
+                operation_id: attempt.operation_id.clone(),
+            }
+        } else {
+            failure
+        }
+    }
+
+    /// A replay after an uncertain try of the same wait is that try's
+    /// acquisition: the caller sent one request and it acquired.
+    fn settled_outcome(
+        &self,
+        retries: &Retries,
+        outcome: AcquireOutcome,
+        waited_ms: Option<u64>,
+    ) -> AcquireOutcome {
+        match outcome {
+            AcquireOutcome::ReplayedSameOperation { lease } if retries.uncertain => {
+                AcquireOutcome::Acquired { lease, waited_ms }
+            }
+            other => other,
         }
     }
 
@@ -509,19 +722,33 @@ impl LeaseService {
         attempt: &Attempt,
         request: &AcquireRequest,
         place: &mut Place,
+        retries: &mut Retries,
         waited: Option<u64>,
     ) -> Tried {
         let result = self
             .try_acquire(resource, attempt, request, place.member(), waited)
             .await
             .map(|(outcome, _)| outcome);
-        if matches!(
-            result,
-            Ok(AcquireOutcome::Acquired { .. } | AcquireOutcome::ReplayedSameOperation { .. })
-        ) {
-            place.taken();
+        match result {
+            Ok(outcome) => {
+                if matches!(
+                    outcome,
+                    AcquireOutcome::Acquired { .. } | AcquireOutcome::ReplayedSameOperation { .. }
+                ) {
+                    place.taken();
+                }
+                if !matches!(outcome, AcquireOutcome::Contended { .. }) {
+                    return Ok(self.settled_outcome(retries, outcome, waited));
+                }
+                Ok(outcome)
+            }
+            Err(failure) => {
+                if matches!(failure, Failure::Indeterminate { .. }) {
+                    retries.uncertain = true;
+                }
+                Err(self.settled_failure(retries, failure, attempt))
+            }
         }
-        result
     }
 
     /// Resets the TTL of the caller's lease; `holder` replaces its label.
@@ -626,6 +853,40 @@ impl LeaseService {
         self.record("inspect", resource, started, &result);
         result
     }
+}
+
+/// Takes back what a waiting acquire got after its caller had gone, unless
+/// someone has been told since that it is held (a replay of the same
+/// attempt claimed it, or it was renewed): DESIGN §14. Tried a few times; a
+/// permit left behind ends with its TTL.
+async fn release_abandoned(store: &Store, resource: &ResourceId, attempt: &Attempt) {
+    let mut pause = RETRY_FIRST;
+    for _ in 0..4 {
+        match store.release_abandoned(resource, attempt).await {
+            Ok(true) => {
+                tracing::info!(
+                    operation_id = %attempt.operation_id,
+                    "waiter left while its acquire was in flight; released the lease it got"
+                );
+                return;
+            }
+            Ok(false) => {
+                tracing::info!(
+                    operation_id = %attempt.operation_id,
+                    "waiter left while its acquire was in flight; kept the lease, a retry claimed it"
+                );
+                return;
+            }
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+        }
+    }
+    tracing::warn!(
+        operation_id = %attempt.operation_id,
+        "could not release what a departed waiter acquired; it ends with its TTL"
+    );
 }
 
 /// The API's view of what the store read.

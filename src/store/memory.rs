@@ -37,6 +37,20 @@ struct Permit {
     acquired_at: StoreTime,
     renewed_at: StoreTime,
     holder: Option<HolderLabel>,
+    /// Someone was told since the acquisition that this permit is held (a
+    /// replay answered, or a renew): a clean-up after a waiter left must
+    /// leave it alone (DESIGN §14).
+    claimed: bool,
+}
+
+/// Equal, in time independent of where two owner tokens differ (the token
+/// is a secret; Redis compares inside its own process).
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 impl Permit {
@@ -56,8 +70,12 @@ impl Permit {
     }
 
     fn is(&self, attempt: &Attempt) -> bool {
-        self.owner_token == attempt.owner_token.expose()
+        same_secret(&self.owner_token, attempt.owner_token.expose())
             && self.operation_id == attempt.operation_id.as_str()
+    }
+
+    fn owned_by(&self, owner: &str) -> bool {
+        same_secret(&self.owner_token, owner)
     }
 
     fn record(&self, now: Instant) -> StoreLease {
@@ -114,14 +132,14 @@ impl Entry {
     fn returning(&self, owner: &str, now: Instant) -> bool {
         self.permits
             .iter()
-            .any(|p| p.owner_token == owner && !p.live(now) && p.lingers(now))
+            .any(|p| p.owned_by(owner) && !p.live(now) && p.lingers(now))
     }
 
     fn probed(&self, probe: Probe<'_>, now: Instant) -> Option<HeldBy> {
         let mut live = self.live(now);
         match probe {
             Probe::Anyone => None,
-            Probe::Owner(token) => Some(if live.any(|p| p.owner_token == token.expose()) {
+            Probe::Owner(token) => Some(if live.any(|p| p.owned_by(token.expose())) {
                 HeldBy::CallerOtherOperation
             } else {
                 HeldBy::Other
@@ -130,10 +148,7 @@ impl Entry {
                 let permits: Vec<&Permit> = live.collect();
                 Some(if permits.iter().any(|p| p.is(a)) {
                     HeldBy::Caller
-                } else if permits
-                    .iter()
-                    .any(|p| p.owner_token == a.owner_token.expose())
-                {
+                } else if permits.iter().any(|p| p.owned_by(a.owner_token.expose())) {
                     HeldBy::CallerOtherOperation
                 } else {
                     HeldBy::Other
@@ -243,7 +258,12 @@ impl MemoryStore {
         let mut state = self.lock();
         let mut returning = false;
         if let Some(entry) = Self::entry(&mut state, &key, now) {
-            if let Some(p) = entry.live(now).find(|p| p.is(attempt)) {
+            if let Some(p) = entry
+                .permits
+                .iter_mut()
+                .find(|p| p.is(attempt) && p.live(now))
+            {
+                p.claimed = true;
                 return Ok(StoreAcquire::Replayed(p.record(now)));
             }
             if let Some(end) = entry.delay(now, Some(owner)) {
@@ -264,7 +284,7 @@ impl MemoryStore {
                 if plain
                     && entry
                         .live(now)
-                        .any(|p| p.owner_token == attempt.owner_token.expose())
+                        .any(|p| p.owned_by(attempt.owner_token.expose()))
                 {
                     return Ok(StoreAcquire::OwnerOperationConflict {
                         remaining_ms: entry.soonest_ms(now),
@@ -326,6 +346,7 @@ impl MemoryStore {
             acquired_at: at,
             renewed_at: at,
             holder: spec.holder.cloned(),
+            claimed: false,
         };
         let record = StoreLease {
             remaining_ms: spec.ttl.ms(),
@@ -338,9 +359,7 @@ impl MemoryStore {
             changes,
         });
         // The owner's expired permits go: coming back ends their delay.
-        entry
-            .permits
-            .retain(|p| p.owner_token != owner || p.live(now));
+        entry.permits.retain(|p| !p.owned_by(owner) || p.live(now));
         if entry.permits.iter().all(|p| !p.live(now)) {
             entry.limit = shape.limit;
             entry.mode = shape.mode;
@@ -378,6 +397,7 @@ impl MemoryStore {
                         p.expires_at = now + ttl.duration();
                         p.ttl_ms = ttl.ms();
                         p.renewed_at = wall_ms();
+                        p.claimed = true;
                         let relabelled = holder.is_some_and(|h| p.holder.as_ref() != Some(h));
                         if relabelled {
                             p.holder = holder.cloned();
@@ -409,6 +429,25 @@ impl MemoryStore {
         resource: &ResourceId,
         attempt: &Attempt,
     ) -> Result<StoreRelease, StoreError> {
+        self.release_as(resource, attempt, false).await
+    }
+
+    /// The clean-up release of an acquisition whose waiter left: true when
+    /// the permit went, false when it was claimed or renewed since.
+    pub(super) async fn release_abandoned(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<bool, StoreError> {
+        Ok(self.release_as(resource, attempt, true).await? == StoreRelease::Released)
+    }
+
+    async fn release_as(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        abandoned: bool,
+    ) -> Result<StoreRelease, StoreError> {
         let key = resource.tag();
         let now = Instant::now();
         let outcome = {
@@ -417,7 +456,9 @@ impl MemoryStore {
                 None => (StoreRelease::AlreadyAbsent, false),
                 Some(entry) => {
                     let before = entry.permits.len();
-                    entry.permits.retain(|p| !(p.is(attempt) && p.live(now)));
+                    entry
+                        .permits
+                        .retain(|p| !(p.is(attempt) && p.live(now) && !(abandoned && p.claimed)));
                     if entry.permits.len() < before {
                         (StoreRelease::Released, entry.permits.is_empty())
                     } else if entry.live_count(now) > 0 {

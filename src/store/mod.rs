@@ -83,6 +83,9 @@ pub enum Contention {
 pub enum QueueOp<'a> {
     /// Take a place at the back (the store's clock orders places).
     Enter(&'a str),
+    /// Take a place ahead of this instance's own entries (a turn holder
+    /// whose place lapsed; bounded: among the first 64 entries).
+    EnterFront(&'a str),
     /// This instance is alive and its entries still wait.
     Beat,
     /// Leave the queue (deadline, disconnect, shutdown).
@@ -371,6 +374,18 @@ impl Store {
                 .map(Replicated::unreplicated),
             Store::Redis(s) => s.release(resource, attempt).await,
         }
+    }
+
+    /// The clean-up release of what a waiting acquire got after its caller
+    /// had gone (DESIGN §14): the permit goes only if nobody has been told
+    /// since that it is held (no replay claimed it, never renewed). True
+    /// when it went.
+    pub async fn release_abandoned(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.release_abandoned(resource, attempt).await)
     }
 
     /// Reads the lease without changing it. `watching`: this instance

@@ -38,6 +38,9 @@ struct State {
     resets: watch::Sender<u64>,
     /// Milliseconds every reply is held back.
     delay_ms: AtomicU64,
+    /// SHA1 of every `EVALSHA` whose reply Redis sent back (so it ran), in
+    /// order.
+    answered: watch::Sender<Vec<String>>,
     /// True while stalled; bumping closes every open connection.
     stalled: watch::Sender<bool>,
 }
@@ -68,6 +71,7 @@ impl FaultProxy {
             reset_next: AtomicBool::new(false),
             resets: watch::channel(0).0,
             delay_ms: AtomicU64::new(0),
+            answered: watch::channel(Vec::new()).0,
             stalled: watch::channel(false).0,
         });
         let accept_state = state.clone();
@@ -141,6 +145,29 @@ impl FaultProxy {
         self.state.delay_ms.store(ms, Ordering::SeqCst);
     }
 
+    /// How many `EVALSHA <sha>` calls Redis has answered through this proxy
+    /// (whether or not the reply was then delayed, lost or delivered).
+    pub fn answered(&self, sha: &str) -> usize {
+        self.state
+            .answered
+            .borrow()
+            .iter()
+            .filter(|s| *s == sha)
+            .count()
+    }
+
+    /// Waits (event-driven) until Redis has answered `n` calls of the script
+    /// `sha` through this proxy; false after `within`.
+    pub async fn until_answered(&self, sha: &str, n: usize, within: Duration) -> bool {
+        let mut rx = self.state.answered.subscribe();
+        let waited = tokio::time::timeout(
+            within,
+            rx.wait_for(|all| all.iter().filter(|s| *s == sha).count() >= n),
+        )
+        .await;
+        matches!(waited, Ok(Ok(_)))
+    }
+
     /// On: close every open connection and hold new ones unconnected.
     pub fn set_stalled(&self, on: bool) {
         self.state.stalled.send_replace(on);
@@ -167,8 +194,28 @@ fn command_name(frame: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(name).to_ascii_uppercase())
 }
 
+/// The second element of a request frame (an `EVALSHA`'s SHA1), if any.
+fn second_word(frame: &[u8]) -> Option<String> {
+    let mut at = frame.windows(2).position(|w| w == b"\r\n")? + 2;
+    for i in 0..2 {
+        let rest = &frame[at..];
+        if rest.first() != Some(&b'$') {
+            return None;
+        }
+        let len_end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let len: usize = std::str::from_utf8(&rest[1..len_end]).ok()?.parse().ok()?;
+        if i == 1 {
+            let word = rest.get(len_end + 2..len_end + 2 + len)?;
+            return Some(String::from_utf8_lossy(word).into_owned());
+        }
+        at += len_end + 2 + len + 2;
+    }
+    None
+}
+
 fn is_script(name: &str) -> bool {
-    matches!(name, "EVALSHA" | "EVAL" | "EVALSHA_RO" | "EVAL_RO")
+    let verb = name.split(' ').next().unwrap_or("");
+    matches!(verb, "EVALSHA" | "EVAL" | "EVALSHA_RO" | "EVAL_RO")
 }
 
 /// The end of the RESP frame starting at `pos`: `Ok(None)` while incomplete.
@@ -252,7 +299,13 @@ async fn connection(client: tokio::net::TcpStream, upstream: SocketAddr, state: 
             let mut scripts = false;
             let mut used = 0;
             while let Ok(Some(end)) = frame_end(&pending, used) {
-                let name = command_name(&pending[used..end]).unwrap_or_default();
+                let frame = &pending[used..end];
+                let mut name = command_name(frame).unwrap_or_default();
+                if name == "EVALSHA" {
+                    if let Some(sha) = second_word(frame) {
+                        name = format!("EVALSHA {sha}");
+                    }
+                }
                 scripts |= is_script(&name);
                 let _ = names_tx.send(name);
                 used = end;
@@ -289,6 +342,10 @@ async fn connection(client: tokio::net::TcpStream, upstream: SocketAddr, state: 
                 let mut swallow = false;
                 if !push {
                     let name = names_rx.try_recv().unwrap_or_default();
+                    if let Some(sha) = name.strip_prefix("EVALSHA ") {
+                        let sha = sha.to_owned();
+                        state.answered.send_modify(|all| all.push(sha));
+                    }
                     if is_script(&name)
                         && state
                             .to_lose

@@ -591,6 +591,7 @@ impl RedisStore {
         let tag = resource.tag();
         let (verb, member) = match op {
             QueueOp::Enter(member) => ("enter", member),
+            QueueOp::EnterFront(member) => ("front", member),
             QueueOp::Beat => ("beat", ""),
             QueueOp::Leave(member) => ("leave", member),
         };
@@ -675,6 +676,38 @@ impl RedisStore {
         resource: &ResourceId,
         attempt: &Attempt,
     ) -> Result<Replicated<StoreRelease>, StoreError> {
+        let (status, replication) = self.release_as(resource, attempt, "").await?;
+        let value = match status {
+            1 => StoreRelease::Released,
+            0 => StoreRelease::AlreadyAbsent,
+            -1 => StoreRelease::NotOwner,
+            _ => return Err(bad_reply()),
+        };
+        Ok(Replicated { value, replication })
+    }
+
+    /// The clean-up release of an acquisition whose waiter left: true when
+    /// the permit went, false when it was claimed by a replay or renewed
+    /// since (or is gone already).
+    pub(super) async fn release_abandoned(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<bool, StoreError> {
+        match self.release_as(resource, attempt, "a").await?.0 {
+            1 => Ok(true),
+            0 | -1 | 2 => Ok(false),
+            _ => Err(bad_reply()),
+        }
+    }
+
+    /// `release.lua` in `mode` (see its header): the status and replication.
+    async fn release_as(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        mode: &str,
+    ) -> Result<(i64, Option<Replication>), StoreError> {
         let lease = lease_key(&self.namespace, resource);
         let seq = seq_key(&self.namespace, resource);
         let tag = resource.tag();
@@ -688,21 +721,13 @@ impl RedisStore {
                     attempt.operation_id.as_str(),
                     &self.wake_channel,
                     &tag,
+                    mode,
                 ],
                 acks: self.acks,
             })
             .await?;
         let [status] = ints::<1>(&done.value)?;
-        let value = match status {
-            1 => StoreRelease::Released,
-            0 => StoreRelease::AlreadyAbsent,
-            -1 => StoreRelease::NotOwner,
-            _ => return Err(bad_reply()),
-        };
-        Ok(Replicated {
-            value,
-            replication: done.replication,
-        })
+        Ok((status, done.replication))
     }
 
     pub(super) async fn inspect(
