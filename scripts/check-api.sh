@@ -147,7 +147,7 @@ trap cleanup EXIT
 
 PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 BASE="http://127.0.0.1:$PORT"
-printf '%s *\n' "$API_KEY" > "$TMP/api-keys"
+printf '%s * write,metrics\n' "$API_KEY" > "$TMP/api-keys"
 log "starting $BIN on $BASE (embedded store, API key, JSON logs)"
 LEASEHOLD_LISTEN="127.0.0.1:$PORT" LEASEHOLD_API_KEYS_FILE="$TMP/api-keys" LEASEHOLD_LOG_FORMAT=json \
   LEASEHOLD_NAMESPACE="check-api" RUST_LOG=warn "$BIN" serve 2> "$TMP/server.log" &
@@ -413,7 +413,7 @@ step "openapi-typescript + openapi-fetch client: tsc --strict, then a lease cycl
 
 # Scraped after the client's lease cycle, before the fuzzer adds more series.
 scrape_check() {
-  curl -fsS "$BASE/metrics" > "$TMP/metrics.prom"
+  curl -fsS -H "Authorization: Bearer $API_KEY" "$BASE/metrics" > "$TMP/metrics.prom"
   promtool check metrics < "$TMP/metrics.prom" || return 1
   local family missing=0
   for family in leasehold_lease_operations_total leasehold_lease_operation_duration_seconds_bucket \
@@ -470,7 +470,7 @@ TOML
 step "schemathesis run --checks all (examples, coverage, fuzzing, stateful)" fuzz
 
 scrape_after_fuzz() {
-  curl -fsS "$BASE/metrics" > "$TMP/metrics-fuzzed.prom"
+  curl -fsS -H "Authorization: Bearer $API_KEY" "$BASE/metrics" > "$TMP/metrics-fuzzed.prom"
   promtool check metrics < "$TMP/metrics-fuzzed.prom" || return 1
   # Bounded labels: no digests, tokens or raw paths, whatever the fuzzer sent.
   if grep -E 'v1\.[0-9a-f]{64}|route="/leases/[a-z]' "$TMP/metrics-fuzzed.prom"; then

@@ -183,6 +183,9 @@ pub struct ServeArgs {
     /// File of API keys, `<key> <purpose>[,<purpose>...]` or `<key> *` per line; unset: open API.
     #[arg(long, env = "LEASEHOLD_API_KEYS_FILE")]
     pub api_keys_file: Option<PathBuf>,
+    /// Refuse to start without API keys (no open API by accident).
+    #[arg(long, env = "LEASEHOLD_API_KEYS_REQUIRED", default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub api_keys_required: bool,
     /// Log format.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

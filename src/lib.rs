@@ -202,6 +202,20 @@ pub async fn run_with(
                 .map_err(|e| ConfigError::new("LEASEHOLD_API_KEYS_FILE", e.to_string()))?
         }
     };
+    if !api_keys.enabled() {
+        if args.api_keys_required {
+            return Err(ConfigError::new(
+                "LEASEHOLD_API_KEYS_REQUIRED",
+                "is true but no LEASEHOLD_API_KEYS_FILE is set".to_owned(),
+            )
+            .into());
+        }
+        tracing::warn!(
+            "NO API KEYS: the API is open to anyone who can reach it (every purpose, every \
+             verb, /metrics). Set LEASEHOLD_API_KEYS_FILE, and LEASEHOLD_API_KEYS_REQUIRED=true \
+             to refuse to start without it."
+        );
+    }
     // HTTPS: every file read and checked now, so a bad one stops the start
     // naming its setting; from here on a bad replacement only logs a warning.
     let tls = args
@@ -220,6 +234,7 @@ pub async fn run_with(
             unavailable_retry_after_ms: 1000,
             max_in_flight: args.max_in_flight,
             max_purpose_labels: args.max_purpose_labels,
+            labelled_purposes: api_keys.named_purposes(),
         },
         waiters,
         token.clone(),

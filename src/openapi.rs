@@ -80,7 +80,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::watch::events,
         crate::http::health::livez,
         crate::http::health::readyz,
-        crate::http::health::metrics,
+        crate::http::health::metrics_on_api,
         crate::http::docs::openapi_json,
         crate::http::docs::page,
         crate::http::problems::page,

@@ -193,6 +193,9 @@ impl<K: Eq + Hash, V: Clone> Default for Handles<K, V> {
 pub struct PurposeLabels {
     ids: RwLock<HashMap<Box<str>, u32>>,
     cap: usize,
+    /// When API keys are configured: the purposes some key names; every
+    /// other purpose is `other` (a caller cannot fill the cap with junk).
+    named: Option<std::collections::HashSet<String>>,
 }
 
 /// The id of every purpose beyond the cap, labelled `other`.
@@ -201,9 +204,15 @@ pub const OTHER_PURPOSE: u32 = u32::MAX;
 impl PurposeLabels {
     /// A mapper admitting `cap` purposes.
     pub fn new(cap: usize) -> Self {
+        Self::named(cap, None)
+    }
+
+    /// A mapper admitting `cap` purposes, of `named` only when given.
+    pub fn named(cap: usize, named: Option<std::collections::HashSet<String>>) -> Self {
         Self {
             ids: RwLock::new(HashMap::new()),
             cap,
+            named,
         }
     }
 
@@ -217,6 +226,9 @@ impl PurposeLabels {
             .get(purpose)
         {
             return *id;
+        }
+        if self.named.as_ref().is_some_and(|n| !n.contains(purpose)) {
+            return OTHER_PURPOSE;
         }
         let mut ids = self.ids.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(id) = ids.get(purpose) {
@@ -242,9 +254,9 @@ pub struct OperationMeters {
 
 impl OperationMeters {
     /// Meters admitting `max_purposes` purpose label values.
-    pub fn new(max_purposes: usize) -> Self {
+    pub fn new(max_purposes: usize, named: Option<std::collections::HashSet<String>>) -> Self {
         Self {
-            purposes: PurposeLabels::new(max_purposes),
+            purposes: PurposeLabels::named(max_purposes, named),
             counters: Handles::new(),
             durations: Handles::new(),
             contended: Handles::new(),

@@ -931,13 +931,14 @@ async fn api_keys_answer_401_and_403_as_problem_json() {
     let dir = std::env::temp_dir().join(unique("leasehold-keys-"));
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("keys");
-    let (scoped, admin) = (
+    let (scoped, admin, scraper) = (
         unique("scoped-key-0123456789-"),
         unique("admin-key-0123456789-"),
+        unique("scraper-key-0123456789-"),
     );
     std::fs::write(
         &file,
-        format!("# test keys\n{scoped} {P},report\n{admin} *\n"),
+        format!("# test keys\n{scoped} {P},report\n{admin} *\n{scraper} - metrics # scrapes\n"),
     )
     .expect("write keys");
     let app = TestApp::spawn_with(args(
@@ -1062,8 +1063,8 @@ async fn api_keys_answer_401_and_403_as_problem_json() {
     )
     .await;
     problem_ok("401 release", &r, StatusCode::UNAUTHORIZED, "unauthorized");
-    // Operational endpoints stay open (probes and scrapers carry no key).
-    for path in ["/livez", "/readyz", "/metrics", "/openapi.json", "/docs"] {
+    // Probes and documents stay open (probes carry no key).
+    for path in ["/livez", "/readyz", "/openapi.json", "/docs"] {
         let r = app
             .http
             .get(format!("{}{path}", app.base))
@@ -1072,6 +1073,43 @@ async fn api_keys_answer_401_and_403_as_problem_json() {
             .expect("send");
         assert_eq!(r.status(), StatusCode::OK, "{path}");
     }
+    assert_eq!(app.get("/readyz").await.body["auth"], "keys");
+    // Metrics name every purpose: on the API listener only a key with the
+    // `metrics` scope reads them.
+    let metrics = |key: Option<&str>| {
+        let mut rb = app.http.get(format!("{}/metrics", app.base));
+        if let Some(key) = key {
+            rb = rb.header("authorization", bearer(key));
+        }
+        rb
+    };
+    let r = TestApp::reply(metrics(None).send().await.expect("send")).await;
+    problem_ok("401 metrics", &r, StatusCode::UNAUTHORIZED, "unauthorized");
+    let r = TestApp::reply(metrics(Some(&scoped)).send().await.expect("send")).await;
+    problem_ok("403 metrics", &r, StatusCode::FORBIDDEN, "forbidden");
+    assert_eq!(r.body["scope"], "metrics", "{:#}", r.body);
+    let r = metrics(Some(&scraper)).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let text = r.text().await.expect("text");
+    // Labels only for purposes a key names: `payroll` (reached through the
+    // `*` key only) is counted as `other`.
+    assert!(
+        text.contains(&format!("purpose=\"{P}\"")),
+        "a named purpose keeps its label"
+    );
+    assert!(
+        !text.contains("purpose=\"payroll\""),
+        "a purpose no key names must be 'other'"
+    );
+    // The scraper's key may not use any purpose.
+    let r = TestApp::reply(
+        lease(P, Some(&scraper), ttl.clone())
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    problem_ok("403 scraper", &r, StatusCode::FORBIDDEN, "forbidden");
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -1507,4 +1545,47 @@ async fn every_problem_type_uri_resolves_to_a_page() {
             "{outcome} was not answered: {outcomes:?}"
         );
     }
+}
+
+/// Starts `run` with these flags and returns its configuration error, if it
+/// refused to start (it is shut down at once if it started).
+async fn start_error(flags: &[&str]) -> Option<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    match leasehold::run(listener, args(&Backend::Memory, flags), async {}).await {
+        Ok(()) => None,
+        Err(err) => Some(err.to_string()),
+    }
+}
+
+#[tokio::test]
+async fn the_api_is_open_only_when_the_operator_says_so() {
+    let dir = std::env::temp_dir().join(unique("leasehold-nokeys-"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    // A keys file with comments and blank lines only would open the API.
+    let file = dir.join("keys");
+    std::fs::write(&file, "# nobody yet\n\n   # still nobody\n").expect("write");
+    let path = file.to_str().expect("utf-8 path");
+    let err = start_error(&["--api-keys-file", path])
+        .await
+        .expect("an empty keys file must refuse to start");
+    assert!(err.contains("holds no key"), "{err}");
+    // Keys required and none configured.
+    let err = start_error(&["--api-keys-required", "true"])
+        .await
+        .expect("required keys must refuse to start without them");
+    assert!(err.contains("LEASEHOLD_API_KEYS_REQUIRED"), "{err}");
+    // Required and given: starts.
+    std::fs::write(&file, "a-key-that-is-long-enough p\n").expect("write");
+    assert_eq!(
+        start_error(&["--api-keys-file", path, "--api-keys-required", "true"]).await,
+        None
+    );
+    // No keys: open, and /readyz says so.
+    let app = TestApp::spawn(&Backend::Memory).await;
+    assert_eq!(app.get("/readyz").await.body["auth"], "open");
+    assert_eq!(app.get("/metrics").await.status, StatusCode::OK);
+    app.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

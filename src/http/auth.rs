@@ -16,10 +16,17 @@ enum Allowed {
     Only(HashSet<String>),
 }
 
+/// One key's grants: its purposes and whether it may read `/metrics`.
+#[derive(Debug, Clone)]
+struct Grant {
+    purposes: Allowed,
+    metrics: bool,
+}
+
 /// The configured keys.
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys {
-    keys: HashMap<[u8; 32], Allowed>,
+    keys: HashMap<[u8; 32], Grant>,
 }
 
 /// Why an API keys file was rejected (never quotes a key).
@@ -30,44 +37,66 @@ pub struct ApiKeysError {
     reason: &'static str,
 }
 
+/// The line format, for error messages.
+const FORMAT: &str = "expected '<key> <purpose>[,<purpose>...]|*|- [write|metrics[,...]]'";
+
 impl ApiKeys {
-    /// Parses `<key> <purpose>[,<purpose>...]` or `<key> *` per line; `#`
-    /// starts a comment.
+    /// Parses one key per line: `<key> <purposes> [<scopes>]`. `<purposes>`
+    /// is a comma-separated list, `*` (every purpose) or `-` (none);
+    /// `<scopes>` a comma-separated list of `write` (acquire, renew,
+    /// release, inspect, list, watch on its purposes: the default, and what
+    /// every line without scopes means) and `metrics` (`/metrics` on the API
+    /// listener). A `#` at the start of a line or after white space starts a
+    /// comment; inside a key it is part of the key. A file that holds no
+    /// key is an error (it would open the API by accident).
     pub fn parse(text: &str) -> Result<Self, ApiKeysError> {
         let mut keys = HashMap::new();
         for (i, line) in text.lines().enumerate() {
-            let line = line.split('#').next().unwrap_or("").trim();
+            let line = strip_comment(line).trim();
             if line.is_empty() {
                 continue;
             }
+            let err = |reason| ApiKeysError {
+                line: i + 1,
+                reason,
+            };
             let mut parts = line.split_whitespace();
-            let (Some(key), Some(purposes), None) = (parts.next(), parts.next(), parts.next())
+            let (Some(key), Some(purposes), scopes, None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
             else {
-                return Err(ApiKeysError {
-                    line: i + 1,
-                    reason: "expected '<key> <purpose>[,<purpose>...]' or '<key> *'",
-                });
+                return Err(err(FORMAT));
             };
             if key.len() < 16 {
-                return Err(ApiKeysError {
-                    line: i + 1,
-                    reason: "keys must be at least 16 characters",
-                });
+                return Err(err("keys must be at least 16 characters"));
             }
-            let allowed = if purposes == "*" {
-                Allowed::Any
-            } else {
-                let mut set = HashSet::new();
-                for p in purposes.split(',') {
-                    Purpose::parse(p).map_err(|_| ApiKeysError {
-                        line: i + 1,
-                        reason: "invalid purpose",
-                    })?;
-                    set.insert(p.to_owned());
+            let purposes = match purposes {
+                "*" => Allowed::Any,
+                "-" => Allowed::Only(HashSet::new()),
+                list => {
+                    let mut set = HashSet::new();
+                    for p in list.split(',') {
+                        Purpose::parse(p).map_err(|_| err("invalid purpose"))?;
+                        set.insert(p.to_owned());
+                    }
+                    Allowed::Only(set)
                 }
-                Allowed::Only(set)
             };
-            keys.insert(hash(key), allowed);
+            let mut metrics = false;
+            for scope in scopes.unwrap_or("write").split(',') {
+                match scope {
+                    "write" => {}
+                    "metrics" => metrics = true,
+                    _ => return Err(err("unknown scope (known: write, metrics)")),
+                }
+            }
+            keys.insert(hash(key), Grant { purposes, metrics });
+        }
+        if keys.is_empty() {
+            return Err(ApiKeysError {
+                line: 0,
+                reason: "the file holds no key (comments and blank lines only); \
+                         unset LEASEHOLD_API_KEYS_FILE to run an open API on purpose",
+            });
         }
         Ok(Self { keys })
     }
@@ -77,7 +106,32 @@ impl ApiKeys {
         !self.keys.is_empty()
     }
 
-    fn lookup(&self, headers: &HeaderMap) -> Result<Option<&Allowed>, ApiError> {
+    /// `keys`, or `open` when no key is configured (`/readyz`).
+    pub fn mode(&self) -> &'static str {
+        if self.enabled() {
+            "keys"
+        } else {
+            "open"
+        }
+    }
+
+    /// The purposes some key names explicitly: only these get their own
+    /// metric label when keys are configured (`None`: the API is open, and
+    /// the label cap alone bounds them).
+    pub fn named_purposes(&self) -> Option<HashSet<String>> {
+        if !self.enabled() {
+            return None;
+        }
+        let mut named = HashSet::new();
+        for grant in self.keys.values() {
+            if let Allowed::Only(set) = &grant.purposes {
+                named.extend(set.iter().cloned());
+            }
+        }
+        Some(named)
+    }
+
+    fn lookup(&self, headers: &HeaderMap) -> Result<Option<&Grant>, ApiError> {
         if !self.enabled() {
             return Ok(None);
         }
@@ -99,12 +153,35 @@ impl ApiKeys {
 
     /// 401/403 unless the key may use `purpose`.
     pub fn authorize(&self, headers: &HeaderMap, purpose: &Purpose) -> Result<(), ApiError> {
-        match self.lookup(headers)? {
+        match self.lookup(headers)?.map(|g| &g.purposes) {
             None | Some(Allowed::Any) => Ok(()),
             Some(Allowed::Only(set)) if set.contains(purpose.as_str()) => Ok(()),
             Some(Allowed::Only(_)) => Err(ApiError::Forbidden),
         }
     }
+
+    /// 401/403 unless the key has the `metrics` scope (when keys are
+    /// configured): metrics name purposes and their traffic.
+    pub fn authorize_metrics(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        match self.lookup(headers)? {
+            None => Ok(()),
+            Some(grant) if grant.metrics => Ok(()),
+            Some(_) => Err(ApiError::MissingScope("metrics")),
+        }
+    }
+}
+
+/// The line without its comment: from a `#` at the start or after white
+/// space.
+fn strip_comment(line: &str) -> &str {
+    let mut prev_space = true;
+    for (i, c) in line.char_indices() {
+        if c == '#' && prev_space {
+            return &line[..i];
+        }
+        prev_space = c.is_whitespace();
+    }
+    line
 }
 
 fn hash(key: &str) -> [u8; 32] {
@@ -148,6 +225,60 @@ mod tests {
             Err(ApiError::Unauthorized)
         ));
         assert!(ApiKeys::parse("short p").is_err());
+        assert!(ApiKeys::parse("k-0123456789abcdef p read").is_err());
         assert!(ApiKeys::default().authorize(&HeaderMap::new(), &p).is_ok());
+    }
+
+    #[test]
+    fn a_file_without_a_key_is_refused() {
+        for text in ["", "\n\n", "# only a comment\n   # another\n"] {
+            let err = ApiKeys::parse(text).expect_err("no key must not open the API");
+            assert!(err.to_string().contains("holds no key"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_hash_inside_a_key_is_part_of_it() {
+        let keys = ApiKeys::parse("abc#def-0123456789 p # a comment\n").expect("parse");
+        let p = Purpose::parse("p").expect("purpose");
+        assert!(keys.authorize(&bearer("abc#def-0123456789"), &p).is_ok());
+        assert!(matches!(
+            keys.authorize(&bearer("abc"), &p),
+            Err(ApiError::Unauthorized)
+        ));
+    }
+
+    #[test]
+    fn metrics_need_the_metrics_scope_and_labels_only_named_purposes() {
+        let keys = ApiKeys::parse(
+            "writer-0123456789abc p1,p2\nscraper-0123456789ab - metrics\nall-0123456789abcdef * write,metrics\n",
+        )
+        .expect("parse");
+        assert!(matches!(
+            keys.authorize_metrics(&bearer("writer-0123456789abc")),
+            Err(ApiError::MissingScope("metrics"))
+        ));
+        assert!(keys
+            .authorize_metrics(&bearer("scraper-0123456789ab"))
+            .is_ok());
+        assert!(keys
+            .authorize_metrics(&bearer("all-0123456789abcdef"))
+            .is_ok());
+        assert!(matches!(
+            keys.authorize_metrics(&HeaderMap::new()),
+            Err(ApiError::Unauthorized)
+        ));
+        let p1 = Purpose::parse("p1").expect("purpose");
+        assert!(matches!(
+            keys.authorize(&bearer("scraper-0123456789ab"), &p1),
+            Err(ApiError::Forbidden)
+        ));
+        let named = keys.named_purposes().expect("keys configured");
+        assert_eq!(named.len(), 2);
+        assert!(named.contains("p1") && named.contains("p2"));
+        assert!(ApiKeys::default().named_purposes().is_none());
+        assert!(ApiKeys::default()
+            .authorize_metrics(&HeaderMap::new())
+            .is_ok());
     }
 }

@@ -1,7 +1,7 @@
 //! `/livez`, `/readyz`, `/metrics`.
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use super::problem::problem_response;
 use super::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::openapi::NotReadyProblem;
+use crate::openapi::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
 use crate::telemetry::POOL_CONNECTIONS;
 
 /// Liveness answer.
@@ -46,6 +46,20 @@ pub struct Ready {
     /// Watches (long-polls and event streams) open on this instance.
     #[schema(minimum = 0, example = 0)]
     pub watchers: usize,
+    /// `keys` when API keys are configured; `open` when anyone who can
+    /// reach the service may use every purpose (DESIGN §14).
+    #[schema(value_type = AuthMode, inline)]
+    pub auth: &'static str,
+}
+
+/// Whether the API requires keys.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthMode {
+    /// API keys are required.
+    Keys,
+    /// No key is configured: the API is open.
+    Open,
 }
 
 /// `ready`: a writable primary answered within the command timeout.
@@ -81,7 +95,7 @@ pub async fn livez() -> Response {
     operation_id = "readyz",
     tag = "operations",
     responses(
-        (status = 200, description = "Ready to serve leases.", body = Ready, example = json!({"status": "ready", "topology": "memory", "writable": true, "waiters": 0, "watchers": 0})),
+        (status = 200, description = "Ready to serve leases.", body = Ready, example = json!({"status": "ready", "topology": "memory", "writable": true, "waiters": 0, "watchers": 0, "auth": "keys"})),
         (status = 503, description = "`not_ready`: the store is not reachable or not writable.", body = NotReadyProblem, content_type = "application/problem+json"),
     ),
     security(())
@@ -95,6 +109,7 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
             writable: true,
             waiters: app.service.waiters().waiting(),
             watchers: app.service.waiters().watch().watchers(),
+            auth: app.api_keys.mode(),
         })
         .into_response();
     }
@@ -123,16 +138,31 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
 /// outcome and purpose, operation and store latency histograms, pool
 /// connections and waits, current waiters, HTTP requests by method, route
 /// template and status, and build info. Served here unless
-/// `LEASEHOLD_METRICS_LISTEN` moves it to a separate listener.
+/// `LEASEHOLD_METRICS_LISTEN` moves it to a separate listener. With API keys,
+/// only a key with the `metrics` scope reads it here.
 #[utoipa::path(
     get,
     path = "/metrics",
     operation_id = "metrics",
     tag = "operations",
     responses((status = 200, description = "Prometheus text format.", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String,
-        example = "# HELP leasehold_build_info Build information; the value is always 1.\n# TYPE leasehold_build_info gauge\nleasehold_build_info{version=\"0.1.0\"} 1\n")),
-    security(())
+        example = "# HELP leasehold_build_info Build information; the value is always 1.\n# TYPE leasehold_build_info gauge\nleasehold_build_info{version=\"0.1.0\"} 1\n"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key lacks the `metrics` scope.", body = ForbiddenProblem, content_type = "application/problem+json"),
+    ),
+    security((), ("apiKey" = []))
 )]
+pub async fn metrics_on_api(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    // Metrics name every purpose and its traffic: with API keys, only a key
+    // with the `metrics` scope reads them here (the separate metrics
+    // listener, for a scraper inside the cluster, needs none).
+    if let Err(refused) = app.api_keys.authorize_metrics(&headers) {
+        return refused.into_response();
+    }
+    metrics(State(app)).await
+}
+
+/// `/metrics` on the separate metrics listener.
 pub async fn metrics(State(app): State<AppState>) -> Response {
     if let Some((open, idle)) = app.service.store().pool_state() {
         metrics::gauge!(POOL_CONNECTIONS, "state" => "in_use")

@@ -233,7 +233,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .route(ROUTES[5], get(docs::page))
         .route(PROBLEM_ROUTE, get(problems::page));
     if metrics_on_api {
-        routes = routes.route(ROUTES[6], get(health::metrics));
+        routes = routes.route(ROUTES[6], get(health::metrics_on_api));
     }
     routes
         .fallback(|| async { ApiError::NotFound })

@@ -286,6 +286,8 @@ pub enum ApiError {
     Unauthorized,
     /// The API key may not use this purpose (403).
     Forbidden,
+    /// The API key lacks the named scope (403).
+    MissingScope(&'static str),
     /// The request took longer than the per-request timeout (503).
     RequestTimeout,
     /// A bug: answered without internal text (500).
@@ -371,6 +373,17 @@ impl IntoResponse for ApiError {
                 "This API key may not use this purpose.",
                 none,
             ),
+            Self::MissingScope(scope) => {
+                let mut members = Map::new();
+                members.insert("scope".into(), Value::from(scope));
+                problem_response(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    "Forbidden",
+                    &format!("This API key lacks the '{scope}' scope."),
+                    members,
+                )
+            }
             Self::RequestTimeout => {
                 let mut r = problem_response(
                     StatusCode::SERVICE_UNAVAILABLE,

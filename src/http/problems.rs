@@ -149,8 +149,8 @@ impl ProblemType {
             Self::Forbidden => page(
                 "403",
                 "Forbidden",
-                "The API key is valid but may not use this lease's purpose.",
-                "Use a key allowed this purpose, or ask the operator to allow it in the keys file.",
+                "The API key is valid but may not use this lease's purpose, or lacks the scope the route needs (the problem's <code>scope</code> member names it, e.g. <code>metrics</code>).",
+                "Use a key allowed this purpose or scope, or ask the operator to grant it in the keys file.",
             ),
             Self::NotFound => page(
                 "404",
