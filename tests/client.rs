@@ -1206,7 +1206,16 @@ async fn validity_running_out_with_a_renew_in_flight_cancels_and_stores_lost() {
     );
     println!("validity ran out with a renew in flight: token cancelled {took:?} after the freeze");
     assert_eq!(registration.ended().await, EndReason::Expired);
-    // The stored state is LOST, and renew is refused without a request.
+    // The work was stopped one drift budget (10 ms for this TTL) before
+    // local validity ends, never after it: what is left is at most that.
+    let left = handle.valid_for();
+    assert!(
+        left <= Duration::from_millis(10),
+        "stopped {left:?} before validity's end"
+    );
+    // Once validity's end has passed (a deadline, not a synchronisation),
+    // the stored state is LOST, and renew is refused without a request.
+    tokio::time::sleep(left + Duration::from_millis(1)).await;
     assert_eq!(handle.state(), LeaseState::Lost);
     assert_eq!(handle.valid_for(), Duration::ZERO);
     assert_eq!(

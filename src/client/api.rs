@@ -32,10 +32,17 @@ pub struct ClientSettings {
     /// certificate. Default: the system's trust store, no client
     /// certificate. Files are read when the [`Client`] is built.
     pub tls: TlsSettings,
-    /// The service's drift budget (its `--drift-budget-ms`): a handle
-    /// counts its lease as valid for `min(ttl, remainingMs) - drift_budget`
-    /// from when the request was sent. Default 10 ms, the service default.
+    /// The least drift budget (the service's `--drift-budget-ms`): a handle
+    /// counts its lease as valid for `min(ttl, remainingMs) - drift` from
+    /// when the request was sent, where `drift = max(drift_budget,
+    /// drift_fraction × ttl)` ([`ClientSettings::drift_for`]), and a
+    /// watchdog stops the protected work one `drift` before that (DESIGN
+    /// §14). Default 10 ms, the service default.
     pub drift_budget: Duration,
+    /// The part of the TTL allowed for clock drift between this process
+    /// and Redis, beyond [`ClientSettings::drift_budget`]. Default 0.01
+    /// (1 %): a 30 s lease is valid locally for 29.7 s from its send.
+    pub drift_fraction: f64,
     /// How long one request may take from connecting to the end of the
     /// reply; an acquire adds its `waitMs`. Default 5 s.
     pub request_timeout: Duration,
@@ -56,11 +63,25 @@ impl ClientSettings {
             base_url: base_url.into(),
             tls: TlsSettings::default(),
             drift_budget: Duration::from_millis(10),
+            drift_fraction: 0.01,
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(1),
             api_key: None,
             max_reply_bytes: 64 * 1024,
         }
+    }
+}
+
+impl ClientSettings {
+    /// The drift allowed a lease of `ttl`: `max(drift_budget, drift_fraction
+    /// × ttl)`. A fraction that is not a number in [0, 0.5] counts as 0.01.
+    pub fn drift_for(&self, ttl: Duration) -> Duration {
+        let fraction = if (0.0..=0.5).contains(&self.drift_fraction) {
+            self.drift_fraction
+        } else {
+            0.01
+        };
+        self.drift_budget.max(ttl.mul_f64(fraction))
     }
 }
 
@@ -70,6 +91,7 @@ impl fmt::Debug for ClientSettings {
             .field("base_url", &self.base_url)
             .field("tls", &self.tls)
             .field("drift_budget", &self.drift_budget)
+            .field("drift_fraction", &self.drift_fraction)
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
@@ -633,5 +655,35 @@ impl Client {
             leases: reply.listed(&op)?,
             next_cursor: reply.wire().next_cursor.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drift_is_a_floor_or_one_percent_of_the_ttl() {
+        let s = ClientSettings::new("http://127.0.0.1:1");
+        assert_eq!(
+            s.drift_for(Duration::from_millis(300)),
+            Duration::from_millis(10)
+        );
+        assert_eq!(
+            s.drift_for(Duration::from_secs(30)),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            s.drift_for(Duration::from_secs(7 * 24 * 3600)),
+            Duration::from_millis(6_048_000)
+        );
+        let odd = ClientSettings {
+            drift_fraction: f64::NAN,
+            ..ClientSettings::new("http://127.0.0.1:1")
+        };
+        assert_eq!(
+            odd.drift_for(Duration::from_secs(30)),
+            Duration::from_millis(300)
+        );
     }
 }

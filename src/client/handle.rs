@@ -52,7 +52,14 @@ impl LeaseHandle {
         sent: Instant,
         ttl: Duration,
     ) -> Self {
-        let drift = client.settings().drift_budget;
+        // Proportional to the TTL the store granted (a replay reports the
+        // replayed acquisition's, which may be shorter than the one asked).
+        let granted = Duration::from_millis(lease.ttl_ms);
+        let drift = client.settings().drift_for(if granted.is_zero() {
+            ttl
+        } else {
+            granted.min(ttl)
+        });
         let core = HandleCore::new(sent, ttl, Duration::from_millis(lease.remaining_ms), drift);
         let (state_tx, _) = watch::channel(LeaseState::Active);
         Self {
@@ -191,6 +198,16 @@ impl Shared {
 
     pub(super) fn valid_until(&self) -> Instant {
         self.core().valid_until()
+    }
+
+    /// When protected work must stop: one drift budget before local
+    /// validity ends, so that it has stopped before the store may hand the
+    /// lease on (DESIGN §14).
+    pub(super) fn stop_at(&self) -> Instant {
+        let core = self.core();
+        core.valid_until()
+            .checked_sub(core.drift_budget())
+            .unwrap_or_else(|| core.valid_until())
     }
 
     pub(super) fn expired_locally(&self) -> bool {

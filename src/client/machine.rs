@@ -147,6 +147,11 @@ impl HandleCore {
         self.valid_until
     }
 
+    /// The drift budget this handle's validity allows for.
+    pub fn drift_budget(&self) -> Duration {
+        self.drift_budget
+    }
+
     /// Whether the handle became LOST because its local validity ran out
     /// (rather than because the server said so).
     pub fn expired_locally(&self) -> bool {

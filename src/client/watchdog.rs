@@ -26,8 +26,10 @@ pub enum EndReason {
     Lost,
     /// A renew or release got no certain reply: the handle is UNKNOWN.
     Unknown,
-    /// Local validity ran out before a renew succeeded (the handle is
-    /// LOST), or the handle was dropped and the validity it had ran out.
+    /// Local validity was about to run out (within one drift budget, so
+    /// that the work stops before the store may hand the lease on) before a
+    /// renew succeeded, or the handle was dropped and the validity it had
+    /// was about to run out.
     Expired,
     /// The handle was released.
     Released,
@@ -180,7 +182,7 @@ impl Watchdog {
             events: self.inner.events.clone(),
             end_tx,
             jitter: Jitter::seeded(id),
-            valid_until: shared.valid_until(),
+            valid_until: shared.stop_at(),
             permit: Some(permit),
         };
         runtime.spawn(task.run());
@@ -266,7 +268,8 @@ struct Task {
     events: broadcast::Sender<WatchdogEvent>,
     end_tx: watch::Sender<Option<EndReason>>,
     jitter: Jitter,
-    /// The validity deadline last seen, for when the handle is gone.
+    /// The stop deadline last seen (one drift budget before validity
+    /// ends), for when the handle is gone.
     valid_until: Instant,
     /// The registration slot, freed before the end is announced.
     permit: Option<OwnedSemaphorePermit>,
@@ -311,7 +314,8 @@ impl Task {
             };
             let (state, _) = shared.snapshot();
             let valid_until = shared.valid_until();
-            self.valid_until = valid_until;
+            let stop_at = shared.stop_at();
+            self.valid_until = stop_at;
             let expired = shared.expired_locally();
             drop(shared);
             match state {
@@ -333,11 +337,11 @@ impl Task {
                     if changed.is_err() {
                         // The handle was dropped: renew no more, and end when
                         // the validity it had runs out.
-                        return self.outlive(valid_until).await;
+                        return self.outlive(stop_at).await;
                     }
                 }
-                // The next look stores LOST.
-                _ = sleep_until(valid_until) => {}
+                // Stop the work one drift budget before validity ends.
+                _ = sleep_until(stop_at) => return EndReason::Expired,
                 _ = sleep_until(renew_at) => {
                     next_renew = None;
                     let Some(shared) = self.shared.upgrade() else { continue };
@@ -345,9 +349,9 @@ impl Task {
                         biased;
                         _ = self.stop.cancelled() => return EndReason::Stopped,
                         _ = self.token.cancelled() => return EndReason::CancelledByCaller,
-                        // Validity ran out with the renew in flight: the
-                        // next look stores LOST; the request is abandoned.
-                        _ = sleep_until(valid_until) => continue,
+                        // Validity is about to run out with the renew in
+                        // flight: the work stops; the request is abandoned.
+                        _ = sleep_until(stop_at) => return EndReason::Expired,
                         // The user released it (or it ended otherwise)
                         // meanwhile: stop waiting for this renew.
                         _ = self.state_rx.changed() => continue,
