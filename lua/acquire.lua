@@ -141,7 +141,7 @@ for i = 1, rec and #rec or 0, 2 do
         -- A replay tells its caller that it holds this permit: mark the
         -- permit claimed for as long as it lives, so that the clean-up
         -- release of a waiter that left (release.lua, mode 'a') leaves it
-        -- alone (DESIGN §14). Refused, the replay is not answered: without
+        -- alone (docs/design.md §14). Refused, the replay is not answered: without
         -- the mark a clean-up could take the permit from a caller told it
         -- holds it. (v2 scripts ignore the key: an additive change.)
         local claimed = redis.pcall('SET', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1))

@@ -1,4 +1,4 @@
--- queue: the fair queue of waiters of one resource (DESIGN.md §12), kept only
+-- queue: the fair queue of waiters of one resource (docs/design.md §12), kept only
 -- while some instance has waiters for it.
 -- KEYS[1] queue     <ns>:queue:v2:{<purpose>:<digest>}  sorted set
 -- KEYS[2] sequence  <ns>:seq:v2:{<purpose>:<digest>}    (see acquire.lua)

@@ -3,7 +3,7 @@
 -- ARGV[1] owner token  ARGV[2] operation id
 -- ARGV[3] event channel  ARGV[4] resource tag ("<purpose>:<digest>")
 -- ARGV[5] mode: '' the caller's release; 'a' the clean-up of an acquisition
---         whose waiter left before hearing of it (DESIGN §14): the permit
+--         whose waiter left before hearing of it (docs/design.md §14): the permit
 --         goes only if nobody has been told it is held since, i.e. it was
 --         never renewed and no replay claimed it (acquire.lua's claim key).
 -- ARGV[6] nonce; every reply starts with tag(status) = nonce * 16 + status + 9

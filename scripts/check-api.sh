@@ -432,7 +432,7 @@ step "promtool check metrics on a live scrape after the lease cycle" scrape_chec
 # a failure being hidden:
 # - use_after_free (ST301): a lease is a slot, not a created object;
 #   inspecting a released lease answers 200 {"outcome":"inspected","held":false}
-#   by design (DESIGN.md section 2), not 404. The only other verb it could
+#   by design (docs/design.md section 2), not 404. The only other verb it could
 #   apply to, renew after release, answers 404 lost (tests/contract.rs checks
 #   that). schemathesis 4.32 ignores a per-operation switch for this check in
 #   the stateful phase, so it is excluded for the run.
@@ -447,7 +447,7 @@ step "promtool check metrics on a live scrape after the lease cycle" scrape_chec
 # reproduces (LEASEHOLD_FUZZ_SEED=N explores others). One worker: CPython 3.11's ast.parse is not thread-safe, and
 # hypothesis calls it to describe strategies ("AST constructor recursion depth
 # mismatch" with two workers).
-# - listLeases' `cursor` is a token the service issued (DESIGN.md section 9:
+# - listLeases' `cursor` is a token the service issued (docs/design.md section 9:
 #   a forged one is refused, 400), which no schema can describe, like a
 #   signed token; a random string the pattern admits is not a cursor. So the
 #   fuzzer sends a real one (an embedded-store cursor for `invoice-export`)

@@ -7,7 +7,7 @@ use leasehold::domain::ResourceDigest;
 
 /// mimalloc rather than glibc malloc: a request allocates ~100 small,
 /// short-lived blocks across threads, where glibc's arena locks and
-/// consolidation cost a fifth of the CPU (benches/PERFORMANCE.md).
+/// consolidation cost a fifth of the CPU (docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -97,7 +97,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     // writes each command on its own; the former runs woken tasks in order,
     // so the requests of one I/O wake-up are written to Redis together.
     // Measured at a fixed 10 000 acquires/s: about 10 % less CPU per request
-    // both in leasehold and in Redis (benches/PERFORMANCE.md).
+    // both in leasehold and in Redis (docs/performance.md).
     let threads = match args.worker_threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,

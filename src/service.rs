@@ -92,7 +92,7 @@ impl AcquireRequest {
 
 /// A waiter's place in the resource's fair queue. Dropped without being
 /// taken (deadline, disconnect, shutdown), it leaves the queue in the
-/// background, retried until the store confirms it (DESIGN §14).
+/// background, retried until the store confirms it (docs/design.md §14).
 struct Place {
     store: Store,
     resource: ResourceId,
@@ -186,7 +186,7 @@ impl Drop for Place {
     }
 }
 
-/// How a wait retries store calls that failed (DESIGN §14).
+/// How a wait retries store calls that failed (docs/design.md §14).
 struct Retries {
     pause: Duration,
     /// An acquire of this wait may have applied and no later answer said
@@ -857,7 +857,7 @@ impl LeaseService {
 
 /// Takes back what a waiting acquire got after its caller had gone, unless
 /// someone has been told since that it is held (a replay of the same
-/// attempt claimed it, or it was renewed): DESIGN §14. Tried a few times; a
+/// attempt claimed it, or it was renewed): docs/design.md §14. Tried a few times; a
 /// permit left behind ends with its TTL.
 async fn release_abandoned(store: &Store, resource: &ResourceId, attempt: &Attempt) {
     let mut pause = RETRY_FIRST;

@@ -26,7 +26,7 @@ pub const CONTENDED: &str = "leasehold_lease_contended_total";
 pub const HTTP_REQUESTS: &str = "leasehold_http_requests_total";
 /// HTTP request latency by method and route template.
 pub const HTTP_DURATION: &str = "leasehold_http_request_duration_seconds";
-// Watches (DESIGN.md §9).
+// Watches (docs/design.md §9).
 /// Watches (long-polls and event streams) open on this instance.
 pub const WATCHERS: &str = "leasehold_watchers";
 /// Resources with at least one watcher on this instance (one store reader each).

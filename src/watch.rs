@@ -1,5 +1,5 @@
 //! Watches: who on this instance follows which resource, and how a change
-//! reaches them (DESIGN.md §9).
+//! reaches them (docs/design.md §9).
 //!
 //! Per watched resource this instance runs one *group*: a task that reads
 //! the store once per change and hands the new state to every watcher of

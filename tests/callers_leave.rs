@@ -1,4 +1,4 @@
-//! Honest when callers leave (DESIGN §14): what the service does on its own
+//! Honest when callers leave (docs/design.md §14): what the service does on its own
 //! after a caller has gone never undoes what another request was told, and
 //! a wait survives a store hiccup. Real `redis-server` processes behind a
 //! RESP-aware proxy that delays, loses or cuts replies.

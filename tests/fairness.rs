@@ -1,4 +1,4 @@
-//! Fair queues and lock-delay (DESIGN.md §12): waiters acquire in the order
+//! Fair queues and lock-delay (docs/design.md §12): waiters acquire in the order
 //! they started waiting, across instances (two on one Redis, and on a Redis
 //! Cluster); non-waiting acquires do not overtake them; a SIGKILLed
 //! instance's head waiter stops holding up the queue within 2 s; lock-delay

@@ -1,4 +1,4 @@
-//! Checked histories under faults (issue #13, DESIGN.md §8), in the manner of
+//! Checked histories under faults (issue #13, docs/design.md §8), in the manner of
 //! Jepsen's lock and lease checkers.
 //!
 //! Concurrent clients (12 tasks) run realistic lease cycles on 3 resources

@@ -1,5 +1,5 @@
 //! Honest answers where the request and the store fall out of step
-//! (DESIGN.md §8), beyond the refusal and history suites:
+//! (docs/design.md §8), beyond the refusal and history suites:
 //!
 //! - a body that arrives slower than the request timeout is a 408: the
 //!   request never reached the store, so it is never `indeterminate`;

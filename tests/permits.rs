@@ -1,4 +1,4 @@
-//! Counting and shared leases (DESIGN.md §11), on the embedded store and on
+//! Counting and shared leases (docs/design.md §11), on the embedded store and on
 //! a real `redis-server`: `limit` admits exactly that many holders, each
 //! with its own TTL, replay, renew, release and fencing token; shared and
 //! exclusive holders exclude each other; a queued writer is not starved by

@@ -1,4 +1,4 @@
-//! Definite refusals by Redis (DESIGN.md §8): a full Redis, NOREPLICAS,
+//! Definite refusals by Redis (docs/design.md §8): a full Redis, NOREPLICAS,
 //! MISCONF, BUSY and NOPERM, each on a real `redis-server` configured to
 //! refuse. Every verb the refusal can hit answers `503 unavailable` as
 //! problem+json with `Retry-After`; the refusal costs no reconnect per

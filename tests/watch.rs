@@ -1,4 +1,4 @@
-//! Watches (DESIGN.md §9): the long-poll of inspect and the event stream,
+//! Watches (docs/design.md §9): the long-poll of inspect and the event stream,
 //! on the embedded store and on real Redis processes (one server, two
 //! instances on it, and two instances on a Cluster). Every wait is on a
 //! server-side event (an answer, an event line, /readyz), bounded; never

@@ -1,7 +1,7 @@
 //! [`Election`] and [`Observer`](super::Observer): leader election on one lease, after
 //! client-go's `leaderelection` and etcd's `concurrency.Election`.
 //!
-//! The recipe (DESIGN.md §10) in leasehold's own verbs:
+//! The recipe (docs/design.md §10) in leasehold's own verbs:
 //!
 //! | election | lease verb |
 //! | --- | --- |

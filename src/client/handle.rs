@@ -202,7 +202,7 @@ impl Shared {
 
     /// When protected work must stop: one drift budget before local
     /// validity ends, so that it has stopped before the store may hand the
-    /// lease on (DESIGN §14).
+    /// lease on (docs/design.md §14).
     pub(super) fn stop_at(&self) -> Instant {
         let core = self.core();
         core.valid_until()

@@ -48,7 +48,7 @@ impl Bounds {
     }
 }
 
-/// How many may hold a resource at once, and how (DESIGN.md §11), and the
+/// How many may hold a resource at once, and how (docs/design.md §11), and the
 /// lock-delay after an expiry (§12). The default is a plain lease: one
 /// exclusive holder, no delay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

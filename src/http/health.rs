@@ -47,7 +47,7 @@ pub struct Ready {
     #[schema(minimum = 0, example = 0)]
     pub watchers: usize,
     /// `keys` when API keys are configured; `open` when anyone who can
-    /// reach the service may use every purpose (DESIGN §14).
+    /// reach the service may use every purpose (docs/design.md §14).
     #[schema(value_type = AuthMode, inline)]
     pub auth: &'static str,
 }

@@ -140,7 +140,7 @@ fn acceptable_request_id(value: &HeaderValue) -> bool {
 /// The lease route template.
 const LEASE_ROUTE: &str = "/leases/{purpose}/{digest}";
 
-/// A lease's event stream (DESIGN.md §9).
+/// A lease's event stream (docs/design.md §9).
 const WATCH_ROUTE: &str = "/leases/{purpose}/{digest}/events";
 
 /// Every route template served, as `'static` metric labels.
@@ -277,7 +277,7 @@ pub fn metrics_router(app: AppState) -> Router {
 /// - tracing: a DEBUG span per request (method, route template, request
 ///   id) and a DEBUG line per answer. DEBUG, not INFO: at the default level
 ///   a request then costs no log work (an INFO span and line were 28 % of
-///   the service's CPU per request; benches/PERFORMANCE.md). Store failures
+///   the service's CPU per request; docs/performance.md). Store failures
 ///   behind a 5xx are logged at WARN by the service;
 /// - the per-request timeout: a lease verb that may have mutated (PUT,
 ///   PATCH, DELETE) and timed out is `indeterminate` with its operation id,

@@ -1,4 +1,4 @@
-//! Watching a lease (DESIGN.md §9): the long-poll of inspect
+//! Watching a lease (docs/design.md §9): the long-poll of inspect
 //! (`?changedSince=V&waitMs=N`) and the event stream
 //! `GET /leases/{purpose}/{digest}/events`. Both are watchers of
 //! [`crate::watch::WatchHub`]: one store read per change per instance,

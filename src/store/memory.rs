@@ -39,7 +39,7 @@ struct Permit {
     holder: Option<HolderLabel>,
     /// Someone was told since the acquisition that this permit is held (a
     /// replay answered, or a renew): a clean-up after a waiter left must
-    /// leave it alone (DESIGN §14).
+    /// leave it alone (docs/design.md §14).
     claimed: bool,
 }
 

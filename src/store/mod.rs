@@ -377,7 +377,7 @@ impl Store {
     }
 
     /// The clean-up release of what a waiting acquire got after its caller
-    /// had gone (DESIGN §14): the permit goes only if nobody has been told
+    /// had gone (docs/design.md §14): the permit goes only if nobody has been told
     /// since that it is held (no replay claimed it, never renewed). True
     /// when it went.
     pub async fn release_abandoned(

@@ -482,7 +482,7 @@ pub fn check_honesty(events: &[Event]) -> Vec<Violation> {
     out
 }
 
-/// The documented (verb, status, outcome) triples, DESIGN.md §2 and
+/// The documented (verb, status, outcome) triples, docs/design.md §2 and
 /// `src/domain/outcome.rs`; any lease verb may also meet
 /// `503 unavailable`, `503 overloaded` and `504 indeterminate`.
 pub fn documented(verb: Verb, status: u16, outcome: &str) -> bool {
@@ -556,7 +556,7 @@ pub fn check_typed(events: &[Event]) -> Vec<Violation> {
     out
 }
 
-/// Refusals (DESIGN.md §8): while the store definitely refuses writes and
+/// Refusals (docs/design.md §8): while the store definitely refuses writes and
 /// still answers (OOM, NOREPLICAS), a request sent and answered inside the
 /// window is never `indeterminate`: Redis said no, so the answer is
 /// `unavailable` (or an outcome that needed no write).
