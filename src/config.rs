@@ -141,6 +141,13 @@ pub struct ServeArgs {
     /// Concurrent server-side waits; more are answered `overloaded`.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: usize,
+    /// Release what a waiting acquire got after its caller had gone, unless
+    /// a replay claimed it since (`true`); `false` (this release's default)
+    /// leaves it to expire with its TTL. Turn it on once no instance of the
+    /// previous release serves the same store: their replays do not claim
+    /// (migrations-none.md).
+    #[arg(long, env = "LEASEHOLD_RELEASE_ABANDONED", default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub release_abandoned: bool,
     /// Concurrent watches (long-polls and event streams); more are answered `overloaded`.
     #[arg(long, env = "LEASEHOLD_MAX_WATCHERS", default_value_t = 16_384)]
     pub max_watchers: usize,
