@@ -11,8 +11,8 @@
 # target/previous-release/<commit>/src and built there, server only
 # (`--no-default-features`: no client, the fastest build that serves), debug,
 # with its own CARGO_TARGET_DIR so it never invalidates the main build. The
-# binary is cached at target/previous-release/<commit>/leasehold; a second
-# run only prints the path.
+# binary is cached at target/previous-release/<commit>/leasehold, with that
+# commit's lua/ beside it; a second run only prints the path.
 #
 # Progress goes to stderr; stdout is the path alone.
 set -euo pipefail
@@ -34,7 +34,7 @@ short="${commit:0:7}"
 
 DIR="$ROOT/target/previous-release/$short"
 BIN="$DIR/leasehold"
-if [[ -x "$BIN" ]]; then
+if [[ -x "$BIN" && -d "$DIR/lua" ]]; then
   echo "$BIN"
   exit 0
 fi
@@ -54,6 +54,10 @@ git archive --format=tar "$commit" | tar -x -C "$SRC"
 )
 # Copied under a temporary name, then renamed: an interrupted run leaves no
 # half-written binary behind the cache check above.
+# Its Lua scripts beside it: a test that watches Redis traffic knows its
+# scripts by their SHA1, which Redis computes from the source.
+rm -rf "$DIR/lua"
+cp -r "$SRC/lua" "$DIR/lua"
 cp "$ROOT/target/previous-release/cargo-target/debug/leasehold" "$BIN.tmp"
 mv "$BIN.tmp" "$BIN"
 rm -rf "$SRC"
