@@ -294,7 +294,9 @@ pub async fn run_with(
         });
     }
     tracing::info!(
-        addr = ?listener.local_addr().ok(),
+        addr = %listener
+            .local_addr()
+            .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string()),
         tls = acceptor.is_some(),
         "leasehold listening"
     );

@@ -356,8 +356,10 @@ impl Process {
                 .lines()
                 .find(|l| l.contains("leasehold listening"))
                 .and_then(|l| {
-                    let start = l.find("Some(")? + 5;
-                    let len = l[start..].find(')')?;
+                    let start = l.find("addr=")? + 5;
+                    let len = l[start..]
+                        .find(char::is_whitespace)
+                        .unwrap_or(l.len() - start);
                     Some(l[start..start + len].to_owned())
                 });
             if let Some(addr) = found {
