@@ -172,8 +172,8 @@ impl Instance {
             base: String::new(),
         };
         let deadline = Instant::now() + PATIENCE;
-        // The listener's address is in the start-up line (both releases
-        // write `leasehold listening addr=Some(127.0.0.1:<port>)`).
+        // The listener's address is in the start-up line (text logs, as
+        // asked below; see `listening_addr` for both releases' forms).
         let addr = loop {
             let text = instance.logs();
             if let Some(addr) = text
@@ -253,11 +253,42 @@ impl Instance {
     }
 }
 
-/// `127.0.0.1:4321` out of `... addr=Some(127.0.0.1:4321) ...`.
+/// `127.0.0.1:4321` out of the text start-up line: the previous release
+/// writes `addr=Some(127.0.0.1:4321)` (with ANSI colours even into a file),
+/// this one `addr=127.0.0.1:4321`.
 fn listening_addr(line: &str) -> Option<String> {
-    let start = line.find("Some(")? + 5;
-    let len = line[start..].find(')')?;
-    Some(line[start..start + len].to_owned())
+    // Without the colours' escape sequences (ESC '[' ... 'm').
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let rest = &plain[plain.find("addr=")? + 5..];
+    let rest = rest.strip_prefix("Some(").unwrap_or(rest);
+    let len = rest
+        .find(|c: char| c == ')' || c.is_whitespace())
+        .unwrap_or(rest.len());
+    Some(rest[..len].to_owned()).filter(|a| !a.is_empty())
+}
+
+#[test]
+fn listening_addr_reads_both_releases_start_up_lines() {
+    for line in [
+        "2026-12-04T03:21:50Z  INFO leasehold: leasehold listening addr=Some(127.0.0.1:4321) tls=false",
+        "2026-12-04T03:21:50Z  INFO leasehold: leasehold listening addr=127.0.0.1:4321 tls=false",
+        "\u{1b}[2m2026-12-04T03:22:35Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m leasehold listening \
+         \u{1b}[3maddr\u{1b}[0m\u{1b}[2m=\u{1b}[0mSome(127.0.0.1:4321) \u{1b}[3mtls\u{1b}[0m",
+    ] {
+        assert_eq!(listening_addr(line).as_deref(), Some("127.0.0.1:4321"), "{line}");
+    }
 }
 
 // ---------------------------------------------------------------------------
