@@ -55,6 +55,14 @@ stage "cargo clippy -D warnings" cargo clippy --all-targets --all-features --loc
 stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua lua/queue.lua
 
 # ------------------------------------------------------------------- tests --
+# The upgrade test (tests/upgrade.rs) runs the previous release's binary
+# beside this one; built once, cached under target/previous-release/.
+log "previous release for the upgrade test (scripts/build-previous-release.sh)"
+prev_rc=0
+LEASEHOLD_PREVIOUS_BIN="$(bash scripts/build-previous-release.sh)" || prev_rc=$?
+record "build the previous release (scripts/build-previous-release.sh)" "$prev_rc"
+export LEASEHOLD_PREVIOUS_BIN
+
 log "cargo test (all features)"
 TEST_OUT="$(mktemp)"
 rc=0
