@@ -1246,10 +1246,25 @@ async fn departed_waiter(waiter_on: Release, retry_on: Release) -> (String, Valu
     let (status, retry) = b.acquire(&d, &waiter).await;
     assert_eq!(status, 200, "{retry}");
     assert_eq!(retry["outcome"], "replayed_same_operation");
-    assert!(
-        proxy.until_answered(&release_sha, 1, PATIENCE).await,
-        "the departed waiter's clean-up release never ran on A"
-    );
+    match waiter_on {
+        // The previous release cleans up unconditionally: wait for it.
+        Release::Previous => assert!(
+            proxy.until_answered(&release_sha, 1, PATIENCE).await,
+            "the departed waiter's clean-up release never ran on A"
+        ),
+        // This release (by default) leaves the lease to its TTL: once A's
+        // wait is over and a later call through A has been answered, no
+        // clean-up was sent.
+        Release::This => {
+            while a.waiters().await != 0 {
+                assert!(Instant::now() < deadline, "the wait never ended on A");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            proxy.set_reply_delay(Duration::ZERO);
+            let _ = a.inspect(&d, &waiter).await;
+            assert_eq!(proxy.answered(&release_sha), 0, "A sent a clean-up release");
+        }
+    }
     let still = b.inspect(&d, &waiter).await;
     let third = b.attempt().await;
     let (_, other) = b.acquire(&d, &third).await;
@@ -1262,48 +1277,41 @@ async fn departed_waiter(waiter_on: Release, retry_on: Release) -> (String, Valu
     )
 }
 
-/// A caller told `replayed_same_operation` keeps its lease whatever the
-/// releases of the instance it waited on and of the one it retried through.
-/// New with new is `tests/callers_leave.rs` (run here first, as the
-/// scenario's control); then the pairs with an old instance in them, as a
-/// rolling deploy makes them. Known to fail today
-/// (see migrations-none.md, "v2 -> this release"): the previous release's
-/// replay writes no claim and its clean-up release takes no notice of one.
+/// A caller told `replayed_same_operation` keeps its lease when it waited on
+/// an instance of this release, whichever release answers its retry (a
+/// rolling deploy makes both pairs). See migrations-none.md, "v2 -> this
+/// release": the previous release's replay writes no claim, which is why
+/// this release's clean-up is off by default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "fails today: a departed waiter's clean-up across releases takes a lease \
-            its retry was told it holds (migrations-none.md); run with -- --ignored"]
-async fn departed_waiter_keeps_its_lease_in_every_pair_with_an_old_instance() {
-    // The scenario's own control: new with new keeps the lease.
-    let (third, _) = departed_waiter(Release::This, Release::This).await;
-    println!("upgrade (departed waiter): waited on new, retried through new: a third attempt is told {third}");
-    assert_eq!(
-        third, "contended",
-        "new with new: the scenario does not reproduce tests/callers_leave.rs"
-    );
-    let mut failed = Vec::new();
-    for (waiter_on, retry_on) in [
-        (Release::This, Release::Previous),
-        (Release::Previous, Release::This),
-        (Release::Previous, Release::Previous),
-    ] {
-        let (third, still) = departed_waiter(waiter_on, retry_on).await;
+async fn departed_waiter_on_this_release_keeps_its_lease_whoever_answers_the_retry() {
+    // This release leaves a departed waiter's lease to its TTL by default
+    // (LEASEHOLD_RELEASE_ABANDONED=false): whichever release answers the
+    // retry, nothing takes the lease from the caller it told.
+    for retry_on in [Release::This, Release::Previous] {
+        let (third, still) = departed_waiter(Release::This, retry_on).await;
         println!(
-            "upgrade (departed waiter): waited on {}, retried through {}: the caller then \
+            "upgrade (departed waiter): waited on new, retried through {}: the caller then \
              sees {still}; a third attempt is told {third}",
-            waiter_on.name(),
             retry_on.name()
         );
-        if third != "contended" {
-            failed.push(format!(
-                "waited on {}, retried through {}: third attempt {third}",
-                waiter_on.name(),
-                retry_on.name()
-            ));
-        }
+        assert_eq!(
+            third,
+            "contended",
+            "waited on new, retried through {}: a caller told `replayed_same_operation` \
+             lost its lease",
+            retry_on.name()
+        );
     }
-    assert!(
-        failed.is_empty(),
-        "a caller told `replayed_same_operation` lost its lease to another attempt after \
-         its departed wait's clean-up release: {failed:?}"
-    );
+    // A waiter on the previous release meets that release's own flaw (its
+    // clean-up releases unconditionally, issue 21 §1) until its last
+    // instance is gone: printed, not asserted (nothing this release does
+    // can change an old instance's clean-up).
+    for retry_on in [Release::This, Release::Previous] {
+        let (third, _) = departed_waiter(Release::Previous, retry_on).await;
+        println!(
+            "upgrade (departed waiter): waited on old, retried through {}: a third attempt is \
+             told {third} (the previous release's own clean-up)",
+            retry_on.name()
+        );
+    }
 }
