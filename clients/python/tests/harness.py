@@ -5,6 +5,7 @@ to answer (readiness polled at short intervals, bounded by a deadline)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -220,6 +221,7 @@ class SeenRequest:
     path: str
     owner_token: Optional[str]
     operation_id: Optional[str]
+    last_event_id: Optional[str] = None
     dropped: bool = False
 
 
@@ -253,10 +255,8 @@ class Proxy:
         with self._lock:
             socks = list(self._open)
         for s in socks:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
     def close(self) -> None:
@@ -294,6 +294,7 @@ class Proxy:
                     path.decode(),
                     _header(head, "lease-owner-token"),
                     _header(head, "lease-operation-id"),
+                    _header(head, "last-event-id"),
                 )
                 with self._lock:
                     if self._drop.get(seen.method, 0) > 0:
@@ -371,8 +372,9 @@ class Postgres:
 
     def stop(self) -> None:
         subprocess.run(
-            self._cmd(str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate",
-                      "stop"),
+            self._cmd(
+                str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate", "stop"
+            ),
             capture_output=True,
             timeout=30,
         )
@@ -392,16 +394,24 @@ def start_postgres() -> Postgres:
     port = free_port()
     pg = Postgres(base, port, run_as)
     subprocess.run(
-        pg._cmd(str(PG_BIN / "initdb"), "-D", str(base / "data"), "-U", "postgres",
-                "--auth=trust", "-N"),
+        pg._cmd(
+            str(PG_BIN / "initdb"), "-D", str(base / "data"), "-U", "postgres", "--auth=trust", "-N"
+        ),
         check=True,
         capture_output=True,
         timeout=120,
     )
     subprocess.run(
         pg._cmd(
-            str(PG_BIN / "pg_ctl"), "-D", str(base / "data"), "-l", str(base / "log"), "-w",
-            "-o", f"-p {port} -k {base} -c listen_addresses='' -c fsync=off", "start",
+            str(PG_BIN / "pg_ctl"),
+            "-D",
+            str(base / "data"),
+            "-l",
+            str(base / "log"),
+            "-w",
+            "-o",
+            f"-p {port} -k {base} -c listen_addresses='' -c fsync=off",
+            "start",
         ),
         check=True,
         capture_output=True,

@@ -11,12 +11,14 @@ import pytest
 from harness import Service, free_port, start_service
 from leasehold import (
     Acquired,
+    AcquireOutcome,
     AlreadyAbsent,
     AsyncClient,
     Attempt,
     Client,
     Contended,
     InvalidRequest,
+    Lease,
     LeaseState,
     LimitMismatch,
     Lost,
@@ -35,7 +37,7 @@ from leasehold import (
 P = "py-contract"
 
 
-def acquired(outcome: object) -> Acquired[object]:
+def acquired(outcome: AcquireOutcome[Lease]) -> Acquired[Lease]:
     assert isinstance(outcome, Acquired), outcome
     return outcome
 
@@ -83,7 +85,7 @@ def test_acquire_replay_renew_inspect_release(client: Client, raw_id: str) -> No
     assert anyone.held_by is None and anyone.version
 
     assert isinstance(lease.release(), Released)
-    assert lease.state is LeaseState.RELEASED
+    assert lease.state is LeaseState.RELEASED  # type: ignore[comparison-overlap]
     assert not lease.lost.is_set()
     assert isinstance(client.release(P, raw_id, attempt=attempt), AlreadyAbsent)
     with pytest.raises(Refused):
@@ -137,7 +139,7 @@ def test_local_validity_runs_out(client: Client, raw_id: str) -> None:
 
 def test_wait_server_side(client: Client, raw_id: str) -> None:
     first = acquired(client.acquire(P, raw_id, attempt=client.attempt(), ttl=30)).handle
-    result: list[object] = []
+    result: list[AcquireOutcome[Lease]] = []
     waiter = threading.Thread(
         target=lambda: result.append(
             client.acquire(P, raw_id, attempt=client.attempt(), ttl=30, wait=10)

@@ -14,7 +14,7 @@
 """
 
 from ._client import AsyncClient, Client
-from ._lease import AsyncLease, Lease
+from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import AsyncLockContext, LockContext
 from ._types import (
     Acquired,
@@ -73,6 +73,7 @@ __all__ = [
     "InvalidRequest",
     "Leader",
     "Lease",
+    "LeaseBase",
     "LeaseLost",
     "LeaseRecord",
     "LeaseState",

@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from typing import Any, Optional, Union
 
 import httpx
@@ -307,7 +307,7 @@ class Client(_Base):
         reconnect: bool = True,
         max_reconnects: int = 5,
         retry_period: float = 0.5,
-    ) -> Iterator[WatchEvent]:
+    ) -> Generator[WatchEvent, None, None]:
         """``GET …/events``: a ``state`` event, then one per change. After a cut it
         reconnects with ``Last-Event-ID`` (the service then sends a ``state`` event only
         when something changed meanwhile); ``max_reconnects`` failed reconnections in a
@@ -584,7 +584,7 @@ class AsyncClient(_Base):
         reconnect: bool = True,
         max_reconnects: int = 5,
         retry_period: float = 0.5,
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         """As ``Client.watch``, an async iterator."""
         purpose, digest = _resource(purpose, raw_id, digest)
         url = self._lease_url(purpose, digest) + "/events"

@@ -378,6 +378,11 @@ class Keeper:
                 self.last_error = error
 
 
+def _retrieve(task: asyncio.Future[RenewOutcome]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class AsyncKeeper:
     """The async watchdog: a task doing what ``Keeper`` does."""
 
@@ -418,6 +423,8 @@ class AsyncKeeper:
                 continue
             next_renew = None
             renewing = asyncio.ensure_future(lease.renew())
+            # Whoever stops waiting for it, its outcome is read (the handle has it).
+            renewing.add_done_callback(_retrieve)
             done, _ = await asyncio.wait([renewing], timeout=max(0.0, give_up_at - now))
             if not done:
                 # Abandoned: its handle goes UNKNOWN when the cancellation lands.

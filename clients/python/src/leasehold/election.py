@@ -22,7 +22,7 @@ import inspect
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
@@ -94,7 +94,8 @@ class Term:
         return self.lease.valid_until
 
 
-Callback = Callable[..., Optional[Awaitable[Any]]]
+#: A plain function, or one returning an awaitable (a coroutine function).
+Callback = Callable[..., Any]
 
 
 async def _call(callback: Optional[Callback], *args: Any) -> None:
@@ -147,7 +148,7 @@ async def _follow(
     digest: str,
     wait: float,
     retry_period: float,
-) -> AsyncIterator[Leader]:
+) -> AsyncGenerator[Leader, None]:
     """The long-poll loop shared by candidates and observers: the leader found first,
     then every change (another holder label, another term, nobody)."""
     version: Optional[str] = None
@@ -182,7 +183,7 @@ def observe(
     digest: Optional[str] = None,
     wait: float = 10.0,
     retry_period: float = 1.0,
-) -> AsyncIterator[Leader]:
+) -> AsyncGenerator[Leader, None]:
     """Follows the leader of an election without campaigning (the Rust ``Observer``):
     ``async for leader in observe(client, "leader-demo", "cron"): ...``."""
     purpose, digest = _resource(purpose, raw_id, digest)
@@ -259,7 +260,7 @@ class Election:
         """Who leads now, by one plain inspect."""
         return Leader.of(await self._client.inspect(self.purpose, digest=self.digest))
 
-    def observe(self) -> AsyncIterator[Leader]:
+    def observe(self) -> AsyncGenerator[Leader, None]:
         """An async iterator of leaders: the one found first, then every change."""
         return _follow(self._client, self.purpose, self.digest, self.wait, self.retry_period)
 
