@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -80,6 +81,8 @@ class Redis:
         os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
         self.thaw()
         self.proc.terminate()
         try:
@@ -143,7 +146,11 @@ class Service:
                 self.proc.wait()
 
 
-def start_service(redis: Optional[Redis] = None, **env: str) -> Service:
+def start_service(
+    redis: Optional[Redis] = None, ca_file: Optional[str] = None, **env: str
+) -> Service:
+    """The service on a free loopback port (HTTPS when ``LEASEHOLD_TLS_CERT_FILE`` is
+    given; ``ca_file`` then verifies it while waiting for readiness)."""
     binary = service_binary()
     port = free_port()
     namespace = "t" + uuid.uuid4().hex[:12]
@@ -163,13 +170,16 @@ def start_service(redis: Optional[Redis] = None, **env: str) -> Service:
         proc = subprocess.Popen(
             [str(binary), "serve"], env=full_env, stdout=out, stderr=subprocess.STDOUT
         )
-    service = Service(f"http://127.0.0.1:{port}", proc, namespace, redis, log)
+    scheme = "https" if "LEASEHOLD_TLS_CERT_FILE" in env else "http"
+    service = Service(f"{scheme}://127.0.0.1:{port}", proc, namespace, redis, log)
 
     def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"leasehold exited with {proc.returncode}: {log.read_text()}")
         try:
-            return httpx.get(f"{service.url}/readyz", timeout=0.5).status_code == 200
+            verify = ssl.create_default_context(cafile=ca_file) if ca_file else True
+            answer = httpx.get(f"{service.url}/readyz", timeout=0.5, verify=verify)
+            return answer.status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -270,3 +270,45 @@ def test_indeterminate_from_the_service(redis_service_fresh: Service) -> None:
         again = c.acquire(P, "frozen", attempt=attempt, ttl=5)
         assert isinstance(again, (Acquired, Replayed))
         again.handle.release()
+
+
+def test_lock_delay_and_counting_and_shared(client: Client, raw_id: str) -> None:
+    # Lock-delay: the lease expires unrenewed; others are held off with a reason.
+    short = acquired(client.acquire(P, raw_id, attempt=client.attempt(), ttl=0.1, lock_delay=10))
+    seen = client.watch(P, raw_id)
+    while next(seen).state.held:
+        pass  # until the stream reports the expiry
+    seen.close()
+    delayed = client.acquire(P, raw_id, attempt=client.attempt(), ttl=5)
+    assert isinstance(delayed, Contended) and delayed.reason == "lock_delay"
+    assert short.handle.fencing_token > 0
+    # Counting: two permits of limit 2, a third is contended; inspect lists both.
+    counted = raw_id + "-counted"
+    a = acquired(client.acquire(P, counted, attempt=client.attempt(), ttl=30, limit=2))
+    b = acquired(client.acquire(P, counted, attempt=client.attempt(), ttl=30, limit=2))
+    assert b.lease.fencing_token > a.lease.fencing_token
+    assert isinstance(
+        client.acquire(P, counted, attempt=client.attempt(), ttl=30, limit=2), Contended
+    )
+    view = client.inspect(P, counted)
+    assert view.holders == 2 and view.limit == 2
+    assert [p.fencing_token for p in view.permits] == [a.lease.fencing_token, b.lease.fencing_token]
+    # Shared: readers together, a writer is refused.
+    shared = raw_id + "-shared"
+    r1 = acquired(client.acquire(P, shared, attempt=client.attempt(), ttl=30, mode="shared"))
+    r2 = acquired(client.acquire(P, shared, attempt=client.attempt(), ttl=30, mode="shared"))
+    assert isinstance(client.acquire(P, shared, attempt=client.attempt(), ttl=30), Contended)
+    assert client.inspect(P, shared).mode == "shared"
+    for lease in (a.handle, b.handle, r1.handle, r2.handle):
+        assert isinstance(lease.release(), Released)
+
+
+def test_unavailable_from_the_service(redis_service_fresh: Service) -> None:
+    """Redis gone: the service answers 503 `unavailable` (nothing applied) + a hint."""
+    service = redis_service_fresh
+    assert service.redis is not None
+    service.redis.stop()
+    with Client(service.url) as c, pytest.raises(Unavailable) as caught:
+        c.acquire(P, "gone", attempt=c.attempt(), ttl=5)
+    assert caught.value.cause == "service"
+    assert caught.value.retry_after is not None and caught.value.retry_after > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import sys
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -264,9 +265,10 @@ class AsyncLockContext:
         cancelled the task too (then the cancellation must go on)."""
         self._cancel_pending = False
         task = self._task
-        uncancel = getattr(task, "uncancel", None)
-        if uncancel is not None:
-            return int(uncancel()) == 0
+        if sys.version_info >= (3, 11) and task is not None:
+            return task.uncancel() == 0
+        # Before 3.11 a task does not count cancellations (third-party task classes
+        # that emulate it do not count reliably): take it as ours.
         return True
 
     async def __aexit__(
