@@ -7,7 +7,7 @@ import os
 
 import psycopg
 
-from leasehold import Client
+from leasehold import Acquired, Client
 from leasehold.fencing import FENCE_TABLE_DDL, StaleFencingToken, check_fencing_token
 
 URL = os.environ.get("LEASEHOLD_URL", "http://127.0.0.1:8080")
@@ -34,11 +34,13 @@ with psycopg.connect(PG, autocommit=True) as conn:
 
 with Client(URL) as client:
     a = client.acquire("invoice-export", "customer-42", attempt=client.attempt(), ttl=0.5)
+    assert isinstance(a, Acquired)
     print("A holds, fencing token", a.lease.fencing_token)
     write_invoice(a.lease.fencing_token, 100)
     print("A wrote 100, then pauses (a GC pause, a frozen VM) and stops renewing")
 
     b = client.acquire("invoice-export", "customer-42", attempt=client.attempt(), ttl=30, wait=5)
+    assert isinstance(b, Acquired)
     print("B waited", b.waited_ms, "ms and holds, fencing token", b.lease.fencing_token)
     write_invoice(b.lease.fencing_token, 200)
     print("B wrote 200")

@@ -2,7 +2,7 @@
 
 import os
 
-from leasehold import Attempt, Client
+from leasehold import Acquired, Attempt, Client, Replayed
 
 URL = os.environ.get("LEASEHOLD_URL", "http://127.0.0.1:8080")
 
@@ -12,12 +12,15 @@ with Client(URL) as client:
     outcome = client.acquire(
         "invoice-export", "order-42", attempt=attempt, ttl=30, holder="worker-7"
     )
+    if not isinstance(outcome, Acquired):  # Contended, OwnerOperationConflict, ...
+        raise SystemExit(f"not acquired: {outcome}")
     print(outcome.outcome, outcome.lease.fencing_token, outcome.lease.remaining_ms)
     lease = outcome.handle
     print(lease)
 
     # The same attempt again (say, after a lost reply): a replay, not a second lease.
     again = client.acquire("invoice-export", "order-42", attempt=attempt, ttl=30, holder="worker-7")
+    assert isinstance(again, Replayed)
     print(again.outcome, again.lease.fencing_token, again.lease.remaining_ms)
 
     # Anyone else is told how long to wait.

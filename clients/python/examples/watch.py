@@ -4,7 +4,7 @@ import os
 import threading
 import time
 
-from leasehold import Attempt, Client
+from leasehold import Acquired, Attempt, Client
 
 URL = os.environ.get("LEASEHOLD_URL", "http://127.0.0.1:8080")
 
@@ -13,6 +13,7 @@ with Client(URL) as client:
     def changes() -> None:
         attempt = Attempt.generate("watch-demo")
         got = client.acquire("invoice-export", "order-77", attempt=attempt, ttl=30, holder="w-1")
+        assert isinstance(got, Acquired)
         time.sleep(0.1)  # a demo: changes closer together than one read arrive as one event
         got.handle.renew(holder="w-2")
         time.sleep(0.1)
