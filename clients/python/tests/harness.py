@@ -252,6 +252,8 @@ class Proxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self.seen: list[SeenRequest] = []
         self._drop: dict[str, int] = {}
+        self._every: dict[str, int] = {}
+        self._count: dict[str, int] = {}
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._closed = False
@@ -260,6 +262,11 @@ class Proxy:
     def drop_replies(self, method: str, times: int) -> None:
         with self._lock:
             self._drop[method] = self._drop.get(method, 0) + times
+
+    def drop_every(self, method: str, n: int) -> None:
+        """From now on, drop the reply to every ``n``-th request of ``method``."""
+        with self._lock:
+            self._every[method] = n
 
     def cut(self) -> None:
         with self._lock:
@@ -307,8 +314,12 @@ class Proxy:
                     _header(head, "last-event-id"),
                 )
                 with self._lock:
+                    count = self._count[seen.method] = self._count.get(seen.method, 0) + 1
+                    every = self._every.get(seen.method)
                     if self._drop.get(seen.method, 0) > 0:
                         self._drop[seen.method] -= 1
+                        seen.dropped = True
+                    elif every and count % every == 0:
                         seen.dropped = True
                     self.seen.append(seen)
                 upstream.sendall(head + body)

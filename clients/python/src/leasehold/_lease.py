@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import random
 import threading
 import time
@@ -30,6 +31,8 @@ from ._types import (
 
 if TYPE_CHECKING:
     from ._client import AsyncClient, Client
+
+log = logging.getLogger("leasehold")
 
 #: The shortest pause between two renewals of one lease.
 MIN_PAUSE = 0.005
@@ -155,7 +158,10 @@ class LeaseBase:
         if state in (LeaseState.LOST, LeaseState.UNKNOWN):
             self._signal_lost()
             for callback in callbacks:
-                callback(self)
+                try:
+                    callback(self)
+                except Exception:  # one callback's failure must not silence the others
+                    log.exception("a lease-lost callback raised")
         else:
             self._signal_released()
 
