@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from leasehold import LeaseState
-from leasehold._machine import HandleCore, ReleaseReply, RenewReply, default_drift
+from leasehold import Client, LeaseState
+from leasehold._machine import HandleCore, ReleaseReply, RenewReply
 
 A, L, R, U = LeaseState.ACTIVE, LeaseState.LOST, LeaseState.RELEASED, LeaseState.UNKNOWN
 
@@ -17,7 +17,15 @@ def test_validity_counts_from_the_send() -> None:
     c = core()
     assert c.valid_until == 108.9
     assert c.observe(108.8) is A and c.observe(108.9) is L and c.expired_locally
-    assert default_drift(0.5) == 0.010 and default_drift(30) == 0.3
+
+
+def test_drift_is_a_floor_or_one_percent_of_the_ttl() -> None:
+    with Client("http://127.0.0.1:1") as c:
+        assert c.drift_for(0.3) == 0.010
+        assert c.drift_for(30) == 0.3
+        assert c.drift_for(7 * 24 * 3600) == 6048.0
+    with Client("http://127.0.0.1:1", drift_budget=0.05, drift_fraction=float("nan")) as odd:
+        assert odd.drift_fraction == 0.01 and odd.drift_for(1) == 0.05
 
 
 def test_renew_transitions() -> None:

@@ -15,7 +15,6 @@ import httpx
 from . import _wire as wire
 from ._lease import AsyncLease, Lease
 from ._lock import AsyncLockContext, LockContext, LostCallback
-from ._machine import default_drift
 from ._sse import RawEvent, SseParser
 from ._types import (
     Acquired,
@@ -23,6 +22,7 @@ from ._types import (
     Attempt,
     Inspected,
     LeaseholdError,
+    LeaseRecord,
     Listed,
     ListedLease,
     ReleaseOutcome,
@@ -62,7 +62,8 @@ class _Base:
         api_key: Optional[str],
         timeout: float,
         connect_timeout: float,
-        drift_budget: Optional[float],
+        drift_budget: float,
+        drift_fraction: float,
     ) -> None:
         self.base_url = wire.check_base_url(base_url)
         if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
@@ -70,12 +71,19 @@ class _Base:
         self._api_key = api_key
         self.timeout = timeout
         self.connect_timeout = connect_timeout
-        self._drift_budget = drift_budget
+        self.drift_budget = drift_budget
+        self.drift_fraction = drift_fraction if 0.0 <= drift_fraction <= 0.5 else 0.01
 
     def drift_for(self, ttl: float) -> float:
-        """The drift budget for a lease of ``ttl`` seconds: the configured one, else
-        max(10 ms, 1 % of the TTL)."""
-        return default_drift(ttl) if self._drift_budget is None else self._drift_budget
+        """The drift allowed a lease of ``ttl`` seconds: ``max(drift_budget,
+        drift_fraction * ttl)`` (by default max(10 ms, 1 % of the TTL), DESIGN §14)."""
+        return max(self.drift_budget, self.drift_fraction * ttl)
+
+    def _drift(self, record: LeaseRecord, ttl: float) -> float:
+        # Proportional to the TTL the store granted (a replay reports the replayed
+        # acquisition's, which may be shorter than the one asked), as the Rust client.
+        granted = record.ttl_ms / 1000
+        return self.drift_for(min(granted, ttl) if granted > 0 else ttl)
 
     def _timeout(self, extra: float = 0.0) -> httpx.Timeout:
         total = self.timeout + extra
@@ -102,8 +110,9 @@ class Client(_Base):
     ``connect_timeout``: seconds connecting may take (a connect failure is
     ``Unavailable``); ``api_key``: sent as ``Authorization: Bearer <key>``;
     ``ca_file`` / ``client_cert``: for ``https://`` (default: the system roots);
-    ``drift_budget``: seconds taken off each lease's local validity (default
-    max(10 ms, 1 % of the TTL)).
+    ``drift_budget`` (seconds, the service's ``--drift-budget-ms``) and
+    ``drift_fraction``: each lease's local validity is ``min(ttl, remainingMs) -
+    max(drift_budget, drift_fraction * ttl)`` from the send (default max(10 ms, 1 %)).
     """
 
     def __init__(
@@ -115,7 +124,8 @@ class Client(_Base):
         connect_timeout: float = 1.0,
         ca_file: Optional[str] = None,
         client_cert: Optional[tuple[str, str]] = None,
-        drift_budget: Optional[float] = None,
+        drift_budget: float = 0.010,
+        drift_fraction: float = 0.01,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
         super().__init__(
@@ -124,6 +134,7 @@ class Client(_Base):
             timeout=timeout,
             connect_timeout=connect_timeout,
             drift_budget=drift_budget,
+            drift_fraction=drift_fraction,
         )
         self._http = httpx.Client(
             verify=wire.ssl_context(ca_file, client_cert),
@@ -207,9 +218,9 @@ class Client(_Base):
         ttl_s = body["ttlMs"] / 1000
         if outcome == "acquired":
             start = sent + (waited_ms or 0) / 1000
-            handle = Lease(self, attempt, record, start, ttl_s, self.drift_for(ttl_s))
+            handle = Lease(self, attempt, record, start, ttl_s, self._drift(record, ttl_s))
             return Acquired(record, handle, waited_ms)
-        handle = Lease(self, attempt, record, sent, ttl_s, self.drift_for(ttl_s))
+        handle = Lease(self, attempt, record, sent, ttl_s, self._drift(record, ttl_s))
         return Replayed(record, handle)
 
     def renew(
@@ -399,7 +410,8 @@ class AsyncClient(_Base):
         connect_timeout: float = 1.0,
         ca_file: Optional[str] = None,
         client_cert: Optional[tuple[str, str]] = None,
-        drift_budget: Optional[float] = None,
+        drift_budget: float = 0.010,
+        drift_fraction: float = 0.01,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> None:
         super().__init__(
@@ -408,6 +420,7 @@ class AsyncClient(_Base):
             timeout=timeout,
             connect_timeout=connect_timeout,
             drift_budget=drift_budget,
+            drift_fraction=drift_fraction,
         )
         self._http = httpx.AsyncClient(
             verify=wire.ssl_context(ca_file, client_cert),
@@ -485,9 +498,9 @@ class AsyncClient(_Base):
         ttl_s = body["ttlMs"] / 1000
         if outcome == "acquired":
             start = sent + (waited_ms or 0) / 1000
-            handle = AsyncLease(self, attempt, record, start, ttl_s, self.drift_for(ttl_s))
+            handle = AsyncLease(self, attempt, record, start, ttl_s, self._drift(record, ttl_s))
             return Acquired(record, handle, waited_ms)
-        handle = AsyncLease(self, attempt, record, sent, ttl_s, self.drift_for(ttl_s))
+        handle = AsyncLease(self, attempt, record, sent, ttl_s, self._drift(record, ttl_s))
         return Replayed(record, handle)
 
     async def renew(

@@ -122,6 +122,11 @@ class LeaseBase:
             return self._core.valid_until
 
     @property
+    def drift(self) -> float:
+        """The drift budget (seconds) taken off this lease's validity."""
+        return self._core.drift
+
+    @property
     def expired_locally(self) -> bool:
         """Whether it became LOST because local validity ran out (not by the server's word)."""
         with self._mutex:
@@ -323,8 +328,11 @@ def _next_renew(now: float, valid_until: float, rng: random.Random) -> float:
 
 
 def _margin(lease: LeaseBase, stop_margin: Optional[float]) -> float:
+    """How long before local validity ends the work is stopped when no renew landed:
+    ``stop_margin`` (default TTL/10), at least one drift budget (as the Rust watchdog,
+    so the work has stopped before the store may hand the lease on), at most TTL/2."""
     margin = lease.ttl / 10 if stop_margin is None else stop_margin
-    return min(max(0.0, margin), lease.ttl / 2)
+    return min(max(lease.drift, margin), lease.ttl / 2)
 
 
 class Keeper:

@@ -42,11 +42,6 @@ def validity_end(sent: float, ttl: float, remaining: float, drift: float) -> flo
     return sent + max(0.0, min(ttl, remaining) - drift)
 
 
-def default_drift(ttl: float) -> float:
-    """The default drift budget: max(10 ms, 1 % of the TTL)."""
-    return max(0.010, ttl / 100)
-
-
 class HandleCore:
     """The state machine of one lease handle, driven by explicit instants."""
 
