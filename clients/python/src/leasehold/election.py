@@ -452,6 +452,8 @@ class Election:
             self._term = None
             if work is not None:
                 await asyncio.wait([work])
+                if not work.cancelled() and work.exception() is not None:
+                    log.error("the term's work raised", exc_info=work.exception())
         try:
             await _call(self.on_stopped_leading, term, reason)
         except Exception:
