@@ -233,6 +233,7 @@ class SeenRequest:
     operation_id: Optional[str]
     last_event_id: Optional[str] = None
     dropped: bool = False
+    stalled: bool = False
 
 
 class Proxy:
@@ -253,6 +254,8 @@ class Proxy:
         self.seen: list[SeenRequest] = []
         self._drop: dict[str, int] = {}
         self._every: dict[str, int] = {}
+        self._stall: dict[str, int] = {}
+        self._closing = threading.Event()
         self._count: dict[str, int] = {}
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
@@ -262,6 +265,12 @@ class Proxy:
     def drop_replies(self, method: str, times: int) -> None:
         with self._lock:
             self._drop[method] = self._drop.get(method, 0) + times
+
+    def stall_replies(self, method: str, times: int) -> None:
+        """The next ``times`` requests of ``method`` reach the service, and their
+        answers are held back (the connection stays open, silent) until ``close``."""
+        with self._lock:
+            self._stall[method] = self._stall.get(method, 0) + times
 
     def drop_every(self, method: str, n: int) -> None:
         """From now on, drop the reply to every ``n``-th request of ``method``."""
@@ -278,6 +287,7 @@ class Proxy:
 
     def close(self) -> None:
         self._closed = True
+        self._closing.set()
         self._listener.close()
         self.cut()
 
@@ -321,13 +331,19 @@ class Proxy:
                         seen.dropped = True
                     elif every and count % every == 0:
                         seen.dropped = True
+                    elif self._stall.get(seen.method, 0) > 0:
+                        self._stall[seen.method] -= 1
+                        seen.stalled = True
                     self.seen.append(seen)
                 upstream.sendall(head + body)
-                relay = None if seen.dropped else client
+                relay = None if seen.dropped or seen.stalled else client
                 if not self._response(upstream, ubuf, relay):
                     return
                 if seen.dropped:
                     return  # the answer came and went nowhere: cut the client off
+                if seen.stalled:
+                    self._closing.wait()  # silent until the proxy closes
+                    return
         except OSError:
             return
         finally:

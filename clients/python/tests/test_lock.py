@@ -145,3 +145,37 @@ async def test_async_lock_outside_cancellation_is_not_swallowed(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not (await aclient.inspect(P, raw_id)).held
+
+
+def test_a_hung_renew_does_not_delay_the_signal(proxy: Proxy, raw_id: str) -> None:
+    """Renew replies held back (the request in flight for longer than the lease): the
+    watchdog gives the lease up before local validity ends all the same."""
+    with Client(proxy.url, timeout=10) as c, c.lock(P, raw_id, ttl=1.0) as lease:
+        proxy.stall_replies("PATCH", 100)
+        # One renew may have landed before the stall: take the deadline after it.
+        valid_until = lease.valid_until
+        while not lease.lost.wait(0.05):
+            valid_until = lease.valid_until
+        signalled = time.monotonic()
+        assert lease.state is LeaseState.LOST and lease.expired_locally
+        assert signalled < valid_until
+        assert any(r.stalled for r in proxy.seen)
+
+
+async def test_async_a_hung_renew_does_not_delay_the_cancellation(
+    proxy: Proxy, raw_id: str
+) -> None:
+    async with AsyncClient(proxy.url, timeout=10) as c:
+        with pytest.raises(LeaseLost) as caught:
+            async with c.lock(P, raw_id, ttl=1.0) as lease:
+                proxy.stall_replies("PATCH", 100)
+                deadline = lease.valid_until
+                try:
+                    while True:
+                        deadline = lease.valid_until  # as far as a landed renew took it
+                        await asyncio.sleep(0.02)
+                except asyncio.CancelledError:
+                    cancelled = time.monotonic()
+                    raise
+        assert caught.value.state is LeaseState.LOST
+        assert cancelled < deadline
