@@ -221,6 +221,8 @@ function isObjectLike(e: unknown): e is Record<string, unknown> {
 /** Whether a fetch failure says no connection was made (so nothing was sent). */
 function neverConnected(e: unknown): boolean {
   const cause = isObjectLike(e) ? e["cause"] : undefined;
+  // fetch refused the URL itself (a blocked port): nothing was sent.
+  if (cause instanceof Error && cause.message === "bad port") return true;
   const code = errorCode(cause);
   if (code !== undefined) return CONNECT_CODES.has(code);
   // Happy eyeballs: every address refused.

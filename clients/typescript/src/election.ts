@@ -75,11 +75,11 @@ export interface ElectionOptions {
   /** Whether the candidate also follows the leader and calls `onNewLeader`. Default true. */
   readonly follow?: boolean;
   /** This candidate leads until `term.signal` aborts. */
-  readonly onStartedLeading?: (term: Leadership) => void | Promise<void>;
+  readonly onStartedLeading?: (term: Leadership) => unknown;
   /** This candidate's term ended (after its signal aborted and, on resign, after the release). */
-  readonly onStoppedLeading?: (stopped: StoppedLeading) => void | Promise<void>;
+  readonly onStoppedLeading?: (stopped: StoppedLeading) => unknown;
   /** The leader changed (another holder, another term, or nobody). */
-  readonly onNewLeader?: (leader: Leader) => void | Promise<void>;
+  readonly onNewLeader?: (leader: Leader) => unknown;
 }
 
 /** `proclaim()` when not leading, or the lease turned out to be gone. */
@@ -107,7 +107,7 @@ interface Term {
   readonly signal: AbortSignal;
 }
 
-function settle(value: void | Promise<void>): void {
+function settle(value: unknown): void {
   if (value instanceof Promise) value.catch(() => undefined);
 }
 
