@@ -414,7 +414,7 @@ export class Client {
       }
       case "replayed_same_operation": {
         const lease = leaseRecord(reply, resource, op);
-        const handle = new Lease(this, resource, attempt, lease, sentAt, options.ttlMs, options.lease);
+        const handle = new Lease(this, resource, attempt, lease, sentAt, options.ttlMs, options.lease, outcome);
         return { outcome, lease, handle };
       }
       case "owner_operation_conflict":

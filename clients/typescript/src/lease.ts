@@ -56,6 +56,8 @@ export class Lease implements AsyncDisposable {
   readonly resource: Resource;
   /** The lease as the acquire answered it. */
   readonly record: LeaseRecord;
+  /** The acquire outcome that granted it: `replayed_same_operation` after a retry that found the first send had applied. */
+  readonly acquiredBy: "acquired" | "replayed_same_operation";
   readonly #client: Client;
   readonly #attempt: Attempt;
   readonly #core: HandleCore;
@@ -75,7 +77,9 @@ export class Lease implements AsyncDisposable {
     sentAt: number,
     ttlMs: number,
     options: LeaseOptions = {},
+    acquiredBy: "acquired" | "replayed_same_operation" = "acquired",
   ) {
+    this.acquiredBy = acquiredBy;
     this.#client = client;
     this.resource = resource;
     this.#attempt = attempt;

@@ -77,7 +77,6 @@ export class HandleCore {
   /** Ends local validity early (a watchdog's margin): ACTIVE becomes LOST, expired locally. */
   expireNow(now: number): LeaseState {
     if (this.observe(now) === "active") {
-      this.#validUntil = Math.min(this.#validUntil, now);
       this.#state = "lost";
       this.#expiredLocally = true;
     }
