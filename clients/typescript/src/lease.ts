@@ -280,11 +280,13 @@ export class Lease implements AsyncDisposable {
       const wait = Math.max(MIN_PAUSE_MS, (left / 3) * (0.8 + 0.2 * Math.random()));
       if (!(await pause(wait, stop, this.#abort.signal))) break;
       if (this.state !== "active") break;
-      // Give up the request when the signal fires (the margin, a release).
+      // The request may take until the margin, no longer. It is not tied to
+      // `stop`: a release racing with it must not turn into an abandoned
+      // (indeterminate) renew; its late answer cannot revive a released handle.
       const deadline = this.stopBy - now();
       if (deadline <= 0) continue;
       try {
-        const result = await this.renew({ signal: stop, timeoutMs: Math.min(this.#client.timeoutMs, deadline) });
+        const result = await this.renew({ timeoutMs: Math.min(this.#client.timeoutMs, deadline) });
         if (result.outcome === "renewed") options.onRenewed?.(result);
       } catch (e) {
         if (stop.aborted) break;

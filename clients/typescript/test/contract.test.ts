@@ -450,3 +450,26 @@ describe("API keys and admission", () => {
     }
   });
 });
+
+describe("lease handle races", () => {
+  it("a release while a background renew is in flight ends RELEASED, not UNKNOWN", async () => {
+    const service = await startService();
+    try {
+      const client = new Client(service.url);
+      for (let i = 0; i < 20; i++) {
+        const lease = await client.lock("contract", `race-${i}`, { ttlMs: 60, lease: { marginMs: 0 } });
+        // Renewals every ~15 ms: some releases land while one is in flight.
+        await new Promise((r) => setTimeout(r, 5 + (i % 7) * 3));
+        let lost = false;
+        lease.onLost(() => (lost = true));
+        const answer = await lease.release();
+        assert.ok(answer.outcome === "released" || answer.outcome === "already_absent");
+        assert.equal(lease.state, "released", `round ${i}`);
+        assert.equal(lost, false, "no onLost for our own release");
+        assert.ok(lease.signal.reason instanceof LeaseLost && lease.signal.reason.reason === "released");
+      }
+    } finally {
+      await service.stop();
+    }
+  });
+});
