@@ -391,6 +391,30 @@ for (const store of ["embedded", "redis"] as const) {
     });
 
     if (store === "redis") {
+      it("lock retries an indeterminate acquire (Redis frozen) with the same attempt, never a new one", async () => {
+        const proxy = await startProxy(service.port);
+        try {
+          const viaProxy = new Client({ baseUrl: proxy.url });
+          redis!.freeze();
+          let thawed = false;
+          try {
+            const locking = viaProxy.lock("contract", `frozen-lock-${Date.now()}`, { ttlMs: 5000, retryBudgetMs: 10_000 });
+            // Two acquires answered 504 (or in flight) with the store frozen, then it thaws.
+            await until(() => (proxy.counts.get("PUT /leases") ?? 0) >= 2, 10_000, "a retried acquire");
+            redis!.thaw();
+            thawed = true;
+            await using lease = await locking;
+            assert.equal(lease.state, "active");
+            assert.equal(proxy.counts.get("POST /attempts"), 1, "one attempt for every try");
+            assert.ok((proxy.counts.get("PUT /leases") ?? 0) >= 2);
+          } finally {
+            if (!thawed) redis!.thaw();
+          }
+        } finally {
+          await proxy.close();
+        }
+      });
+
       it("redis frozen: acquire and renew are indeterminate (504, operationId); stopped: unavailable (503)", async () => {
         const r = fresh();
         const a = await client.attempt("frozen-op");
