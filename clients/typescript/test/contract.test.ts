@@ -118,6 +118,21 @@ for (const store of ["embedded", "redis"] as const) {
       assert.equal((await client.inspect(s)).mode, "shared");
     });
 
+    it("acquire: contended with reason lock_delay after an expiry; the expired owner may come back", async () => {
+      const r = fresh();
+      const a = await client.attempt();
+      const got = await client.acquire(r, a, { ttlMs: 100, lockDelayMs: 10_000 });
+      assert.equal(got.outcome, "acquired");
+      await until(async () => !(await client.inspect(r)).held, 5000, "the lease expired");
+      const seen = await client.inspect(r);
+      assert.ok((seen.lockDelayRemainingMs ?? 0) > 5000, "inspect shows the delay");
+      const other = await client.acquire(r, await client.attempt(), { ttlMs: 1000 });
+      assert.equal(other.outcome, "contended");
+      assert.ok(other.outcome === "contended" && other.reason === "lock_delay" && other.retryAfterMs > 5000);
+      const back = await client.acquire(r, { ownerToken: a.ownerToken, operationId: "come-back" }, { ttlMs: 1000 });
+      assert.equal(back.outcome, "acquired");
+    });
+
     it("renew: renewed (same token, validity from the renew's send), lost absent, lost not_owner", async () => {
       const r = fresh();
       const a = await client.attempt();
@@ -380,6 +395,16 @@ for (const store of ["embedded", "redis"] as const) {
       assert.ok(termB.fencingToken > termA.fencingToken);
       await observing;
       assert.ok(observed.some((l) => l.holder === "bravo"));
+      // A candidate that resigns while its acquire waits server-side stops at once and takes nothing.
+      const waitersBefore = metric(await service.metrics(), "leasehold_waiters");
+      const c = new Election(client, r, { holder: "charlie", ttlMs: 3000, waitMs: 10_000, follow: false });
+      const campaignC = c.campaign();
+      await until(async () => metric(await service.metrics(), "leasehold_waiters") > waitersBefore, 5000, "charlie waits");
+      const t0 = performance.now();
+      await c.resign();
+      await campaignC;
+      assert.ok(performance.now() - t0 < 1000, "resign while waiting returns promptly");
+      assert.equal((await client.inspect(r)).holder, "bravo");
       await b.resign();
       await campaignB;
       assert.equal((await client.inspect(r)).held, false);
