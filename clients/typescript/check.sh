@@ -64,7 +64,7 @@ npm run --silent build
 npm run --silent build:test
 
 step "node --test"
-node --test dist-test/test/*.test.js 2>&1 | tee /tmp/leasehold-ts-test.$$ | grep -E '^(not ok|# (tests|suites|pass|fail|cancelled|skipped|todo|duration_ms) |\s+# (holds|signalled|state|next leader))' || true
+node --test dist-test/test/*.test.js 2>&1 | tee /tmp/leasehold-ts-test.$$ | grep -E '^(not ok|# (tests|suites|pass|fail|cancelled|skipped|todo|duration_ms) |\s*# (holds|signalled|state|next leader|history))' || true
 status=${PIPESTATUS[0]}
 if [ "$status" -ne 0 ]; then
   echo "tests failed (exit $status); full output:" >&2
