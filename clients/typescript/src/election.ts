@@ -353,6 +353,12 @@ export class Election {
 
   /** One term: announce it, keep the lease until it ends, release when resigning (or when it may still be ours). */
   async #lead(stop: AbortSignal, attempt: Attempt, lease: Lease): Promise<StopReason> {
+    if (lease.signal.aborted || stop.aborted) {
+      // Its validity ran out before it could be kept (a very slow answer),
+      // or the campaign stopped meanwhile: not a term at all. Give it back.
+      await lease.release().catch(() => undefined);
+      return stop.aborted ? "resigned" : "expiring";
+    }
     const { controller: term, dispose } = linked(stop, lease.signal);
     this.#term = { attempt, lease, signal: term.signal };
     lease.keepAlive();
