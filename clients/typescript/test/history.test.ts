@@ -40,7 +40,7 @@ describe("checked history (TypeScript workers, two instances, faults)", () => {
     await redis?.stop();
   });
 
-  it("no two beliefs overlap and fencing tokens grow, through lost replies and a frozen store", async () => {
+  it("no two beliefs overlap and fencing tokens grow, through lost replies and a frozen store", async (t) => {
     const clients = [new Client({ baseUrl: proxy.url, timeoutMs: 2000 }), new Client({ baseUrl: b.url, timeoutMs: 2000 })];
     const resources = [`history-${Date.now()}-0`, `history-${Date.now()}-1`];
     const beliefs: Belief[] = [];
@@ -102,7 +102,7 @@ describe("checked history (TypeScript workers, two instances, faults)", () => {
     await Promise.all([...Array.from({ length: 6 }, (_, i) => worker(i)), faults]);
 
     const summary = [...outcomes.entries()].sort().map(([k, v]) => `${k}=${v}`).join(", ");
-    console.log(`# history: ${beliefs.length} beliefs; ${summary}`);
+    t.diagnostic(`history: ${beliefs.length} beliefs; ${summary}`);
     assert.ok(beliefs.length >= 10, `enough beliefs to mean something (${beliefs.length})`);
     for (const resource of resources) {
       const mine = beliefs.filter((x) => x.resource === resource).sort((x, y) => x.start - y.start);
