@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { describe, it, type TestContext } from "node:test";
 
 import { Client, Election, LeaseLost, resourceOf, type Lease, type Leadership } from "../src/index.js";
-import { deferred, metric, repoRoot, startProxy, startRedis, startService, until, waitForOutput, type Redis, type Service } from "./helpers.js";
+import { deferred, metric, repoRoot, startProxy, startRedis, startService, track, until, waitForOutput, type Redis, type Service } from "./helpers.js";
 
 interface Scenario {
   readonly id: string;
@@ -133,9 +133,9 @@ const runners: Record<string, Runner> = {
   async kill_leader_process(t, s, st) {
     const raw = `${s.id}-${Date.now()}`;
     const r = resourceOf("conformance", raw);
-    const child = spawn(process.execPath, [path.join(fixtures, "leader.js"), st.service.url, "conformance", raw, String(s.lease.ttlMs), "doomed"], {
+    const child = track(spawn(process.execPath, [path.join(fixtures, "leader.js"), st.service.url, "conformance", raw, String(s.lease.ttlMs), "doomed"], {
       stdio: ["ignore", "pipe", "pipe"],
-    });
+    }));
     try {
       await waitForOutput(child, /leading \d+/, 15_000, "leader process");
       const client = new Client(st.service.url);

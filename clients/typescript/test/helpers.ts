@@ -69,6 +69,40 @@ export function waitForOutput(child: ChildProcess, pattern: RegExp, timeoutMs = 
   });
 }
 
+/** Every child this harness started, killed when the test process ends however it ends. */
+const children = new Set<ChildProcess>();
+export function track(child: ChildProcess): ChildProcess {
+  children.add(child);
+  child.once("exit", () => children.delete(child));
+  return child;
+}
+/** Synchronous clean-ups (a daemonized PostgreSQL) for the same moment. */
+const cleanups = new Set<() => void>();
+function killAll(): void {
+  for (const cleanup of cleanups) {
+    try {
+      cleanup();
+    } catch {
+      // best effort
+    }
+  }
+  for (const child of children) {
+    try {
+      process.kill(child.pid!, "SIGCONT");
+      child.kill("SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+}
+process.once("exit", killAll);
+for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"] as const) {
+  process.once(signal, () => {
+    killAll();
+    process.exit(128 + (signal === "SIGHUP" ? 1 : signal === "SIGINT" ? 2 : 15));
+  });
+}
+
 function exited(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => child.once("exit", () => resolve()));
@@ -100,9 +134,9 @@ export interface Redis {
 
 export async function startRedis(): Promise<Redis> {
   const port = await freePort();
-  const child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
+  const child = track(spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
     stdio: ["ignore", "pipe", "pipe"],
-  });
+  }));
   await waitForOutput(child, /Ready to accept connections/, 20_000, "redis-server");
   return {
     port,
@@ -143,7 +177,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Servic
     ...(options.redisUrl === undefined ? {} : { LEASEHOLD_REDIS_URL: options.redisUrl }),
     ...options.env,
   };
-  const child = spawn(bin, ["serve"], { env, stdio: ["ignore", "pipe", "pipe"] });
+  const child = track(spawn(bin, ["serve"], { env, stdio: ["ignore", "pipe", "pipe"] }));
   let output = "";
   child.stdout!.on("data", (c: Buffer) => (output += c.toString()));
   child.stderr!.on("data", (c: Buffer) => (output += c.toString()));
@@ -331,15 +365,18 @@ export async function startPostgres(): Promise<Postgres> {
   ]);
   const start = spawnSync(ctlCmd, ctlArgs, { encoding: "utf8" });
   if (start.status !== 0) throw new Error(`pg_ctl start failed: ${start.stderr}${start.stdout}`);
+  const stopNow = (): void => {
+    cleanups.delete(stopNow);
+    const [c, a] = wrap(path.join(PG_BIN, "pg_ctl"), ["-D", data, "-m", "immediate", "-w", "stop"]);
+    spawnSync(c, a, { encoding: "utf8" });
+    rmSync(dir, { recursive: true, force: true });
+  };
+  cleanups.add(stopNow);
   return {
     host: dir,
     port,
     user: "postgres",
-    stop: async () => {
-      const [c, a] = wrap(path.join(PG_BIN, "pg_ctl"), ["-D", data, "-m", "immediate", "-w", "stop"]);
-      spawnSync(c, a, { encoding: "utf8" });
-      rmSync(dir, { recursive: true, force: true });
-    },
+    stop: async () => stopNow(),
   };
 }
 
