@@ -10,6 +10,7 @@ import {
   UnavailableError,
   type FieldError,
   type LeaseholdError,
+  type LeaseLost,
 } from "./errors.js";
 import { isObject, linked, now, operationId as newOperationId, pause, type Json, type JsonObject } from "./internal.js";
 import { Lease, type LeaseOptions } from "./lease.js";
@@ -163,7 +164,7 @@ export interface LockOptions {
    */
   readonly retryBudgetMs?: number;
   /** Called once when the lease is lost, unknown or expiring (not on release). */
-  readonly onLost?: (error: import("./errors.js").LeaseLost) => void;
+  readonly onLost?: (error: LeaseLost) => void;
   /** Called when a background renew failed without ending the lease (unavailable, overloaded). */
   readonly onRenewFailed?: (error: LeaseholdError) => void;
   /** Stop trying to acquire. */
