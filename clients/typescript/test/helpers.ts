@@ -385,6 +385,7 @@ export function apiKeysFile(lines: string[]): string {
   const dir = mkdtempSync(path.join(tmpdir(), "leasehold-keys-"));
   const file = path.join(dir, "keys");
   writeFileSync(file, lines.join("\n") + "\n", { mode: 0o600 });
+  cleanups.add(() => rmSync(dir, { recursive: true, force: true }));
   return file;
 }
 
