@@ -92,6 +92,14 @@ if [[ -f scripts/check-api.sh ]]; then
   stage "API checks (scripts/check-api.sh)" bash scripts/check-api.sh
 fi
 
+# ------------------------------------------------ Python and TypeScript clients --
+# Each installs what it needs (venv / npm ci, PostgreSQL for the fencing
+# guard) and runs its type checks, lints and tests against the service
+# binary `cargo test` just built.
+export LEASEHOLD_BIN="$ROOT/target/debug/leasehold"
+stage "Python client (clients/python/check.sh)" bash clients/python/check.sh
+stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/check.sh
+
 echo
 for f in "${FAILURES[@]}"; do echo "FAILED: $f"; done
 echo "summary: ${PASSED} passed, ${FAILED} failed"
