@@ -20,10 +20,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::call::{Call, Executed};
 use super::exec::{self, send, Redirect, RunError};
 use super::node::NodeTemplate;
 use super::pool::NodePool;
-use super::{Call, Executed};
 use crate::store::{Readiness, StoreError};
 
 /// Number of hash slots.

@@ -47,7 +47,7 @@ use tokio::time::{timeout_at, Instant};
 use super::exec::{self, SendError};
 use super::pool::Conn;
 use super::reply;
-use super::{Backend, RedisStore};
+use super::store::{Backend, RedisStore};
 use crate::domain::{ListCursor, Purpose, ResourceDigest, ResourceId, ScanPosition, NODE_ID_LEN};
 use crate::store::{Probe, StoreError, StoreInspect, StoreListed, StorePage};
 

@@ -10,7 +10,7 @@ use redis::{
     TlsCertificates,
 };
 
-use super::RedisSetupError;
+use super::settings::RedisSetupError;
 
 /// TLS settings shared by every node of the topology.
 #[derive(Clone)]

@@ -31,10 +31,10 @@ use tokio::sync::{watch, Notify};
 use tokio::time::{timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::call::{Call, Executed};
 use super::exec::{self, send, RunError};
 use super::node::NodeTemplate;
 use super::pool::NodePool;
-use super::{Call, Executed};
 use crate::store::{Readiness, StoreError};
 
 /// How often the sentinels are asked even without an event.

@@ -1,0 +1,39 @@
+//! The key layout: every key of a resource shares its hash tag
+//! (`{<purpose>:<digest>}`), so one script touches one Cluster slot
+//! (docs/storage-v2.md), and the lifetimes the scripts are given.
+
+use crate::domain::ResourceId;
+
+/// The key of a resource's lease: `<ns>:lease:v2:{<purpose>:<digest>}`.
+pub fn lease_key(namespace: &str, resource: &ResourceId) -> String {
+    key(namespace, "lease", resource)
+}
+
+/// The key of a resource's fencing counter: `<ns>:seq:v2:{<purpose>:<digest>}`.
+pub fn seq_key(namespace: &str, resource: &ResourceId) -> String {
+    key(namespace, "seq", resource)
+}
+
+/// `<ns>:<kind>:v2:{<purpose>:<digest>}`, built in one allocation (keys are
+/// built on every request; `format!` grew each one several times).
+pub(super) fn key(namespace: &str, kind: &str, resource: &ResourceId) -> String {
+    let (purpose, digest) = (resource.purpose.as_str(), resource.digest.as_str());
+    let mut key =
+        String::with_capacity(namespace.len() + kind.len() + purpose.len() + digest.len() + 8);
+    for part in [namespace, ":", kind, ":v2:{", purpose, ":", digest, "}"] {
+        key.push_str(part);
+    }
+    key
+}
+
+/// How long a fencing counter outlives its last acquisition. Losing it is
+/// safe (the server clock floors the next token); keeping it bounds memory.
+pub(super) const SEQ_KEY_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+/// [`SEQ_KEY_TTL_MS`] as a script argument.
+pub(super) const SEQ_KEY_TTL_TEXT: &str = "604800000";
+/// How far ahead an instance that follows a resource marks it watched; its
+/// watch group re-reads (and so re-marks) well within this.
+pub(super) const WATCH_MARK_MS: &str = "30000";
+/// How far ahead a heartbeat keeps this instance's queue entries alive; a
+/// SIGKILLed instance's waiters stop holding up a queue within this.
+pub(super) const QUEUE_HORIZON_MS: &str = "2000";

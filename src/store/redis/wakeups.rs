@@ -1,0 +1,142 @@
+//! The wake-up subscription: every release, watched acquire and label
+//! change anywhere publishes on `<ns>:wake:v2`; each instance follows it
+//! and wakes its waiters and watchers (a lost message costs one look).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Client, RedisError};
+use tokio_util::sync::CancellationToken;
+
+use super::cluster::ClusterBackend;
+use super::sentinel::{Master, SentinelBackend};
+use crate::domain::Change;
+use crate::notify::WaitRegistry;
+
+/// Where the wake-up subscription connects.
+pub(super) enum WakeSource {
+    /// Always this server.
+    Fixed(Box<Client>),
+    /// Any node: a classic PUBLISH reaches every node of a cluster.
+    Cluster(Arc<ClusterBackend>),
+    /// The current master; re-subscribed when it changes.
+    Sentinel(Arc<SentinelBackend>),
+}
+
+impl WakeSource {
+    /// The client to subscribe with on attempt `n`, and a receiver that
+    /// fires when the subscription should move elsewhere.
+    fn pick(&self, n: usize) -> (Option<Client>, Option<tokio::sync::watch::Receiver<Master>>) {
+        match self {
+            WakeSource::Fixed(client) => (Some(Client::clone(client)), None),
+            WakeSource::Cluster(c) => {
+                let candidates = c.subscription_candidates();
+                let client =
+                    (!candidates.is_empty()).then(|| candidates[n % candidates.len()].clone());
+                (client.and_then(|addr| c.pubsub_client(&addr)), None)
+            }
+            WakeSource::Sentinel(s) => {
+                let mut rx = s.watch();
+                let client = s.pubsub_client(&rx.borrow_and_update());
+                (client, Some(rx))
+            }
+        }
+    }
+}
+
+/// Follows the wake-up channel: every release on any instance publishes the
+/// resource there. After a (re)connect every local waiter re-checks once, so
+/// a message missed while disconnected costs one round trip, never a stuck
+/// waiter.
+pub(super) async fn subscribe_wakeups(
+    source: WakeSource,
+    channel: String,
+    waiters: Arc<WaitRegistry>,
+    timeout: Duration,
+    shutdown: CancellationToken,
+) {
+    use futures_util::StreamExt as _;
+    let mut backoff = Duration::from_millis(50);
+    let connect_timeout = timeout.max(Duration::from_secs(1));
+    for attempt in 0usize.. {
+        let (client, mut moved) = source.pick(attempt);
+        let moved_fut = async {
+            match moved.as_mut() {
+                Some(rx) => {
+                    let _ = rx.changed().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::pin!(moved_fut);
+        if let Some(client) = client {
+            let connected = async {
+                let mut pubsub = tokio::time::timeout(connect_timeout, client.get_async_pubsub())
+                    .await
+                    .map_err(|_| RedisError::from((redis::ErrorKind::Io, "connect timed out")))??;
+                pubsub.subscribe(&channel).await?;
+                Ok::<_, RedisError>(pubsub)
+            };
+            let pubsub = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = connected => r,
+            };
+            match pubsub {
+                Ok(mut pubsub) => {
+                    backoff = Duration::from_millis(50);
+                    tracing::debug!("wake-up subscription established");
+                    waiters.wake_all();
+                    let mut messages = pubsub.on_message();
+                    let mut master_moved = false;
+                    loop {
+                        let message = tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            _ = &mut moved_fut => {
+                                master_moved = true;
+                                break;
+                            }
+                            m = messages.next() => m,
+                        };
+                        let Some(message) = message else {
+                            tracing::warn!("wake-up subscription lost; reconnecting");
+                            break;
+                        };
+                        match message.get_payload::<String>() {
+                            Ok(payload) => on_event(&waiters, &payload),
+                            Err(_) => waiters.wake_all(),
+                        }
+                    }
+                    waiters.wake_all();
+                    if master_moved {
+                        continue; // the master moved: follow it at once
+                    }
+                }
+                Err(err) => {
+                    tracing::debug!(kind = ?err.kind(), "wake-up subscription failed; retrying");
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = &mut moved_fut => {}
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// One wake-up channel message: `<tag>\t<version>\t<kind>` (a bare
+/// `<tag>` is read as "something changed").
+pub(super) fn on_event(waiters: &WaitRegistry, payload: &str) {
+    let mut parts = payload.split('\t');
+    let tag = parts.next().unwrap_or_default();
+    match parts.nth(1) {
+        // The fair queue moved (a waiter left, or a permit is free for the
+        // next one): only waiters look; the resource itself did not change.
+        Some("queue") => waiters.wake(tag),
+        kind => match kind.and_then(Change::parse) {
+            Some(change) => waiters.changed(tag, change),
+            None => waiters.changed_somehow(tag),
+        },
+    }
+}
