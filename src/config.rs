@@ -141,6 +141,13 @@ pub struct ServeArgs {
     /// Concurrent server-side waits; more are answered `overloaded`.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: usize,
+    /// Release what a waiting acquire got after its caller had gone, unless
+    /// a replay claimed it since (`true`); `false` (this release's default)
+    /// leaves it to expire with its TTL. Turn it on once no instance of the
+    /// previous release serves the same store: their replays do not claim
+    /// (migrations-none.md).
+    #[arg(long, env = "LEASEHOLD_RELEASE_ABANDONED", default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub release_abandoned: bool,
     /// Concurrent watches (long-polls and event streams); more are answered `overloaded`.
     #[arg(long, env = "LEASEHOLD_MAX_WATCHERS", default_value_t = 16_384)]
     pub max_watchers: usize,
@@ -516,25 +523,7 @@ fn url_scheme(url: &str) -> &'static str {
         .unwrap_or("")
 }
 
-/// A setting that is wrong; the message names it and never quotes secrets.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid configuration: {setting} {reason}")]
-pub struct ConfigError {
-    /// The variable.
-    pub setting: &'static str,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl ConfigError {
-    /// A new error.
-    pub fn new(setting: &'static str, reason: impl Into<String>) -> Self {
-        Self {
-            setting,
-            reason: reason.into(),
-        }
-    }
-}
+pub use crate::domain::ConfigError;
 
 /// A clap error about a value that came from a `LEASEHOLD_*` variable rather
 /// than the command line, told in the variable's name (clap names the flag,

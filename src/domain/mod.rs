@@ -1,18 +1,23 @@
 //! The vocabulary of leasehold: names, bounds and outcomes. No I/O here.
 
 mod bounds;
+mod change;
 mod list;
 mod names;
 mod outcome;
+mod setting;
 mod time;
 
 pub use bounds::{Bounds, LeaseShape, Mode, Ttl, WaitMs};
+pub use change::Change;
 pub use list::{ListCursor, ListLimit, ListedLease, Listing, ScanPosition, NODE_ID_LEN};
 pub use names::{
     Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
 };
 pub use outcome::{
+    FieldError,
     AcquireOutcome, ContendedReason, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason,
     OutcomeName, PermitView, ReleaseOutcome, RenewOutcome, Replication,
 };
+pub use setting::ConfigError;
 pub use time::StoreTime;

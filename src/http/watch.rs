@@ -1,7 +1,7 @@
 //! Watching a lease (docs/design.md §9): the long-poll of inspect
 //! (`?changedSince=V&waitMs=N`) and the event stream
 //! `GET /leases/{purpose}/{digest}/events`. Both are watchers of
-//! [`crate::watch::WatchHub`]: one store read per change per instance,
+//! [`crate::notify::WatchHub`]: one store read per change per instance,
 //! fanned out, and counted against `LEASEHOLD_MAX_WATCHERS`.
 
 use std::convert::Infallible;
@@ -20,12 +20,12 @@ use super::leases::{path_resource, RawPath};
 use super::problem::{respond, respond_one, ApiError};
 use super::AppState;
 use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
+use crate::notify::{newer, Read, Snapshot, Watcher};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };
-use crate::watch::{newer, Read, Snapshot, Watcher};
 
 /// Bounds of watches.
 #[derive(Debug, Clone, Copy)]
