@@ -24,10 +24,13 @@ use std::time::{Duration, Instant};
 use http::Method;
 use tokio::sync::Mutex;
 
-use super::{
-    body_json, command_calls, digest, lease_path, median, percentile, redis_cmd, spread, Client,
-    Env, Http, Opts, Service, Side, Stats, Window,
-};
+use crate::env::Env;
+use crate::http_client::{body_json, digest, lease_path, Client, Http};
+use crate::opts::Opts;
+use crate::procs::Service;
+use crate::raw::{command_calls, redis_cmd};
+use crate::scenario::Side;
+use crate::stats::{median, percentile, spread, Stats, Window};
 
 /// `waitMs` of each contender's acquire (below the 5 s request timeout).
 const WAIT_MS: u64 = 2_000;

@@ -13,10 +13,13 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 
-use super::{
-    cpu_between, digest, median, percentile, redis_cmd, spread, Client, Cpu, Env, Http, Opts,
-    Stats, Window, PURPOSE,
-};
+use crate::consts::PURPOSE;
+use crate::env::Env;
+use crate::http_client::{digest, Client, Http};
+use crate::opts::Opts;
+use crate::procs::{cpu_between, Cpu};
+use crate::raw::redis_cmd;
+use crate::stats::{median, percentile, spread, Stats, Window};
 
 /// TTL of the listed leases: longer than any run.
 const HELD_TTL_MS: u64 = 3_600_000;

@@ -5,7 +5,11 @@
 
 use std::fmt::Write as _;
 
-use super::{median, per_10k, percentile, run_phase, spread, Env, Kind, Opts, Phase, Side};
+use crate::env::Env;
+use crate::opts::Opts;
+use crate::phases::run_phase;
+use crate::scenario::{Kind, Phase, Side};
+use crate::stats::{median, per_10k, percentile, spread};
 
 /// Runs the rounds and returns the section of the summary.
 pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
@@ -32,7 +36,7 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
     let mut out = format!(
         "\n## Permits: {} contenders on one resource, acquire (waitMs {}) + release per cycle\n\n| limit | cycles/s (median [min..max]) | ratio to limit 1 (median, min..max) | cycle p50 ms | cycle p99 ms | leasehold CPU s/10k cycles | redis CPU s/10k cycles | EVALSHA per request | waits ran out | errors |\n|---|---|---|---|---|---|---|---|---|---|\n",
         opts.concurrency,
-        super::PERMITS_WAIT_MS,
+        crate::consts::PERMITS_WAIT_MS,
     );
     let of = |limit: u32| {
         phases
@@ -54,7 +58,7 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
         let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let pct = |q: f64| median(v.iter().map(|p| percentile(&p.stats.lat_ns, q)).collect());
-        let cpu = |f: fn(&super::Cpu) -> f64| {
+        let cpu = |f: fn(&crate::procs::Cpu) -> f64| {
             median(v.iter().map(|p| per_10k(f(&p.cpu), p.stats.ops)).collect())
         };
         let _ = writeln!(

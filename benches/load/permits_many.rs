@@ -16,10 +16,12 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::Method;
 
-use super::{
-    cpu_between, digest, median, percentile, redis_cmd, spread, Client, Cpu, Env, Http, Opts, Raw,
-    Stats, Window,
-};
+use crate::env::Env;
+use crate::http_client::{digest, Client, Http};
+use crate::opts::Opts;
+use crate::procs::{cpu_between, Cpu};
+use crate::raw::{redis_cmd, Raw};
+use crate::stats::{median, percentile, spread, Stats, Window};
 
 /// The lease's limit: the largest a counting lease may have.
 const LIMIT: u32 = 10_000;
@@ -100,7 +102,7 @@ async fn renewer(
             return stats;
         }
     };
-    let path = super::lease_path(&d);
+    let path = crate::http_client::lease_path(&d);
     let body = Bytes::from(format!("{{\"ttlMs\":{TTL_MS}}}"));
     let mut i = id;
     while Instant::now() < win.end {
@@ -164,7 +166,7 @@ async fn phase(opts: &Opts, env: &Env, n: usize, round: usize) -> Result<Phase, 
         stats.merge(t.await.map_err(|e| e.to_string())?);
     }
     reset.await.map_err(|e| e.to_string())??;
-    let redis_usec = super::evalsha_usec(&mut admin).await?;
+    let redis_usec = crate::raw::evalsha_usec(&mut admin).await?;
     let cpu = cpu.await.map_err(|e| e.to_string())?;
     stats.lat_ns.sort_unstable();
     Ok(Phase {
@@ -225,7 +227,7 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
             spread(&usecs),
             median(
                 v.iter()
-                    .map(|p| super::per_10k(p.cpu.redis, p.stats.ops))
+                    .map(|p| crate::stats::per_10k(p.cpu.redis, p.stats.ops))
                     .collect()
             ),
             pct(50.0),

@@ -28,10 +28,12 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-use super::{
-    body_json, digest, lease_path, mb, percentile, redis_cmd, status_kb, Client, Env, Http, Opts,
-    Service,
-};
+use crate::env::Env;
+use crate::http_client::{body_json, digest, lease_path, Client, Http};
+use crate::opts::Opts;
+use crate::procs::{status_kb, Service};
+use crate::raw::redis_cmd;
+use crate::stats::{mb, percentile};
 
 /// How long the bench waits for every watcher to see one change.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(20);
