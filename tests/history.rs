@@ -17,7 +17,7 @@
 //!
 //! Callers misbehave too (issue 21, docs/design.md §14): any acquire, renew
 //! or release may be left in flight (3 % of calls; half of them inside a
-//! "callers leave" window, while the proxy delays replies by 300 ms, below
+//! "callers leave" window, while the proxy delays replies by 150 ms, below
 //! the command timeout, so scripts apply and their answers are on the way
 //! when the caller goes): the request runs on a connection of its own that
 //! is closed at a random instant, recorded as an `aborted` event (the
@@ -119,7 +119,7 @@ const LEAVE_PERCENT_WINDOW: u64 = 50;
 /// Reply delay while callers leave: below the command timeout, so the
 /// scripts apply and their answers are still on the way when callers go
 /// (the window of the bug of issue 21 #1).
-const LEAVE_REPLY_DELAY: Duration = Duration::from_millis(300);
+const LEAVE_REPLY_DELAY: Duration = Duration::from_millis(150);
 /// Liveness (docs/design.md §12): a dead place stops blocking within the
 /// 2 s heartbeat horizon. The margin (1 s) covers a queue beat (500 ms:
 /// the horizon runs from an entry's last beat), a retried leave's longest
@@ -133,6 +133,9 @@ const LIVENESS: Liveness = Liveness {
 /// limit 10 000 that `MANY_HOLDERS` holders fill and then die at once,
 /// while `SURVIVORS` callers keep acquiring.
 const MANY: usize = RESOURCES;
+/// A plain lease used only by the trio of `leaving_trio` (index
+/// `RESOURCES + 1`).
+const TRIO: usize = RESOURCES + 1;
 const MANY_LIMIT: u64 = 10_000;
 const SURVIVORS: usize = 4;
 /// How many holders die at once, and how long they have to fill the lease.
@@ -198,7 +201,7 @@ impl Recorder {
                 .pool_max_idle_per_host(64)
                 .build()
                 .expect("http client"),
-            digests: (0..=MANY).map(|_| digest()).collect(),
+            digests: (0..=TRIO).map(|_| digest()).collect(),
             events: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             last_acquired: tokio::sync::watch::channel(Duration::ZERO).0,
@@ -226,6 +229,19 @@ impl Recorder {
         Some(Duration::from_millis(rng.below(span)))
     }
 
+    /// Like `call` (an acquire), on a connection of its own that the caller
+    /// closes when `leave` completes, if no answer has come by then.
+    async fn call_until(
+        &self,
+        event: Event,
+        token: &str,
+        body: Value,
+        leave: impl std::future::Future<Output = ()> + Send,
+    ) -> Answer {
+        self.call_inner(event, Some(token), Some(body), Some(Box::pin(leave)))
+            .await
+    }
+
     /// Sends one request, records it, returns what the client acts on.
     /// With `leave`, the request goes on a client (and connection) of its
     /// own, which is closed after that long if no answer has come: the
@@ -233,15 +249,29 @@ impl Recorder {
     /// it applied).
     async fn call(
         &self,
-        mut event: Event,
+        event: Event,
         attempt_token: Option<&str>,
         body: Option<Value>,
         leave: Option<Duration>,
     ) -> Answer {
+        let leave = leave.map(|after| {
+            Box::pin(tokio::time::sleep(after))
+                as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>
+        });
+        self.call_inner(event, attempt_token, body, leave).await
+    }
+
+    async fn call_inner(
+        &self,
+        mut event: Event,
+        attempt_token: Option<&str>,
+        body: Option<Value>,
+        leave: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>>,
+    ) -> Answer {
         let verb = event.verb.expect("verb");
         let base = &self.bases[event.app];
         let url = format!("{base}/leases/{P}/{}", self.digests[event.resource]);
-        let own = leave.map(|_| {
+        let own = leave.as_ref().map(|_| {
             reqwest::Client::builder()
                 .timeout(HTTP_TIMEOUT)
                 .build()
@@ -274,11 +304,11 @@ impl Recorder {
         };
         let result = match leave {
             None => Some(request.await),
-            Some(after) => {
+            Some(leave) => {
                 let mut task = tokio::spawn(request);
                 tokio::select! {
                     done = &mut task => Some(done.expect("request task")),
-                    () = tokio::time::sleep(after) => {
+                    () = leave => {
                         // The caller leaves: its connection closes with
                         // the task (unless the answer came just now).
                         task.abort();
@@ -411,7 +441,7 @@ async fn client(rec: Arc<Recorder>, id: usize) {
         }
         // Acquire; on an uncertain answer (or after leaving) retry with the
         // same attempt (on either instance) or inspect.
-        let mut held = false;
+        let (mut held, mut left) = (false, false);
         for _ in 0..5 {
             let mut e = on(Verb::Acquire, rng.below(apps));
             e.ttl_ms = Some(ttl);
@@ -425,7 +455,7 @@ async fn client(rec: Arc<Recorder>, id: usize) {
                     held = true;
                     break;
                 }
-                "aborted" => {}
+                "aborted" => left = true,
                 "indeterminate" | "transport_error" => {
                     if rng.chance(30) {
                         let i = rec
@@ -457,10 +487,20 @@ async fn client(rec: Arc<Recorder>, id: usize) {
         if !held {
             continue;
         }
-        // Hold, maybe renew (once or twice), then release.
+        // Hold, maybe renew (once or twice), then release. A caller that
+        // left and was then told it holds first holds for half its TTL:
+        // long enough for a third attempt's grant to overlap its belief
+        // if the service's clean-up of the call it left took the lease
+        // (issue 21 #1).
         let mut renews = rng.below(3);
+        let mut first = left;
         'hold: loop {
-            pause(rng.below(ttl / 4)).await;
+            let think = if std::mem::take(&mut first) {
+                ttl / 2
+            } else {
+                rng.below(ttl / 4)
+            };
+            pause(think).await;
             if renews == 0 {
                 break;
             }
@@ -592,6 +632,42 @@ fn judge(store: &str, events: &[Event], faults: &[FaultWindow], checks: Checks) 
         "history [{store}]: the workload never had several holders at once \
          (counting lease {counted}, shared {shared}): the run proves nothing about limits"
     );
+    let leaver = |outcome: &str| {
+        events
+            .iter()
+            .filter(|e| e.attempt.starts_with("leaver-") && e.outcome == outcome)
+            .count()
+    };
+    if leaver("aborted") > 0 {
+        println!(
+            "history [{store}]: the leaving trio's waiter left {} waits; its retries were told \
+             replayed_same_operation {} times, acquired {}, contended {} (all: {:?})",
+            leaver("aborted"),
+            events
+                .iter()
+                .filter(|e| e.attempt.starts_with("leaver-")
+                    && e.wait_ms.is_none()
+                    && e.outcome == "replayed_same_operation")
+                .count(),
+            events
+                .iter()
+                .filter(|e| e.attempt.starts_with("leaver-")
+                    && e.wait_ms.is_none()
+                    && e.outcome == "acquired")
+                .count(),
+            events
+                .iter()
+                .filter(|e| e.attempt.starts_with("leaver-")
+                    && e.wait_ms.is_none()
+                    && e.outcome == "contended")
+                .count(),
+            events
+                .iter()
+                .filter(|e| e.attempt.starts_with("leaver-") && e.wait_ms.is_none())
+                .map(|e| e.outcome.as_str())
+                .collect::<Vec<_>>(),
+        );
+    }
     let violations = check_all(events, faults, DRIFT, RECOVERY_BOUND, checks);
     if violations.is_empty() {
         return;
@@ -783,12 +859,182 @@ async fn callers_leave(run: &Running, proxy: Option<&FaultProxy>) -> FaultWindow
     run.rec
         .leave_percent
         .store(LEAVE_PERCENT_WINDOW, Ordering::SeqCst);
-    tokio::time::sleep(WINDOW).await;
+    let on = Arc::new(AtomicBool::new(true));
+    let trio = proxy.map(|_| tokio::spawn(leaving_trio(run.rec.clone(), on.clone())));
+    tokio::time::sleep(WINDOW * 2).await;
+    on.store(false, Ordering::SeqCst);
+    if let Some(trio) = trio {
+        trio.await.expect("trio");
+    }
     run.rec.leave_percent.store(LEAVE_PERCENT, Ordering::SeqCst);
     if let Some(proxy) = proxy {
         proxy.set_reply_delay(Duration::ZERO);
     }
     window(Fault::CallersLeave, start, run.now(), false, false)
+}
+
+/// Issue 21 #1 as a workload, on its own plain lease `TRIO`, while replies
+/// are delayed by `LEAVE_REPLY_DELAY`: a holder holds and releases; a waiter
+/// waits for it and leaves (closes its connection) within 15 ms of the
+/// holder's release being answered, that is after its own acquire script
+/// ran on the release's wake-up and (mostly) before its own delayed answer
+/// arrives, then
+/// retries with the same attempt and holds for half its TTL; a third caller
+/// keeps trying to acquire. Whatever the service does after the waiter
+/// left must not hand the lease to the third while the waiter believes.
+async fn leaving_trio(rec: Arc<Recorder>, on: Arc<AtomicBool>) {
+    let mut rng = Rng::new();
+    let apps = rec.bases.len() as u64;
+    // The third tries only while the waiter waits (not against the holder).
+    let hunting = Arc::new(AtomicBool::new(false));
+    let third = {
+        let (rec, on, hunting) = (rec.clone(), on.clone(), hunting.clone());
+        tokio::spawn(async move {
+            let mut rng = Rng::new();
+            while on.load(Ordering::SeqCst) {
+                if !hunting.load(Ordering::SeqCst) {
+                    pause(5).await;
+                    continue;
+                }
+                let token = leasehold::domain::OwnerToken::generate().expect("token");
+                let e = Event {
+                    client: 3_002,
+                    resource: TRIO,
+                    attempt: unique("third-"),
+                    verb: Some(Verb::Acquire),
+                    app: rng.below(apps) as usize,
+                    ttl_ms: Some(500),
+                    ..Event::default()
+                };
+                let body = json!({ "ttlMs": 500 });
+                let a = rec
+                    .call(e.clone(), Some(token.expose()), Some(body), None)
+                    .await;
+                if a.outcome == "acquired" {
+                    let release = Event {
+                        verb: Some(Verb::Release),
+                        ttl_ms: None,
+                        ..e
+                    };
+                    rec.call(release, Some(token.expose()), None, None).await;
+                }
+                pause(10).await;
+            }
+        })
+    };
+    while on.load(Ordering::SeqCst) {
+        let ttl = 1_000;
+        let (holder, waiter) = (
+            leasehold::domain::OwnerToken::generate().expect("token"),
+            leasehold::domain::OwnerToken::generate().expect("token"),
+        );
+        let h = Event {
+            client: 3_000,
+            resource: TRIO,
+            attempt: unique("holder-"),
+            verb: Some(Verb::Acquire),
+            app: rng.below(apps) as usize,
+            ttl_ms: Some(ttl),
+            ..Event::default()
+        };
+        let body = json!({ "ttlMs": ttl });
+        let got = rec
+            .call(h.clone(), Some(holder.expose()), Some(body.clone()), None)
+            .await;
+        if got.outcome != "acquired" {
+            pause(20).await;
+            continue;
+        }
+        hunting.store(true, Ordering::SeqCst);
+        // The waiter waits (on its own connection) while the holder holds.
+        let w = Event {
+            client: 3_001,
+            attempt: unique("leaver-"),
+            wait_ms: Some(2_000),
+            app: rng.below(apps) as usize,
+            ..h.clone()
+        };
+        let wait_body = json!({ "ttlMs": ttl, "waitMs": 2_000 });
+        let leave_at = Arc::new(tokio::sync::Notify::new());
+        let waiting = {
+            let (rec, w, token, body, leave_at) = (
+                rec.clone(),
+                w.clone(),
+                waiter.expose().to_owned(),
+                wait_body.clone(),
+                leave_at.clone(),
+            );
+            tokio::spawn(async move { rec.call_until(w, &token, body, leave_at.notified()).await })
+        };
+        pause(100 + rng.below(200)).await;
+        let release = Event {
+            verb: Some(Verb::Release),
+            ttl_ms: None,
+            ..h.clone()
+        };
+        let released = {
+            let (rec, token) = (rec.clone(), holder.expose().to_owned());
+            tokio::spawn(async move { rec.call(release, Some(&token), None, None).await })
+        };
+        // The release's script woke the waiter, whose script ran just
+        // after it: its answer, held back by the proxy as long as the
+        // release's, is still on the way when the release's arrives. The
+        // waiter leaves then (within 15 ms).
+        released.await.expect("release");
+        pause(rng.below(15)).await;
+        leave_at.notify_one();
+        let left = waiting.await.expect("waiter");
+        // Hunting until the waiter's retry is answered and it released.
+        let _hunt = Hunt(&hunting);
+        if left.outcome != "aborted" {
+            // Answered before it could leave: release what it got.
+            if matches!(
+                left.outcome.as_str(),
+                "acquired" | "replayed_same_operation"
+            ) {
+                let r = Event {
+                    verb: Some(Verb::Release),
+                    ttl_ms: None,
+                    wait_ms: None,
+                    ..w
+                };
+                rec.call(r, Some(waiter.expose()), None, None).await;
+            }
+            continue;
+        }
+        // The retry, with the same attempt (no wait), on either instance.
+        let retry = Event {
+            wait_ms: None,
+            app: rng.below(apps) as usize,
+            ..w.clone()
+        };
+        let again = rec
+            .call(retry, Some(waiter.expose()), Some(body.clone()), None)
+            .await;
+        if matches!(
+            again.outcome.as_str(),
+            "acquired" | "replayed_same_operation"
+        ) {
+            pause(ttl / 2).await;
+            let r = Event {
+                verb: Some(Verb::Release),
+                ttl_ms: None,
+                wait_ms: None,
+                ..w
+            };
+            rec.call(r, Some(waiter.expose()), None, None).await;
+        }
+    }
+    third.await.expect("third");
+}
+
+/// Ends the third caller's hunt when dropped (every way out of a cycle).
+struct Hunt<'a>(&'a AtomicBool);
+
+impl Drop for Hunt<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Until some instance has a waiter (polled on `/readyz`, at most 10 s; the
