@@ -47,6 +47,9 @@ mod fair;
 mod list;
 #[path = "load/permits.rs"]
 mod permits;
+// `permits-many` (issue 21): renew cost with 100 against 10 000 holders.
+#[path = "load/permits_many.rs"]
+mod permits_many;
 #[path = "load/watch.rs"]
 mod watch;
 
@@ -90,6 +93,7 @@ struct Opts {
     only: Option<Vec<String>>,
     wrap: Option<String>,
     permits_limit: u32,
+    permits_many: usize,
     fair_waiters: usize,
     watchers: usize,
     watch_changes: usize,
@@ -116,9 +120,11 @@ usage: cargo bench --bench load -- [flags]   (each flag also as an env var)
                          (default: a quarter of the first round's service acquire ops/s)
   --scrape-every SECS    GET /metrics this often, as Prometheus would LOAD_SCRAPE_EVERY (0: never)
   --only LIST            comma list of acquire,cycle,contended,paced,handoff,
-                         permits,fair,watch,list              LOAD_ONLY          (all)
+                         permits,permits-many,fair,watch,list LOAD_ONLY          (all)
   --permits-limit N      limit of the permits scenario (against limit 1)
                                                               LOAD_PERMITS_LIMIT (16)
+  --permits-many N       holders of the permits-many scenario (against 100)
+                                                              LOAD_PERMITS_MANY  (10000)
   --fair-waiters N       contenders of the fair scenario, split over two instances
                                                               LOAD_FAIR_WAITERS  (8)
   --watchers N           SSE streams of the watch scenario    LOAD_WATCHERS      (10000)
@@ -211,6 +217,7 @@ impl Opts {
                 .ok()
                 .filter(|s| !s.trim().is_empty()),
             permits_limit: num("permits-limit", get("permits-limit"), 16u32)?.clamp(1, 10_000),
+            permits_many: num("permits-many", get("permits-many"), 10_000usize)?.clamp(100, 10_000),
             fair_waiters: num("fair-waiters", get("fair-waiters"), 8usize)?.clamp(2, 1024),
             watchers: num("watchers", get("watchers"), 10_000usize)?.max(1),
             watch_changes: num("watch-changes", get("watch-changes"), 50usize)?.max(1),
@@ -2087,6 +2094,9 @@ async fn run(opts: Opts) -> Result<bool, String> {
     // ---- the scenarios of issues 14, 15 and 16 ----
     if opts.wants("permits") {
         summary.push_str(&permits::run(&opts, &env).await?);
+    }
+    if opts.wants("permits-many") {
+        summary.push_str(&permits_many::run(&opts, &env).await?);
     }
     let mut fair_p50 = None;
     if opts.wants("fair") {

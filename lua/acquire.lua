@@ -275,7 +275,32 @@ if queued > now and not returning then
     return {tag, 1, 3}
   end
   local blocked
-  if member == '' or not found then
+  if member ~= '' and not found and mode == 'x' and #entries == 64 then
+    -- Queued past the first 64 entries read above. An exclusive waiter of a
+    -- counting lease may still go when fewer entries than free permits are
+    -- ahead of it (each counted as live: conservative) and none of them is
+    -- shared; the entries between 64 and its rank are read only then, so
+    -- at most `limit` of them (never more than 10 000).
+    -- (Heartbeat members '~<instance>' score below every waiter: they
+    -- come first by rank.)
+    local beats = redis.call('ZCOUNT', QUEUE, '-inf', '(0')
+    local rank = redis.call('ZRANK', QUEUE, member)
+    rank = rank and rank - beats
+    blocked = true
+    if rank and rank < free and ahead_x == ahead then
+      local rest = redis.call('ZRANGE', QUEUE, beats + 64, beats + rank - 1)
+      blocked = false
+      for i = 1, #rest do
+        local b = string.byte(rest[i], 1)
+        if b == 115 then -- 's': a shared waiter ahead
+          blocked = true
+          break
+        end
+      end
+      behind = redis.call('ZCARD', QUEUE) - beats - rank - 1
+      found = true
+    end
+  elseif member == '' or not found then
     blocked = ahead > 0 or (member ~= '' and not found)
   elseif mode == 'x' then
     -- (a shared waiter ahead waits for every exclusive permit to go: an

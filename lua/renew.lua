@@ -21,15 +21,32 @@ local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
 local cur = redis.pcall('GET', KEYS[1])
 local rec, hashed
+local v, others, latest = nil, 0, 0
+local relabel_asked = ARGV[4] ~= ''
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif type(cur) == 'table' then
-  rec, hashed = redis.call('HGETALL', KEYS[1]), true
+  hashed = true
+  -- A counting or shared lease: the caller's own permit is one HGET, and a
+  -- renew that keeps its label needs nothing else (no walk over the other
+  -- holders: the work stays flat with thousands of them). The walk below
+  -- is for a new label (the event counts the live holders) and for a
+  -- permit that is gone (absent or someone else's?).
+  local own = redis.call('HGET', KEYS[1], mine)
+  if own then
+    local exp, at = string.match(own, '^%d+|(%d+)|%d+|%d+|%d+|%d+|()')
+    if tonumber(exp) > now and (not relabel_asked or string.sub(own, at) == ARGV[4]) then
+      v = own
+      rec = {}
+    end
+  end
+  if not rec then
+    rec = redis.call('HGETALL', KEYS[1])
+  end
 else
   return {tag}
 end
-local v, others, latest = nil, 0, 0
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
@@ -58,7 +75,7 @@ if not v then
 end
 local fence, acq, ld, at = string.match(v, '^(%d+)|%d+|(%d+)|%d+|%d+|(%d+)|()')
 local holder = string.sub(v, at)
-local relabel = ARGV[4] ~= '' and ARGV[4] ~= holder
+local relabel = relabel_asked and ARGV[4] ~= holder
 if relabel then
   holder = ARGV[4]
 end
@@ -80,11 +97,17 @@ else
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}
   end
+  -- The record lives until its last permit and lock-delay are over: a
+  -- renew only ever lengthens that (one PTTL, not a walk over every permit
+  -- on every renew); a record left longer than needed holds only expired
+  -- permits, which every script reads as gone.
   local ends = now + tonumber(ARGV[3]) + tonumber(ld)
   if latest > ends then
     ends = latest
   end
-  redis.pcall('PEXPIRE', KEYS[1], ends - now)
+  if redis.call('PTTL', KEYS[1]) < ends - now then
+    redis.pcall('PEXPIRE', KEYS[1], ends - now)
+  end
 end
 if relabel then
   -- A new label is a change watchers see: bump the change counter.

@@ -55,6 +55,14 @@ stage "cargo clippy -D warnings" cargo clippy --all-targets --all-features --loc
 stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua lua/queue.lua
 
 # ------------------------------------------------------------------- tests --
+# The upgrade test (tests/upgrade.rs) runs the previous release's binary
+# beside this one; built once, cached under target/previous-release/.
+log "previous release for the upgrade test (scripts/build-previous-release.sh)"
+prev_rc=0
+LEASEHOLD_PREVIOUS_BIN="$(bash scripts/build-previous-release.sh)" || prev_rc=$?
+record "build the previous release (scripts/build-previous-release.sh)" "$prev_rc"
+export LEASEHOLD_PREVIOUS_BIN
+
 log "cargo test (all features)"
 TEST_OUT="$(mktemp)"
 rc=0
@@ -83,6 +91,14 @@ rm -f "$SCRAPE"
 if [[ -f scripts/check-api.sh ]]; then
   stage "API checks (scripts/check-api.sh)" bash scripts/check-api.sh
 fi
+
+# ------------------------------------------------ Python and TypeScript clients --
+# Each installs what it needs (venv / npm ci, PostgreSQL for the fencing
+# guard) and runs its type checks, lints and tests against the service
+# binary `cargo test` just built.
+export LEASEHOLD_BIN="$ROOT/target/debug/leasehold"
+stage "Python client (clients/python/check.sh)" bash clients/python/check.sh
+stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/check.sh
 
 echo
 for f in "${FAILURES[@]}"; do echo "FAILED: $f"; done

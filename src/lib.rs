@@ -50,12 +50,11 @@ pub mod config;
 pub mod domain;
 pub mod healthcheck;
 pub mod http;
+pub mod notify;
 pub mod openapi;
 pub mod service;
 pub mod store;
 pub mod telemetry;
-pub mod wait;
-pub mod watch;
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -72,11 +71,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ConfigError, ServeArgs};
 use crate::domain::Bounds;
 use crate::http::auth::ApiKeys;
+use crate::notify::WaitRegistry;
 use crate::service::{LeaseService, ServiceSettings};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisSettings, RedisStore, ReplicaAcks, TlsFiles, Topology};
 use crate::store::Store;
-use crate::wait::WaitRegistry;
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -235,6 +234,7 @@ pub async fn run_with(
             max_in_flight: args.max_in_flight,
             max_purpose_labels: args.max_purpose_labels,
             labelled_purposes: api_keys.named_purposes(),
+            release_abandoned: args.release_abandoned,
         },
         waiters,
         token.clone(),
@@ -294,7 +294,9 @@ pub async fn run_with(
         });
     }
     tracing::info!(
-        addr = ?listener.local_addr().ok(),
+        addr = %listener
+            .local_addr()
+            .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string()),
         tls = acceptor.is_some(),
         "leasehold listening"
     );

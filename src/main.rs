@@ -22,14 +22,27 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Openapi) => {
-            println!("{}", leasehold::openapi::document_json());
-            ExitCode::SUCCESS
+            // A reader that stops early (`| head`) closes the pipe: that is
+            // not an error worth a panic.
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            match writeln!(out, "{}", leasehold::openapi::document_json()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("leasehold: cannot write the document: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Some(Command::Healthcheck(args)) => healthcheck(&args),
         Some(Command::Serve(args)) => serve(*args),
         None => match ServeArgs::from_env() {
             Ok(args) => serve(args),
-            Err(e) => e.exit(),
+            Err(e) => {
+                use clap::CommandFactory;
+                usage_error(e, &Cli::command())
+            }
         },
     }
 }
@@ -37,7 +50,20 @@ fn main() -> ExitCode {
 /// The service's own command line (`serve`, the default, `digest`, ...).
 #[cfg(not(feature = "cli"))]
 fn parse() -> Result<Cli, ExitCode> {
-    Ok(<Cli as clap::Parser>::parse())
+    use clap::CommandFactory;
+    <Cli as clap::Parser>::try_parse().map_err(|e| usage_error(e, &Cli::command()))
+}
+
+/// Exits with clap's message, or, for a bad value that came from a
+/// `LEASEHOLD_*` variable, one that names the variable.
+fn usage_error(e: clap::Error, command: &clap::Command) -> ExitCode {
+    match leasehold::config::env_value_error(&e, command) {
+        Some(message) => {
+            eprintln!("{message}");
+            ExitCode::from(2)
+        }
+        None => e.exit(),
+    }
 }
 
 /// The service's command line plus the client subcommands (`lock`,
@@ -70,7 +96,7 @@ fn parse() -> Result<Cli, ExitCode> {
                 let _ = e.print();
                 return Err(ExitCode::from(EXIT_USAGE));
             }
-            e.exit()
+            return Err(usage_error(e, &Cli::command()));
         }
     };
     if matches.subcommand_name().is_some_and(is_client_command) {

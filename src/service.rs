@@ -15,12 +15,12 @@ use crate::domain::{
     Lease, LeaseShape, LostReason, Mode, OutcomeName, OwnerToken, PermitView, ReleaseOutcome,
     RenewOutcome, Replication, ResourceId, Ttl, WaitMs,
 };
+use crate::notify::WaitRegistry;
 use crate::store::{
     AcquireSpec, Contention, Probe, QueueOp, Store, StoreAcquire, StoreError, StoreInspect,
     StoreLease, StoreRelease, StoreRenew,
 };
 use crate::telemetry::OperationMeters;
-use crate::wait::WaitRegistry;
 
 /// Tunables of the service layer.
 #[derive(Debug, Clone)]
@@ -37,6 +37,9 @@ pub struct ServiceSettings {
     pub max_purpose_labels: usize,
     /// With API keys: the purposes a key names, the only ones labelled.
     pub labelled_purposes: Option<std::collections::HashSet<String>>,
+    /// Release what a waiting acquire got after its caller had gone,
+    /// unless claimed since; off: it expires with its TTL.
+    pub release_abandoned: bool,
 }
 
 /// Leases over a [`Store`].
@@ -331,13 +334,22 @@ impl LeaseService {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (store, resource, attempt) = (self.store.clone(), resource.clone(), attempt.clone());
         let (request, member) = (request.clone(), member.map(str::to_owned));
+        let clean_up = self.settings.release_abandoned;
         tokio::spawn(async move {
             let result = store
                 .acquire_replicated(&resource, &attempt, &request.spec(member.as_deref()))
                 .await;
             if let Err(Ok(abandoned)) = tx.send(result) {
-                if matches!(abandoned.value, StoreAcquire::Acquired(_)) {
+                if !matches!(abandoned.value, StoreAcquire::Acquired(_)) {
+                    return;
+                }
+                if clean_up {
                     release_abandoned(&store, &resource, &attempt).await;
+                } else {
+                    tracing::info!(
+                        operation_id = %attempt.operation_id,
+                        "waiter left while its acquire was in flight; the lease it got ends with its TTL"
+                    );
                 }
             }
         });

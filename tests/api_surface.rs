@@ -1589,3 +1589,37 @@ async fn the_api_is_open_only_when_the_operator_says_so() {
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A long-poll's query is checked like a body: `changedSince` that is not a
+/// version, and `waitMs` without `changedSince`, are 400 naming the
+/// parameter (they used to be taken as "stale" and as "no wait").
+#[tokio::test]
+async fn long_poll_parameters_are_checked_and_named() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let d = digest();
+    for (query, field) in [
+        ("changedSince=abc&waitMs=1000", "changedSince"),
+        ("changedSince=1.1.1&waitMs=1000", "changedSince"),
+        ("waitMs=1000", "waitMs"),
+        ("changedSince=0.0&waitMs=abc", "waitMs"),
+    ] {
+        let r = app.get(&format!("/leases/{P}/{d}?{query}")).await;
+        problem_ok(query, &r, StatusCode::BAD_REQUEST, "invalid_request");
+        assert_eq!(r.body["errors"][0]["field"], field, "{query}: {:#}", r.body);
+    }
+    // Send back the version you just read: a well-formed long-poll.
+    let version = app.inspect(P, &d, None).await.body["version"]
+        .as_str()
+        .expect("version")
+        .to_owned();
+    let r = app
+        .get(&format!("/leases/{P}/{d}?changedSince={version}&waitMs=1"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+    // `changedSince` alone (no wait) answers at once, as before.
+    let r = app
+        .get(&format!("/leases/{P}/{d}?changedSince={version}"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+    app.shutdown().await;
+}

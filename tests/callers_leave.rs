@@ -33,6 +33,8 @@ async fn pair(server: &RedisServer, proxy: &FaultProxy, timeout_ms: &str) -> (Te
         ns.as_str(),
         "--command-timeout-ms",
         timeout_ms,
+        "--release-abandoned",
+        "true",
     ];
     let a = TestApp::spawn_with(args(&Backend::Redis(proxy.url()), &flags)).await;
     let b = TestApp::spawn_with(args(&Backend::Redis(server.url()), &flags)).await;
@@ -257,4 +259,52 @@ async fn waits_survive_a_cut_of_every_store_connection() {
         1,
         "{outcomes:?}"
     );
+}
+
+/// By default (this release) the service does nothing on its own after a
+/// waiter has gone: what it acquired ends with its TTL, so an instance of
+/// the previous release (whose replays do not claim) can never have told a
+/// caller it holds a lease this one then releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_departed_waiters_lease_ends_with_its_ttl() {
+    let server = RedisServer::start();
+    let acquire_sha = script_sha(&server, "acquire");
+    let release_sha = script_sha(&server, "release");
+    let proxy = FaultProxy::start(server.addr()).await;
+    let ns = unique("cl");
+    let flags = ["--namespace", ns.as_str(), "--command-timeout-ms", "1500"];
+    let a = TestApp::spawn_with(args(&Backend::Redis(proxy.url()), &flags)).await;
+    let b = TestApp::spawn_with(args(&Backend::Redis(server.url()), &flags)).await;
+    let d = digest();
+    let holder = b.attempt().await;
+    assert_eq!(
+        b.acquire(P, &d, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    let waiter = a.attempt().await;
+    let pending = waiting_acquire(&a, &d, &waiter, 20_000);
+    a.until_waiters(1).await;
+    let before = proxy.answered(&acquire_sha);
+    proxy.set_reply_delay(Duration::from_millis(400));
+    assert_eq!(b.release(P, &d, &holder).await.outcome(), "released");
+    until_held_by(&b, &d, &waiter).await;
+    pending.abort();
+    let _ = pending.await;
+    // The departed waiter's acquire has been answered through the proxy,
+    // and A's wait is over: nothing follows it, no release runs through A.
+    assert!(
+        proxy
+            .until_answered(&acquire_sha, before + 1, Duration::from_secs(10))
+            .await
+    );
+    a.until_waiters(0).await;
+    // A call through A after that: a clean-up, were there one, would have
+    // been sent right after the acquire's answer, before this inspect.
+    let inspect_sha = script_sha(&server, "inspect");
+    let seen_by_a = proxy.answered(&inspect_sha);
+    assert_eq!(a.inspect(P, &d, None).await.body["held"], true);
+    assert!(proxy.answered(&inspect_sha) > seen_by_a);
+    assert_eq!(proxy.answered(&release_sha), 0);
+    let seen = b.inspect(P, &d, Some(&waiter)).await;
+    assert_eq!(seen.body["heldBy"], "caller", "{:?}", seen.body);
 }

@@ -230,6 +230,13 @@ async fn a_client_certificate_is_presented_when_the_server_requires_one() {
         "refused without a client certificate: {}",
         out.stderr
     );
+    // The user is told what is missing, not "connection lost".
+    assert!(
+        out.stderr.contains("requires a client certificate")
+            && out.stderr.contains("--client-cert"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// leasehold serving HTTPS on the embedded store; requires client

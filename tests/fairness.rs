@@ -356,8 +356,10 @@ impl Process {
                 .lines()
                 .find(|l| l.contains("leasehold listening"))
                 .and_then(|l| {
-                    let start = l.find("Some(")? + 5;
-                    let len = l[start..].find(')')?;
+                    let start = l.find("addr=")? + 5;
+                    let len = l[start..]
+                        .find(char::is_whitespace)
+                        .unwrap_or(l.len() - start);
                     Some(l[start..start + len].to_owned())
                 });
             if let Some(addr) = found {
@@ -835,4 +837,76 @@ async fn frozen_instance_loses_its_place_and_takes_a_new_one_when_thawed() {
     assert_eq!(back.outcome(), "acquired", "{:?}", back.body);
     assert!(back.fencing_token() > got.fencing_token());
     drop(frozen);
+}
+
+/// Runs `lua/acquire.lua` straight on `server` (as the service does, nonce
+/// included) and returns its status (the reply's first element decoded).
+fn raw_acquire(server: &RedisServer, keys: [&str; 2], attempt: [&str; 2], shape: &str) -> i64 {
+    let path = format!("{}/lua/acquire.lua", env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(path).expect("script");
+    let sha = server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned();
+    let nonce = 7;
+    let out = server.cli(&[
+        "EVALSHA", &sha, "2", keys[0], keys[1], attempt[0], attempt[1], "30000", "", shape, "7",
+    ]);
+    let first: i64 = out
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("unexpected reply: {out}"));
+    first - nonce * 16 - 9
+}
+
+/// An exclusive waiter of a counting lease queued past the first 64 entries
+/// goes when fewer entries than free permits are ahead of it, none shared
+/// (it used to be refused until 64 of them had gone). A shared entry ahead
+/// still holds it back.
+#[test]
+fn an_exclusive_waiter_past_position_64_takes_a_free_permit() {
+    let server = RedisServer::start();
+    let (ns, d) = (unique("q64"), digest());
+    let key = |kind: &str| format!("{ns}:{kind}:v2:{{{P}:{d}}}");
+    let (lease, seq, queue) = (key("lease"), key("seq"), key("queue"));
+    let time = server.cli(&["TIME"]);
+    let secs: u64 = time
+        .lines()
+        .next()
+        .expect("secs")
+        .trim()
+        .parse()
+        .expect("secs");
+    let now_ms = secs * 1000;
+    let deadline = (now_ms + 60_000).to_string();
+    // Instance a1 keeps 70 exclusive waiters alive; the caller is a2's.
+    server.cli(&["ZADD", &queue, &format!("-{deadline}"), "~a1"]);
+    server.cli(&["ZADD", &queue, &format!("-{deadline}"), "~a2"]);
+    for i in 0..70u64 {
+        let score = (secs * 1_000_000 + i).to_string();
+        server.cli(&["ZADD", &queue, &score, &format!("x:a1:{i}")]);
+    }
+    let mine = "x:a2:0";
+    server.cli(&["ZADD", &queue, &(secs * 1_000_000 + 100).to_string(), mine]);
+    server.cli(&["SET", &seq, &format!("1:1:0:{deadline}")]);
+    let token = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let shape = format!("100:x:0:{mine}");
+    // 71st in line, 100 permits free, nobody shared ahead: acquired (1).
+    assert_eq!(
+        raw_acquire(&server, [&lease, &seq], [token, "op-1"], &shape),
+        1
+    );
+    assert_eq!(server.cli(&["ZSCORE", &queue, mine]).trim(), "");
+    // A shared waiter ahead (past 64) holds the next one back: queued (0).
+    server.cli(&[
+        "ZADD",
+        &queue,
+        &(secs * 1_000_000 + 80).to_string(),
+        "s:a1:x",
+    ]);
+    let next = "x:a2:1";
+    server.cli(&["ZADD", &queue, &(secs * 1_000_000 + 200).to_string(), next]);
+    let shape = format!("100:x:0:{next}");
+    assert_eq!(
+        raw_acquire(&server, [&lease, &seq], [token, "op-2"], &shape),
+        0
+    );
 }

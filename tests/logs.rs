@@ -113,11 +113,18 @@ impl Drop for Service {
     }
 }
 
-/// `127.0.0.1:4321` out of a startup line (JSON `"addr":"Some(127.0.0.1:4321)"`, or text `addr=Some(...)`).
+/// `127.0.0.1:4321` out of a startup line (JSON `"addr":"127.0.0.1:4321"`,
+/// or text `addr=127.0.0.1:4321`).
 fn listening_addr(line: &str) -> Option<String> {
-    let start = line.find("Some(")? + 5;
-    let len = line[start..].find(')')?;
-    Some(line[start..start + len].to_owned())
+    let start = line
+        .find("\"addr\":\"")
+        .map(|i| i + 8)
+        .or_else(|| line.find("addr=").map(|i| i + 5))?;
+    let rest = &line[start..];
+    let len = rest
+        .find(|c: char| c == '"' || c.is_whitespace())
+        .unwrap_or(rest.len());
+    Some(rest[..len].to_owned())
 }
 
 fn temp_dir() -> PathBuf {
@@ -407,5 +414,66 @@ async fn text_logs_of_a_wrong_redis_password_or_a_password_in_the_url_stay_secre
         logs.contains(&cycle.request_ids[0]),
         "request ids are logged"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A first hour's rough edges: log lines written to a file carry no colour
+/// codes and the start line names the address plainly; a bad value in a
+/// `LEASEHOLD_*` variable is reported under the variable's name;
+/// `leasehold openapi | head` ends quietly.
+#[test]
+fn plain_logs_named_variables_and_a_quiet_closed_pipe() {
+    let dir = temp_dir();
+    let service = Service::start(
+        &dir,
+        "plain",
+        &[("LEASEHOLD_LOG_FORMAT", "text".to_owned())],
+    );
+    let logs = service.stop();
+    assert!(
+        !logs.contains('\u{1b}'),
+        "colour codes in a log file:\n{logs}"
+    );
+    let line = logs
+        .lines()
+        .find(|l| l.contains("leasehold listening"))
+        .expect("start line");
+    assert!(line.contains("addr=127.0.0.1:"), "{line}");
+    assert!(!line.contains("Some("), "{line}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .env_clear()
+        .env("LEASEHOLD_MAX_TTL_MS", "abc")
+        .output()
+        .expect("run leasehold");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("LEASEHOLD_MAX_TTL_MS=\"abc\""), "{err}");
+    // On the command line, the flag is what the user typed: clap's words.
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .env_clear()
+        .args(["serve", "--max-ttl-ms", "abc"])
+        .output()
+        .expect("run leasehold");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-ttl-ms"));
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("openapi")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run leasehold openapi");
+    let mut head = [0u8; 16];
+    std::io::Read::read_exact(child.stdout.as_mut().expect("stdout"), &mut head).expect("read");
+    drop(child.stdout.take()); // the reader goes away, as `head` does
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
     let _ = std::fs::remove_dir_all(&dir);
 }

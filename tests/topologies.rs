@@ -1088,8 +1088,8 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     use leasehold::domain::{
         Attempt, Bounds, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
     };
+    use leasehold::notify::WaitRegistry;
     use leasehold::store::{AcquireSpec, Replication, StoreAcquire, StoreRelease, StoreRenew};
-    use leasehold::wait::WaitRegistry;
 
     let master = RedisServer::start();
     let replica =
@@ -1265,7 +1265,8 @@ async fn conflicting_topology_settings_are_start_up_errors() {
 
     // A URL that does not parse is not quoted back: it may hold a password.
     let args = topology_args(&["--redis-cluster-nodes", "redis://user:hunter2-Secret@[::1"]);
-    let err = match leasehold::build_store(&args, Arc::new(leasehold::wait::WaitRegistry::new(1))) {
+    let err = match leasehold::build_store(&args, Arc::new(leasehold::notify::WaitRegistry::new(1)))
+    {
         Err(err) => err.to_string(),
         Ok(_) => panic!("a broken URL must be refused"),
     };
@@ -1280,7 +1281,8 @@ async fn conflicting_topology_settings_are_start_up_errors() {
         "--redis-ca-file",
         "/nonexistent/ca.pem",
     ]);
-    let err = match leasehold::build_store(&args, Arc::new(leasehold::wait::WaitRegistry::new(1))) {
+    let err = match leasehold::build_store(&args, Arc::new(leasehold::notify::WaitRegistry::new(1)))
+    {
         Err(err) => err.to_string(),
         Ok(_) => panic!("a missing CA file must be refused"),
     };

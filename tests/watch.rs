@@ -291,6 +291,9 @@ async fn long_poll_refuses_bad_parameters_naming_them(backend: Backend) {
         ("changedSince=&waitMs=5", "changedSince"),
         ("changedSince=a%20b&waitMs=5", "changedSince"),
         ("changedSince=%ZZ&waitMs=5", "changedSince"),
+        // A wait for a change of nothing: refused, not ignored (issue 22).
+        ("waitMs=100", "waitMs"),
+        ("changedSince=abc&waitMs=5", "changedSince"),
     ] {
         let r = app.get(&format!("/leases/{P}/{d}?{query}")).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{query}: {:?}", r.body);
@@ -298,12 +301,8 @@ async fn long_poll_refuses_bad_parameters_naming_them(backend: Backend) {
         assert_eq!(r.outcome(), "invalid_request", "{query}");
         assert_eq!(r.body["errors"][0]["field"], field, "{query}: {:?}", r.body);
     }
-    // Either alone, or a zero wait: a plain inspect.
-    for query in [
-        "changedSince=1.0",
-        "waitMs=100",
-        "changedSince=1.0&waitMs=0",
-    ] {
+    // A version without a wait, or a zero wait: a plain inspect.
+    for query in ["changedSince=1.0", "changedSince=1.0&waitMs=0", "waitMs=0"] {
         let r = app.get(&format!("/leases/{P}/{d}?{query}")).await;
         assert_eq!(r.status, StatusCode::OK, "{query}: {:?}", r.body);
     }

@@ -221,6 +221,15 @@ fn service_error(what: &str, url: &str, error: &client::Error) -> Exit {
             ),
         ),
         client::Error::Unavailable {
+            cause: client::Cause::ClientCertificate,
+            ..
+        } => Exit::new(
+            EXIT_UNAVAILABLE,
+            format!(
+                "{what}: {url} requires a client certificate (mutual TLS): pass --client-cert and --client-key; nothing was applied"
+            ),
+        ),
+        client::Error::Unavailable {
             cause: client::Cause::Service,
             retry_after,
         } => Exit::new(

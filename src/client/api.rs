@@ -332,6 +332,12 @@ impl Client {
                     cause,
                 });
             }
+            Err(e) if tls::refused_client_certificate(&e) => {
+                return Err(Error::Unavailable {
+                    retry_after: None,
+                    cause: Cause::ClientCertificate,
+                });
+            }
             Err(e) if e.is_timeout() => return Err(indeterminate(Cause::Timeout)),
             Err(_) => return Err(indeterminate(Cause::ConnectionLost)),
         };

@@ -82,6 +82,9 @@ pub enum Cause {
     /// or does not name the host, or it refused the client certificate);
     /// nothing was written.
     Tls,
+    /// The service refused the connection for want of an acceptable client
+    /// certificate (mutual TLS); it read nothing.
+    ClientCertificate,
     /// The request was (or may have been) written and no reply came in time.
     Timeout,
     /// The connection failed after the request was (or may have been)
@@ -101,6 +104,9 @@ impl fmt::Display for Cause {
             Self::Service => f.write_str("answered by the service"),
             Self::Connect => f.write_str("could not connect"),
             Self::Tls => f.write_str("TLS handshake failed"),
+            Self::ClientCertificate => {
+                f.write_str("the service requires a client certificate it accepts")
+            }
             Self::Timeout => f.write_str("no reply in time"),
             Self::ConnectionLost => f.write_str("connection lost awaiting the reply"),
             Self::UnexpectedReply { status } => write!(f, "unexpected reply with status {status}"),

@@ -105,6 +105,38 @@ pub(super) fn client_config(
     }
 }
 
+/// Whether the server refused the connection for want of an acceptable
+/// client certificate: a TLS alert (`certificate_required`,
+/// `bad_certificate`, ...) received. With TLS 1.3 it arrives after the
+/// client's side of the handshake, when the request is already written; but
+/// the server never completed the handshake, so it never read the request.
+pub(super) fn refused_client_certificate(error: &(dyn std::error::Error + 'static)) -> bool {
+    use rustls::AlertDescription as A;
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(rustls::Error::AlertReceived(alert)) = e.downcast_ref::<rustls::Error>() {
+            return matches!(
+                alert,
+                A::CertificateRequired
+                    | A::BadCertificate
+                    | A::UnknownCA
+                    | A::CertificateUnknown
+                    | A::UnsupportedCertificate
+                    | A::CertificateExpired
+                    | A::CertificateRevoked
+                    | A::AccessDenied
+            );
+        }
+        next = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    false
+}
+
 /// Whether a transport error was a failed TLS handshake (an untrusted or
 /// mismatched certificate, a refused client certificate).
 pub(super) fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool {

@@ -1,12 +1,14 @@
 //! The vocabulary of leasehold: names, bounds and outcomes. No I/O here.
 
 mod bounds;
+mod change;
 mod list;
 mod names;
 mod outcome;
 mod time;
 
 pub use bounds::{Bounds, LeaseShape, Mode, Ttl, WaitMs};
+pub use change::Change;
 pub use list::{ListCursor, ListLimit, ListedLease, Listing, ScanPosition, NODE_ID_LEN};
 pub use names::{
     Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,

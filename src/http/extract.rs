@@ -99,6 +99,11 @@ impl Problems {
         });
     }
 
+    /// Whether an error names `field` already.
+    pub fn names(&self, field: &str) -> bool {
+        self.errors.iter().any(|e| e.field == field)
+    }
+
     /// `Ok` when nothing was wrong.
     pub fn finish(self) -> Result<(), ApiError> {
         if self.errors.is_empty() {

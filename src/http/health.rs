@@ -31,7 +31,7 @@ pub enum LiveStatus {
 
 /// Readiness answer.
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"status": "ready", "topology": "standalone", "writable": true, "waiters": 0, "watchers": 0}))]
+#[schema(example = json!({"status": "ready", "topology": "standalone", "writable": true, "waiters": 0, "watchers": 0, "auth": "keys"}))]
 pub struct Ready {
     #[schema(value_type = ReadyStatus, inline)]
     pub status: &'static str,
@@ -46,13 +46,14 @@ pub struct Ready {
     /// Watches (long-polls and event streams) open on this instance.
     #[schema(minimum = 0, example = 0)]
     pub watchers: usize,
-    /// `keys` when API keys are configured; `open` when anyone who can
-    /// reach the service may use every purpose (docs/design.md §14).
+    // (No doc comment here: utoipa would wrap the inline enum in an
+    // `allOf` with an object; the enum's own doc describes it.)
     #[schema(value_type = AuthMode, inline)]
     pub auth: &'static str,
 }
 
-/// Whether the API requires keys.
+/// `keys` when API keys are configured; `open` when anyone who can reach
+/// the service may use every purpose (docs/design.md §14).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AuthMode {

@@ -14,6 +14,7 @@ pub mod problems;
 pub mod server;
 pub mod tls;
 pub mod watch;
+pub mod write_timeout;
 
 use std::convert::Infallible;
 use std::future::Future;

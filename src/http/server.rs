@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt as _};
 
 use crate::http::tls::CurrentAcceptor;
+use crate::http::write_timeout::WriteTimeout;
 
 /// How long a TLS handshake may take at most. A handshake is a few round
 /// trips: a client that needs longer is stuck or hostile.
@@ -48,7 +49,9 @@ pub struct Limits {
     /// (new clients wait in the kernel's backlog) until one closes.
     pub max_connections: usize,
     /// How long a connection may go without a complete request head: idle
-    /// between keep-alive requests, or trickling a head in. Then it is closed.
+    /// between keep-alive requests, or trickling a head in; and how long its
+    /// writes may make no progress (a peer that stops reading). Then it is
+    /// closed.
     pub idle_timeout: Duration,
 }
 
@@ -113,6 +116,10 @@ pub async fn serve<S>(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
+        // A peer that stops reading (a watcher that never reads its stream)
+        // is closed once its writes have made no progress for the idle
+        // timeout, freeing its connection and watcher slot.
+        let stream = WriteTimeout::new(stream, limits.idle_timeout);
         let service = service
             .clone()
             .map_request(|req: hyper::Request<Incoming>| req.map(Body::new));

@@ -1,7 +1,7 @@
 //! Watching a lease (docs/design.md §9): the long-poll of inspect
 //! (`?changedSince=V&waitMs=N`) and the event stream
 //! `GET /leases/{purpose}/{digest}/events`. Both are watchers of
-//! [`crate::watch::WatchHub`]: one store read per change per instance,
+//! [`crate::notify::WatchHub`]: one store read per change per instance,
 //! fanned out, and counted against `LEASEHOLD_MAX_WATCHERS`.
 
 use std::convert::Infallible;
@@ -20,12 +20,12 @@ use super::leases::{path_resource, RawPath};
 use super::problem::{respond, respond_one, ApiError};
 use super::AppState;
 use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
+use crate::notify::{newer, Read, Snapshot, Watcher};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::openapi::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };
-use crate::watch::{newer, Read, Snapshot, Watcher};
 
 /// Bounds of watches.
 #[derive(Debug, Clone, Copy)]
@@ -69,18 +69,16 @@ pub fn long_poll(query: Option<&str>, bounds: Bounds, problems: &mut Problems) -
         }
     }
     let since = since.and_then(|v| {
-        let ok = !v.is_empty()
-            && v.len() <= MAX_VERSION_LEN
-            && v.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        let ok = v.len() <= MAX_VERSION_LEN && is_version(&v);
         if !ok {
             problems.shape(
                 "changedSince",
-                "must be a version from an earlier answer (1-64 characters of [A-Za-z0-9._-])",
+                "must be a version from an earlier answer (digits, a dot, digits, e.g. 12.1)",
             );
         }
         ok.then_some(v)
     });
+    let since_given = since.is_some();
     let wait = match wait {
         None => None,
         Some(v) => match v.parse::<u64>() {
@@ -94,6 +92,12 @@ pub fn long_poll(query: Option<&str>, bounds: Bounds, problems: &mut Problems) -
             }
         },
     };
+    if wait.is_some_and(|w| w.ms() > 0) && !since_given && !problems.names("changedSince") {
+        problems.shape(
+            "waitMs",
+            "needs changedSince (the version you last read): a wait is for a change of it",
+        );
+    }
     match (since, wait) {
         (Some(changed_since), Some(wait)) if wait.ms() > 0 => Some(LongPoll {
             changed_since,
@@ -369,4 +373,13 @@ fn stream(
     // Proxies that buffer answers (nginx) pass this one through as it comes.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
+}
+
+/// A version as the stores write it: `<changes>.<live holders>`.
+fn is_version(v: &str) -> bool {
+    let Some((changes, live)) = v.split_once('.') else {
+        return false;
+    };
+    let digits = |p: &str| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit());
+    digits(changes) && digits(live)
 }

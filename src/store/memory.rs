@@ -17,11 +17,12 @@ use super::{
     AcquireSpec, Contention, Probe, QueueOp, Readiness, StoreAcquire, StoreError, StoreInspect,
     StoreLease, StoreListed, StorePage, StoreRelease, StoreRenew,
 };
+use crate::domain::Change;
 use crate::domain::{
     Attempt, HeldBy, HolderLabel, ListCursor, Mode, Purpose, ResourceDigest, ResourceId, StoreTime,
     Ttl,
 };
-use crate::wait::{Change, WaitRegistry};
+use crate::notify::WaitRegistry;
 
 /// Most shared holders at once (as on Redis).
 const SHARED_CAP: usize = 10_000;

@@ -108,9 +108,11 @@ pub async fn run_script(
     }
 }
 
-/// NOSCRIPT is a definite refusal: load the script and retry once. (Were
-/// that NOSCRIPT another request's reply, the retry's own reply would not
-/// carry our nonce, and the call ends `Indeterminate`.)
+/// NOSCRIPT is a definite refusal once it is proven ours (`PING <nonce>`,
+/// as for every untagged reply): then nothing ran, so loading the script
+/// and retrying once is safe, and a load that fails leaves the call "not
+/// applied". Unproven, the NOSCRIPT may be another request's reply while
+/// ours is still coming: the call is `Indeterminate`.
 async fn reload_and_retry(
     conn: &mut Conn,
     script: &Script,
@@ -119,6 +121,9 @@ async fn reload_and_retry(
     asking: bool,
     deadline: Instant,
 ) -> Result<Vec<Value>, RunError> {
+    if !in_step(conn, nonce, None, deadline).await {
+        return Err(StoreError::Indeterminate(DESYNC).into());
+    }
     tracing::info!(
         script = script.name,
         "script cache empty (NOSCRIPT); loading it"
@@ -207,7 +212,7 @@ async fn failed(
     match err {
         SendError::Redis(err) if err.code().is_some() => {
             // It carries no nonce: prove it is ours before believing it.
-            if !in_step(conn, nonce, deadline).await {
+            if !in_step(conn, nonce, err.code(), deadline).await {
                 return Err(RunError::Failed(StoreError::Indeterminate(DESYNC)));
             }
             match redirect_of(&err) {
@@ -223,18 +228,37 @@ async fn failed(
 /// reply echoes the nonce, replies on this connection are paired with their
 /// requests (a lost reply would have shifted this one too), so the reply
 /// before it was ours. When it does not, or none comes, the connection is
-/// dropped. A server too busy to answer PING (BUSY: only a script kill gets
-/// through) is refusing everything alike; that refusal is taken as ours. So
-/// is MISCONF: a master that cannot persist refuses PING with it too (Redis
-/// does so on purpose, so that clients notice), as it refuses every write.
-async fn in_step(conn: &mut Conn, nonce: &Nonce, deadline: Instant) -> bool {
+/// dropped.
+///
+/// A master that cannot persist refuses PING with MISCONF (on purpose, so
+/// that clients notice) but still answers `ECHO`: the nonce is echoed that
+/// way instead. A server running a long script answers everything but a
+/// script kill with BUSY, so nothing can echo; a BUSY answer to the PING
+/// is taken as proof only when the call's own error was BUSY too: in step,
+/// it was ours; one reply short, the PING's answer was the call's own, a
+/// BUSY refusal. (Two replies short on one connection needs two replies
+/// lost without the connection breaking, which TCP does not do; the first
+/// tagged reply after one such loss drops the connection.)
+async fn in_step(conn: &mut Conn, nonce: &Nonce, code: Option<&str>, deadline: Instant) -> bool {
+    let echoed = |value: &Value| match value {
+        Value::BulkString(b) => b.as_slice() == nonce.as_str().as_bytes(),
+        Value::SimpleString(s) => s == nonce.as_str(),
+        _ => false,
+    };
     let mut ping = redis::cmd("PING");
     ping.arg(nonce.as_str());
     let confirmed = match send(conn, &ping, deadline).await {
-        Ok(Value::BulkString(b)) => b.as_slice() == nonce.as_str().as_bytes(),
-        Ok(Value::SimpleString(s)) => s == nonce.as_str(),
-        Err(SendError::Redis(err)) => matches!(err.code(), Some("BUSY" | "MISCONF")),
-        _ => false,
+        Ok(value) => echoed(&value),
+        Err(SendError::Redis(err)) => match err.code() {
+            Some("BUSY") => code == Some("BUSY"),
+            Some("MISCONF") => {
+                let mut echo = redis::cmd("ECHO");
+                echo.arg(nonce.as_str());
+                matches!(send(conn, &echo, deadline).await, Ok(value) if echoed(&value))
+            }
+            _ => false,
+        },
+        Err(SendError::Timeout) => false,
     };
     if !confirmed {
         conn.mark_dead();

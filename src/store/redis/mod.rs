@@ -39,8 +39,9 @@ use super::{
     AcquireSpec, Contention, Probe, QueueOp, Readiness, Replicated, Replication, StoreAcquire,
     StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew,
 };
+use crate::domain::Change;
 use crate::domain::{Attempt, HeldBy, HolderLabel, Mode, ResourceId, StoreTime, Ttl};
-use crate::wait::{Change, WaitRegistry};
+use crate::notify::WaitRegistry;
 
 /// Which Redis deployment to talk to. URLs may carry credentials and are
 /// never logged.

@@ -20,6 +20,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use super::watch::WatchHub;
+use crate::domain::Change;
+
 /// The waiters of one resource on this instance.
 pub struct ResourceWaiters {
     /// Held while a waiter takes its place in the store's fair queue and
@@ -34,51 +37,13 @@ pub struct ResourceWaiters {
     guards: AtomicUsize,
 }
 
-/// What happened to a resource, as a store reports it (the Redis scripts
-/// publish `<tag>\t<version>\t<kind>` on the wake-up channel; the embedded
-/// store calls [`WaitRegistry::changed`] directly).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    /// Someone acquired it (published only while an instance watches it).
-    Acquired,
-    /// Its holder released it.
-    Released,
-    /// Its holder's TTL ran out (seen by a watcher's timer, never published).
-    Expired,
-    /// Its holder label changed (published only while watched).
-    HolderChanged,
-}
-
-impl Change {
-    /// The event name (`acquired`, `released`, `expired`, `holder_changed`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Change::Acquired => "acquired",
-            Change::Released => "released",
-            Change::Expired => "expired",
-            Change::HolderChanged => "holder_changed",
-        }
-    }
-
-    /// Parses an event name.
-    pub fn parse(name: &str) -> Option<Self> {
-        Some(match name {
-            "acquired" => Change::Acquired,
-            "released" => Change::Released,
-            "expired" => Change::Expired,
-            "holder_changed" => Change::HolderChanged,
-            _ => return None,
-        })
-    }
-}
-
 /// Every resource that has waiters on this instance, and the watch hub that
 /// follows changes for watchers.
 pub struct WaitRegistry {
     resources: Mutex<HashMap<String, Arc<ResourceWaiters>>>,
     waiting: AtomicUsize,
     max_waiters: usize,
-    watch: crate::watch::WatchHub,
+    watch: WatchHub,
 }
 
 impl WaitRegistry {
@@ -88,12 +53,12 @@ impl WaitRegistry {
             resources: Mutex::new(HashMap::new()),
             waiting: AtomicUsize::new(0),
             max_waiters,
-            watch: crate::watch::WatchHub::default(),
+            watch: WatchHub::default(),
         }
     }
 
     /// The watch hub fed by the same events as the waiters.
-    pub fn watch(&self) -> &crate::watch::WatchHub {
+    pub fn watch(&self) -> &WatchHub {
         &self.watch
     }
 

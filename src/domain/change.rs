@@ -1,0 +1,40 @@
+//! [`Change`]: what happened to a resource, the event every store reports
+//! and every waiter and watcher hears of.
+
+/// What happened to a resource, as a store reports it (the Redis scripts
+/// publish `<tag>\t<version>\t<kind>` on the wake-up channel; the embedded
+/// store calls [`WaitRegistry::changed`] directly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Someone acquired it (published only while an instance watches it).
+    Acquired,
+    /// Its holder released it.
+    Released,
+    /// Its holder's TTL ran out (seen by a watcher's timer, never published).
+    Expired,
+    /// Its holder label changed (published only while watched).
+    HolderChanged,
+}
+
+impl Change {
+    /// The event name (`acquired`, `released`, `expired`, `holder_changed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Acquired => "acquired",
+            Change::Released => "released",
+            Change::Expired => "expired",
+            Change::HolderChanged => "holder_changed",
+        }
+    }
+
+    /// Parses an event name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "acquired" => Change::Acquired,
+            "released" => Change::Released,
+            "expired" => Change::Expired,
+            "holder_changed" => Change::HolderChanged,
+            _ => return None,
+        })
+    }
+}
