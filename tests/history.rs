@@ -663,7 +663,9 @@ fn judge(store: &str, events: &[Event], faults: &[FaultWindow], checks: Checks) 
                 .count(),
             events
                 .iter()
-                .filter(|e| e.attempt.starts_with("leaver-") && e.wait_ms.is_none())
+                .filter(|e| e.attempt.starts_with("leaver-")
+                    && e.wait_ms.is_none()
+                    && e.verb == Some(Verb::Acquire))
                 .map(|e| e.outcome.as_str())
                 .collect::<Vec<_>>(),
         );
