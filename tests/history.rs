@@ -884,15 +884,14 @@ async fn callers_leave(run: &Running, proxy: Option<&FaultProxy>) -> FaultWindow
 /// retries with the same attempt and holds for half its TTL; a third caller
 /// keeps trying to acquire. Whatever the service does after the waiter
 /// left must not hand the lease to the third while the waiter believes.
+/// All on instance 0 (instance 1 of the standalone run sheds load).
 async fn leaving_trio(rec: Arc<Recorder>, on: Arc<AtomicBool>) {
     let mut rng = Rng::new();
-    let apps = rec.bases.len() as u64;
     // The third tries only while the waiter waits (not against the holder).
     let hunting = Arc::new(AtomicBool::new(false));
     let third = {
         let (rec, on, hunting) = (rec.clone(), on.clone(), hunting.clone());
         tokio::spawn(async move {
-            let mut rng = Rng::new();
             while on.load(Ordering::SeqCst) {
                 if !hunting.load(Ordering::SeqCst) {
                     pause(5).await;
@@ -904,7 +903,7 @@ async fn leaving_trio(rec: Arc<Recorder>, on: Arc<AtomicBool>) {
                     resource: TRIO,
                     attempt: unique("third-"),
                     verb: Some(Verb::Acquire),
-                    app: rng.below(apps) as usize,
+                    app: 0,
                     ttl_ms: Some(500),
                     ..Event::default()
                 };
@@ -935,7 +934,7 @@ async fn leaving_trio(rec: Arc<Recorder>, on: Arc<AtomicBool>) {
             resource: TRIO,
             attempt: unique("holder-"),
             verb: Some(Verb::Acquire),
-            app: rng.below(apps) as usize,
+            app: 0,
             ttl_ms: Some(ttl),
             ..Event::default()
         };
@@ -953,7 +952,7 @@ async fn leaving_trio(rec: Arc<Recorder>, on: Arc<AtomicBool>) {
             client: 3_001,
             attempt: unique("leaver-"),
             wait_ms: Some(2_000),
-            app: rng.below(apps) as usize,
+            app: 0,
             ..h.clone()
         };
         let wait_body = json!({ "ttlMs": ttl, "waitMs": 2_000 });
@@ -1007,7 +1006,7 @@ async fn leaving_trio(rec: Arc<Recorder>, on: Arc<AtomicBool>) {
         // The retry, with the same attempt (no wait), on either instance.
         let retry = Event {
             wait_ms: None,
-            app: rng.below(apps) as usize,
+            app: 0,
             ..w.clone()
         };
         let again = rec
