@@ -523,25 +523,7 @@ fn url_scheme(url: &str) -> &'static str {
         .unwrap_or("")
 }
 
-/// A setting that is wrong; the message names it and never quotes secrets.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid configuration: {setting} {reason}")]
-pub struct ConfigError {
-    /// The variable.
-    pub setting: &'static str,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl ConfigError {
-    /// A new error.
-    pub fn new(setting: &'static str, reason: impl Into<String>) -> Self {
-        Self {
-            setting,
-            reason: reason.into(),
-        }
-    }
-}
+pub use crate::domain::ConfigError;
 
 /// A clap error about a value that came from a `LEASEHOLD_*` variable rather
 /// than the command line, told in the variable's name (clap names the flag,

@@ -69,7 +69,7 @@ pub use self::watchdog::{
 };
 
 use crate::domain::OperationId;
-use crate::http::problem::FieldError;
+use crate::domain::FieldError;
 
 /// Where a failure was decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

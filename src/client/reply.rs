@@ -10,7 +10,7 @@ use crate::domain::{
     Guarantee, HolderLabel, Lease, ListedLease, Mode, OperationId, PermitView, Purpose,
     Replication, ResourceDigest, ResourceId, StoreTime,
 };
-use crate::http::problem::FieldError;
+use crate::domain::FieldError;
 
 /// Every member any answer may carry; each verb reads the ones it expects.
 #[derive(Debug, Default, Deserialize)]

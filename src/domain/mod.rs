@@ -5,6 +5,7 @@ mod change;
 mod list;
 mod names;
 mod outcome;
+mod setting;
 mod time;
 
 pub use bounds::{Bounds, LeaseShape, Mode, Ttl, WaitMs};
@@ -14,7 +15,9 @@ pub use names::{
     Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
 };
 pub use outcome::{
+    FieldError,
     AcquireOutcome, ContendedReason, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason,
     OutcomeName, PermitView, ReleaseOutcome, RenewOutcome, Replication,
 };
+pub use setting::ConfigError;
 pub use time::StoreTime;

@@ -355,3 +355,13 @@ impl<T: OutcomeName> OutcomeName for Result<T, Failure> {
         }
     }
 }
+
+/// One invalid field of a request (the `errors` of `invalid_request`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct FieldError {
+    /// Where: a path parameter (`purpose`, `digest`), a header
+    /// (`Lease-Owner-Token`), a body member (`ttlMs`), or `body`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}

@@ -6,7 +6,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use utoipa::ToSchema;
 
 use crate::domain::{
     AcquireOutcome, Failure, Inspection, LostReason, OutcomeName, ReleaseOutcome, RenewOutcome,
@@ -15,15 +14,7 @@ use crate::domain::{
 /// The media type of problem answers.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
-/// One invalid field of a request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-pub struct FieldError {
-    /// Where: a path parameter (`purpose`, `digest`), a header
-    /// (`Lease-Owner-Token`), a body member (`ttlMs`), or `body`.
-    pub field: String,
-    /// What is wrong with it.
-    pub message: String,
-}
+pub use crate::domain::FieldError;
 
 /// An answer and its HTTP status.
 pub trait Answer: Serialize + OutcomeName {

@@ -42,7 +42,7 @@ use rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ConfigError;
+use crate::domain::ConfigError;
 
 /// The setting naming the certificate file.
 pub const CERT_SETTING: &str = "LEASEHOLD_TLS_CERT_FILE";
