@@ -17,12 +17,16 @@
 //!
 //! Callers misbehave too (issue 21, docs/design.md §14): any acquire, renew
 //! or release may be left in flight (3 % of calls; half of them inside a
-//! "callers leave" window, while the proxy delays replies by 150 ms, below
-//! the command timeout, so scripts apply and their answers are on the way
-//! when the caller goes): the request runs on a connection of its own that
-//! is closed at a random instant, recorded as an `aborted` event (the
+//! 3 s "callers leave" window, while the proxy delays replies by 150 ms,
+//! below the command timeout, so scripts apply and their answers are on the
+//! way when the caller goes): the request runs on a connection of its own
+//! that is closed at a random instant, recorded as an `aborted` event (the
 //! caller does not know whether it applied), and the caller retries with
-//! the same attempt. A few acquires wait longer than the liveness bound, and
+//! the same attempt (and, if then told it holds, holds for half its TTL).
+//! Inside each such window with a proxy, a *leaving trio* replays issue 21
+//! #1 on a lease of its own (`leaving_trio`): a waiter that leaves just
+//! after its acquire ran, retries, and must keep the lease against a third
+//! caller. A few acquires wait longer than the liveness bound, and
 //! the checker also judges *liveness*: a waiter answered `contended` never
 //! waited through a span longer than the dead-entry horizon plus a margin
 //! in which the resource was free (against every possible holder) with no
@@ -31,8 +35,9 @@
 //!
 //! Meanwhile faults are injected one at a time, each in its own window with a
 //! healthy gap after it (see `Fault`). Stores:
-//! * the embedded store: concurrency, callers that leave, and the
-//!   many-holders phase (one instance: it is single-node);
+//! * the embedded store: concurrency, callers that leave (no reply delay,
+//!   no trio: there is no proxy), and the many-holders phase (one instance:
+//!   it is single-node);
 //! * the embedded store, standalone Redis and the Cluster start with the
 //!   *many-holders* phase: 2 000 holders take permits of a counting lease of limit
 //!   10 000 with TTLs that all end at one instant and die (never renew),
