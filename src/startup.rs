@@ -11,7 +11,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ConfigError, ServeArgs};
-use crate::{http, telemetry};
 use crate::domain::Bounds;
 use crate::http::auth::ApiKeys;
 use crate::notify::WaitRegistry;
@@ -19,6 +18,7 @@ use crate::service::{LeaseService, ServiceSettings};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisSettings, RedisStore, ReplicaAcks, TlsFiles, Topology};
 use crate::store::Store;
+use crate::{http, telemetry};
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use super::{resource, service_error, Connection, Exit};
+use super::common::{resource, service_error, Connection, Exit};
 use crate::domain::{Inspection, ResourceId};
 
 /// `leasehold inspect [OPTIONS] PURPOSE RAW_ID`

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::{service_error, Connection, Exit, EXIT_USAGE};
+use super::common::{service_error, Connection, Exit, EXIT_USAGE};
 use crate::domain::{ListLimit, ListedLease, Mode, Purpose};
 
 /// `leasehold list [OPTIONS] PURPOSE`

@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Client, Error, HandleCore, LeaseState, ReleaseReply, RenewReply};
+use super::api::Client;
+use super::error::Error;
+use super::machine::{HandleCore, LeaseState, ReleaseReply, RenewReply};
 use crate::domain::{Attempt, Lease, OperationId, ReleaseOutcome, RenewOutcome, ResourceId};
 
 /// A lease this process holds, from `acquired` or `replayed_same_operation`.

@@ -10,9 +10,10 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::reply::Reply;
-use super::{Cause, Client, ElectionSettings, Error};
-use crate::domain::{HeldBy, Inspection, OperationId, ResourceId};
+use super::api::Client;
+use super::error::{Cause, Error};
+use super::reply::inspection;
+use crate::domain::{Inspection, OperationId, ResourceId};
 
 /// Milliseconds of a duration, saturating.
 fn millis(d: Duration) -> u64 {
@@ -56,38 +57,6 @@ fn anonymous() -> Result<OperationId, Error> {
     OperationId::parse("inspect").map_err(|_| Error::Unavailable {
         retry_after: None,
         cause: Cause::Connect,
-    })
-}
-
-/// An `inspected` answer, checked against the contract (both
-/// [`Client::inspect`] and the long-poll read it).
-pub(super) fn inspection(reply: &Reply, op: &OperationId) -> Result<Inspection, Error> {
-    if reply.outcome() != "inspected" {
-        return Err(reply.failure(op));
-    }
-    let w = reply.wire();
-    let held_by = match w.held_by.as_deref() {
-        None => None,
-        Some("caller") => Some(HeldBy::Caller),
-        Some("caller_other_operation") => Some(HeldBy::CallerOtherOperation),
-        Some("other") => Some(HeldBy::Other),
-        Some(_) => return Err(reply.unexpected(op)),
-    };
-    Ok(Inspection {
-        held: w.held.ok_or_else(|| reply.unexpected(op))?,
-        version: w.version.clone().ok_or_else(|| reply.unexpected(op))?,
-        remaining_ms: w.remaining_ms,
-        fencing_token: w.fencing_token,
-        held_by,
-        holder: w.holder.clone(),
-        ttl_ms: w.ttl_ms,
-        acquired_at: w.acquired_at,
-        renewed_at: w.renewed_at,
-        limit: w.limit,
-        mode: w.mode,
-        holders: w.holders.unwrap_or(0),
-        permits: w.permits.clone().unwrap_or_default(),
-        lock_delay_ms: w.lock_delay_remaining_ms,
     })
 }
 
@@ -234,6 +203,58 @@ pub(super) async fn follow<T>(
                     return;
                 }
             }
+        }
+    }
+}
+
+/// How an [`Election`](super::Election) (or [`Observer`](Observer)) campaigns and follows.
+#[derive(Debug, Clone)]
+pub struct ElectionSettings {
+    /// The lease's TTL (client-go's `LeaseDuration`): how long the others
+    /// wait for a leader that stops renewing without releasing. Must lie
+    /// within the service's TTL bounds. Default 15 s.
+    pub ttl: Duration,
+    /// The server-side wait (`waitMs`) of each campaign round and of each
+    /// observe long-poll. At most the service's `LEASEHOLD_MAX_WAIT_MS`
+    /// (default 30 s), or the service rejects the request. Default 10 s.
+    pub wait: Duration,
+    /// The pause after a failure that came without a retry hint, and the
+    /// longest pause after a `contended` answer that came back early
+    /// (client-go's `RetryPeriod`). Default 1 s.
+    pub retry_period: Duration,
+    /// How long before the lease's local validity ends (its end already
+    /// takes the client's drift budget off, see
+    /// [`ClientSettings::drift_budget`](super::ClientSettings::drift_budget))
+    /// the leadership token is cancelled when no renew extended it
+    /// meanwhile: time for the leader's work to stop. Default TTL / 10;
+    /// at most TTL / 2 is used. Zero: the token fires when the validity
+    /// ends, not before.
+    pub leading_margin: Duration,
+    /// The lease's lock-delay (Consul's): when a leader's lease *expires*
+    /// (its process died or was cut off, rather than resigning), nobody
+    /// leads until this long after the expiry, time for the old leader's
+    /// writes in flight to land or fail. Up to 60 s. Default zero.
+    pub lock_delay: Duration,
+    /// The bound of the event channel. Default 64.
+    pub event_capacity: usize,
+    /// Whether a candidate also follows the leader (one long-poll in
+    /// flight) and sends [`ElectionEvent::NewLeader`]. Default true; off
+    /// halves a candidate's requests when only its own term matters.
+    /// An [`Observer`](Observer) always follows.
+    pub follow: bool,
+}
+
+impl ElectionSettings {
+    /// The defaults for a lease of `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            wait: Duration::from_secs(10),
+            retry_period: Duration::from_secs(1),
+            leading_margin: ttl / 10,
+            lock_delay: Duration::ZERO,
+            event_capacity: 64,
+            follow: true,
         }
     }
 }

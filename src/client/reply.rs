@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Cause, Error, Rejection};
+use super::error::{Cause, Error, Rejection};
+use crate::domain::FieldError;
 use crate::domain::{
     Guarantee, HolderLabel, Lease, ListedLease, Mode, OperationId, PermitView, Purpose,
     Replication, ResourceDigest, ResourceId, StoreTime,
 };
-use crate::domain::FieldError;
+use crate::domain::{HeldBy, Inspection};
 
 /// Every member any answer may carry; each verb reads the ones it expects.
 #[derive(Debug, Default, Deserialize)]
@@ -236,4 +237,36 @@ impl Reply {
             .retry_after_ms
             .ok_or_else(|| self.unexpected(op))
     }
+}
+
+/// An `inspected` answer, checked against the contract (both
+/// [`Client::inspect`] and the long-poll read it).
+pub(super) fn inspection(reply: &Reply, op: &OperationId) -> Result<Inspection, Error> {
+    if reply.outcome() != "inspected" {
+        return Err(reply.failure(op));
+    }
+    let w = reply.wire();
+    let held_by = match w.held_by.as_deref() {
+        None => None,
+        Some("caller") => Some(HeldBy::Caller),
+        Some("caller_other_operation") => Some(HeldBy::CallerOtherOperation),
+        Some("other") => Some(HeldBy::Other),
+        Some(_) => return Err(reply.unexpected(op)),
+    };
+    Ok(Inspection {
+        held: w.held.ok_or_else(|| reply.unexpected(op))?,
+        version: w.version.clone().ok_or_else(|| reply.unexpected(op))?,
+        remaining_ms: w.remaining_ms,
+        fencing_token: w.fencing_token,
+        held_by,
+        holder: w.holder.clone(),
+        ttl_ms: w.ttl_ms,
+        acquired_at: w.acquired_at,
+        renewed_at: w.renewed_at,
+        limit: w.limit,
+        mode: w.mode,
+        holders: w.holders.unwrap_or(0),
+        permits: w.permits.clone().unwrap_or_default(),
+        lock_delay_ms: w.lock_delay_remaining_ms,
+    })
 }

@@ -11,7 +11,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
-use super::BuildError;
+use super::error::BuildError;
 
 /// A client certificate and its private key, both PEM files, presented to
 /// a service that asks for one (mutual TLS).

@@ -9,8 +9,10 @@ use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::error::Error;
+use super::handle::LeaseHandle;
 use super::handle::Shared;
-use super::{Error, LeaseHandle, LeaseState};
+use super::machine::LeaseState;
 use crate::domain::RenewOutcome;
 
 /// How many events a slow [`Watchdog::subscribe`] receiver may fall behind

@@ -15,9 +15,8 @@ pub use names::{
     Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
 };
 pub use outcome::{
-    FieldError,
-    AcquireOutcome, ContendedReason, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason,
-    OutcomeName, PermitView, ReleaseOutcome, RenewOutcome, Replication,
+    AcquireOutcome, ContendedReason, Failure, FieldError, Guarantee, HeldBy, Inspection, Lease,
+    LostReason, OutcomeName, PermitView, ReleaseOutcome, RenewOutcome, Replication,
 };
 pub use setting::ConfigError;
 pub use time::StoreTime;
