@@ -13,7 +13,15 @@
 //! * [`check_honesty`]: an attempt whose every acquire was answered
 //!   `unavailable`/`overloaded` ("not applied") never holds the lease;
 //! * [`check_typed`]: every answer is a documented (verb, status, outcome);
-//! * [`check_recovery`]: after each fault window, a grant within a bound.
+//! * [`check_recovery`]: after each fault window, a grant within a bound;
+//! * [`check_liveness`]: a waiter answered `contended` never waited through
+//!   a span, longer than the dead-entry horizon plus a margin, in which the
+//!   resource was free and no other waiter could be ahead.
+//!
+//! A call its caller left in flight (connection closed before the answer)
+//! is an event with `aborted` set: it grants no belief, is not "not
+//! applied" (honesty), counts as an unanswered acquire (fencing), is not
+//! typed, and may hold until it could no longer apply (liveness).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -79,6 +87,17 @@ pub struct Event {
     pub retry_after: bool,
     /// Our own client failed (connect, timeout, unreadable body).
     pub transport_error: Option<String>,
+    /// The caller closed its connection before an answer came (outcome
+    /// `aborted`, status 0): like `indeterminate`, it does not know whether
+    /// the call applied, and it retries with the same attempt.
+    pub aborted: bool,
+    /// `lease.replication.acknowledged` (with replica acks on).
+    pub acknowledged: Option<u64>,
+    /// A `contended` answer's `reason` (`queued`, `lock_delay`; none: held)
+    /// and `retryAfterMs`.
+    pub reason: Option<String>,
+    /// `retryAfterMs` of a refusal.
+    pub retry_after_ms: Option<u64>,
 }
 
 impl Event {
@@ -126,8 +145,17 @@ impl fmt::Display for Event {
         if let Some(h) = &self.held_by {
             write!(f, " heldBy={h}")?;
         }
+        if let Some(r) = &self.reason {
+            write!(f, " reason={r}")?;
+        }
+        if let Some(r) = self.retry_after_ms {
+            write!(f, " retryAfterMs={r}")?;
+        }
         if let Some(e) = &self.transport_error {
             write!(f, " transport error: {e}")?;
+        }
+        if self.aborted {
+            write!(f, " (the caller left: connection closed in flight)")?;
         }
         Ok(())
     }
@@ -413,7 +441,7 @@ pub fn check_fencing(events: &[Event]) -> Vec<Violation> {
                 known = Some(e);
                 unanswered_since = false;
             } else if e.verb() == Verb::Acquire
-                && (e.outcome == "indeterminate" || e.transport_error.is_some())
+                && (e.outcome == "indeterminate" || e.transport_error.is_some() || e.aborted)
             {
                 unanswered_since = true;
             }
@@ -454,6 +482,7 @@ pub fn check_honesty(events: &[Event]) -> Vec<Violation> {
                 .collect();
             let refused = |p: &&Event| {
                 p.transport_error.is_none()
+                    && !p.aborted
                     && matches!(p.outcome.as_str(), "unavailable" | "overloaded")
             };
             if acquires.iter().all(refused) {
@@ -521,6 +550,10 @@ pub fn check_typed(events: &[Event]) -> Vec<Violation> {
     let mut out = Vec::new();
     for e in events {
         let mut bad = Vec::new();
+        if e.aborted {
+            // The caller left before any answer: nothing to type.
+            continue;
+        }
         if let Some(err) = &e.transport_error {
             bad.push(format!("the recorder's request failed: {err}"));
         } else {
@@ -584,6 +617,285 @@ pub fn check_refusals(events: &[Event], faults: &[FaultWindow]) -> Vec<Violation
     out
 }
 
+/// Liveness settings: see [`check_liveness`].
+#[derive(Clone, Copy, Debug)]
+pub struct Liveness {
+    /// How long a resource may stay free, with no live waiter that could be
+    /// ahead, while a waiter waits for it: the dead-entry horizon plus a
+    /// margin.
+    pub bound: Duration,
+    /// How long after its reply (or its wait's deadline, or the end of a
+    /// fault window it overlapped) an uncertain call may still apply: the
+    /// command timeout.
+    pub apply_slack: Duration,
+}
+
+/// An uncertain call: it may have applied, nobody told the caller.
+fn uncertain(e: &Event) -> bool {
+    e.aborted || e.transport_error.is_some() || e.outcome == "indeterminate"
+}
+
+/// The latest instant an uncertain call may still apply: its reply or its
+/// wait's deadline, pushed to the end of any fault window it overlapped (a
+/// frozen store runs what it was sent when thawed), plus `slack`.
+fn latest_apply(e: &Event, faults: &[FaultWindow], slack: Duration) -> Duration {
+    let mut latest = e
+        .reply
+        .max(e.send + Duration::from_millis(e.wait_ms.unwrap_or(0)));
+    for f in faults {
+        if f.start <= latest && f.end >= e.send {
+            latest = latest.max(f.end);
+        }
+    }
+    latest + slack
+}
+
+/// When an attempt may *possibly* hold a resource (the store's view, as far
+/// as the history can bound it; wider than a belief): from the send of any
+/// grant or uncertain acquire/renew until its expiry (a grant: reply +
+/// remainingMs; an uncertain call: [`latest_apply`] + its TTL). A grant's
+/// interval ends at the reply of a later `released`/`already_absent`/
+/// `not_owner` of the attempt; an uncertain call's never does (it may apply
+/// after the release).
+fn possible_holds<'a>(
+    events: &'a [Event],
+    resource: usize,
+    faults: &[FaultWindow],
+    slack: Duration,
+) -> Vec<(&'a str, Duration, Duration, bool)> {
+    let mut by_attempt: HashMap<&str, Vec<&Event>> = HashMap::new();
+    for e in events.iter().filter(|e| e.resource == resource) {
+        by_attempt.entry(e.attempt.as_str()).or_default().push(e);
+    }
+    let mut out = Vec::new();
+    for (attempt, list) in by_attempt.iter_mut() {
+        list.sort_by_key(|e| e.send);
+        let shared = list.iter().any(|e| e.verb() == Verb::Acquire && e.shared);
+        let releases: Vec<&&Event> = list
+            .iter()
+            .filter(|e| {
+                e.verb() == Verb::Release
+                    && !uncertain(e)
+                    && matches!(
+                        e.outcome.as_str(),
+                        "released" | "already_absent" | "not_owner"
+                    )
+            })
+            .collect();
+        for e in list.iter() {
+            if !matches!(e.verb(), Verb::Acquire | Verb::Renew) {
+                continue;
+            }
+            if e.grants() {
+                let Some(remaining) = e.remaining_ms else {
+                    continue;
+                };
+                let mut end = e.reply + Duration::from_millis(remaining + 5);
+                if let Some(r) = releases.iter().find(|r| r.send >= e.reply) {
+                    end = end.min(r.reply);
+                }
+                out.push((*attempt, e.send, end, shared));
+            } else if uncertain(e) {
+                let ttl = Duration::from_millis(e.ttl_ms.unwrap_or(0));
+                out.push((
+                    *attempt,
+                    e.send,
+                    latest_apply(e, faults, slack) + ttl,
+                    shared,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The spans in which holders leave no room for a waiter of this shape:
+/// for an exclusive one with `limit`, `limit` exclusive holders or any shared
+/// one; for a shared one, any exclusive holder. Holds of one attempt are
+/// merged first, so an attempt counts once.
+fn busy_spans(
+    events: &[Event],
+    resource: usize,
+    faults: &[FaultWindow],
+    slack: Duration,
+    limit: u64,
+    shared: bool,
+) -> Vec<(Duration, Duration)> {
+    // +1/-1 steps of the exclusive and shared holder counts; holds of one
+    // attempt may overlap, so they are merged first (it counts once).
+    let mut per_attempt: HashMap<&str, Vec<(Duration, Duration, bool)>> = HashMap::new();
+    for (attempt, start, end, s) in possible_holds(events, resource, faults, slack) {
+        per_attempt
+            .entry(attempt)
+            .or_default()
+            .push((start, end, s));
+    }
+    let mut steps: Vec<(Duration, i64, bool)> = Vec::new();
+    for mut holds in per_attempt.into_values() {
+        holds.sort_by_key(|h| h.0);
+        let mut merged: Vec<(Duration, Duration, bool)> = Vec::new();
+        for h in holds {
+            match merged.last_mut() {
+                Some(last) if h.0 <= last.1 => last.1 = last.1.max(h.1),
+                _ => merged.push(h),
+            }
+        }
+        for (start, end, s) in merged {
+            steps.push((start, 1, s));
+            steps.push((end, -1, s));
+        }
+    }
+    // Ends before starts at one instant: a hand-over is not an overlap.
+    steps.sort_by_key(|s| (s.0, s.1));
+    let (mut x, mut sh) = (0i64, 0i64);
+    let mut out = Vec::new();
+    let mut since: Option<Duration> = None;
+    for (at, step, s) in steps {
+        if s {
+            sh += step;
+        } else {
+            x += step;
+        }
+        let busy = if shared {
+            x > 0
+        } else {
+            sh > 0 || x >= i64::try_from(limit).unwrap_or(i64::MAX)
+        };
+        match (busy, since) {
+            (true, None) => since = Some(at),
+            (false, Some(from)) => {
+                out.push((from, at));
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = since {
+        out.push((from, Duration::MAX));
+    }
+    out
+}
+
+/// Liveness (docs/design.md §12, §14): once a resource is free and nobody
+/// holds a place ahead, a live waiter acquires within the dead-entry horizon.
+/// Judged on every waiting acquire answered `contended` (at its deadline):
+/// during its wait, the resource must never have been free, with no other
+/// waiter in flight (one that could hold a place ahead: any other waiting
+/// acquire of the resource, from its send to its reply, or, if its caller
+/// left, to its deadline plus the slack) and outside every fault window, for
+/// longer than `bound`. "Free" is judged against every *possible* holder
+/// ([`possible_holds`]): uncertain calls count as holding until they could
+/// no longer apply, so the check errs towards "busy", never towards a false
+/// alarm. (Dead places of waiters that ended are the ones the bound allows
+/// for: they must stop blocking within the horizon.)
+pub fn check_liveness(events: &[Event], faults: &[FaultWindow], l: Liveness) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut cache: HashMap<(usize, u64, bool), Vec<(Duration, Duration)>> = HashMap::new();
+    for w in events.iter().filter(|w| {
+        w.verb() == Verb::Acquire
+            && !w.aborted
+            && w.status == 409
+            && w.outcome == "contended"
+            && w.wait_ms
+                .is_some_and(|ms| Duration::from_millis(ms) > l.bound)
+            && w.reply.saturating_sub(w.send) > l.bound
+    }) {
+        let limit = w.limit.unwrap_or(1);
+        let busy = cache
+            .entry((w.resource, limit, w.shared))
+            .or_insert_with(|| {
+                busy_spans(events, w.resource, faults, l.apply_slack, limit, w.shared)
+            });
+        let mut blocked: Vec<(Duration, Duration)> = busy
+            .iter()
+            .copied()
+            .filter(|(a, b)| *b > w.send && *a < w.reply)
+            .collect();
+        for o in events.iter().filter(|o| {
+            o.id != w.id
+                && o.resource == w.resource
+                && o.verb() == Verb::Acquire
+                && o.wait_ms.is_some_and(|ms| ms > 0)
+        }) {
+            let end = if o.aborted {
+                latest_apply(o, faults, l.apply_slack)
+            } else {
+                o.reply
+            };
+            if end > w.send && o.send < w.reply {
+                blocked.push((o.send, end));
+            }
+        }
+        for f in faults {
+            if f.end > w.send && f.start < w.reply {
+                blocked.push((f.start, f.end));
+            }
+        }
+        blocked.sort_by_key(|b| b.0);
+        // The longest span of [send, reply] that nothing blocks.
+        let (mut cursor, mut longest, mut from) = (w.send, Duration::ZERO, w.send);
+        for (a, b) in blocked {
+            if a > cursor && a - cursor > longest {
+                longest = a - cursor;
+                from = cursor;
+            }
+            cursor = cursor.max(b);
+        }
+        if w.reply > cursor && w.reply - cursor > longest {
+            longest = w.reply - cursor;
+            from = cursor;
+        }
+        if longest > l.bound {
+            // The requests about the resource around the free span (the
+            // last 40 sent before it ended).
+            let mut shown: Vec<Event> = events
+                .iter()
+                .filter(|e| {
+                    e.resource == w.resource
+                        && e.id != w.id
+                        && e.verb() != Verb::Attempt
+                        && e.reply + Duration::from_secs(2) >= from
+                        && e.send <= from + longest
+                })
+                .cloned()
+                .collect();
+            shown.drain(..shown.len().saturating_sub(40));
+            shown.push(w.clone());
+            out.push(Violation {
+                check: "liveness",
+                what: format!(
+                    "resource {} was free, with no waiter in flight that could be ahead, \
+                     for {:.1} ms (from {:.1} ms; bound {:?}) while #{} waited, and it \
+                     was answered contended",
+                    w.resource,
+                    ms(longest),
+                    ms(from),
+                    l.bound,
+                    w.id
+                ),
+                events: shown,
+            });
+        }
+    }
+    out
+}
+
+/// The waits [`check_liveness`] judged (answered `contended` after a wait
+/// longer than the bound) and the longest free span any of them saw.
+pub fn liveness_judged(events: &[Event], l: Liveness) -> usize {
+    events
+        .iter()
+        .filter(|w| {
+            w.verb() == Verb::Acquire
+                && !w.aborted
+                && w.outcome == "contended"
+                && w.wait_ms
+                    .is_some_and(|ms| Duration::from_millis(ms) > l.bound)
+                && w.reply.saturating_sub(w.send) > l.bound
+        })
+        .count()
+}
+
 /// Time from each window's end to the reply of the first `acquired` sent
 /// after it (`None`: none before the history ends).
 pub fn recovery_times(events: &[Event], faults: &[FaultWindow]) -> Vec<Option<Duration>> {
@@ -626,6 +938,8 @@ pub struct Checks {
     pub safety: bool,
     /// Run [`check_honesty`].
     pub honesty: bool,
+    /// Run [`check_liveness`] with these settings.
+    pub liveness: Option<Liveness>,
 }
 
 /// Every selected check; fencing, typed, refusals and recovery always run.
@@ -647,6 +961,9 @@ pub fn check_all(
     out.extend(check_typed(events));
     out.extend(check_refusals(events, faults));
     out.extend(check_recovery(events, faults, recovery_bound));
+    if let Some(l) = checks.liveness {
+        out.extend(check_liveness(events, faults, l));
+    }
     out
 }
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::common::history::Event;
 use crate::common::history::{
-    beliefs, check_fencing, check_honesty, check_recovery, check_refusals, check_safety,
-    check_typed, documented, FaultWindow, Verb,
+    beliefs, check_fencing, check_honesty, check_liveness, check_recovery, check_refusals,
+    check_safety, check_typed, documented, FaultWindow, Liveness, Verb,
 };
 
 const DRIFT: Duration = Duration::from_millis(10);
@@ -473,6 +473,203 @@ fn refusal_windows_admit_unavailable_but_not_indeterminate() {
         ..full
     };
     assert!(check_refusals(&bad, &[not_refusing]).is_empty());
+}
+
+// --- callers that leave -----------------------------------------------------
+
+/// A call whose caller closed its connection at `left` ms, before an answer.
+fn left(attempt: &str, verb: Verb, send: u64, left: u64) -> Event {
+    Event {
+        status: 0,
+        aborted: true,
+        ..ev(attempt, verb, send, left, "aborted")
+    }
+}
+
+/// Issue 21 #1, by hand: a waiter's caller leaves while its acquire is in
+/// flight, retries with the same attempt and is told it holds the lease
+/// (`replayed_same_operation`); the departed waiter's clean-up then
+/// releases it and a third attempt acquires while the caller still
+/// believes. The checker must see two holders.
+#[test]
+fn safety_catches_a_replayed_caller_whose_lease_was_released_behind_it() {
+    let mut waiting = left("w", Verb::Acquire, 0, 600);
+    waiting.wait_ms = Some(20_000);
+    let h = numbered(vec![
+        grant("b", Verb::Acquire, 0, 5, "acquired", 1, 30_000),
+        waiting,
+        ev("b", Verb::Release, 500, 505, "released"),
+        grant(
+            "w",
+            Verb::Acquire,
+            610,
+            615,
+            "replayed_same_operation",
+            2,
+            29_500,
+        ),
+        grant("t", Verb::Acquire, 700, 705, "acquired", 3, 30_000),
+    ]);
+    let v = check_safety(&h, DRIFT, &[]);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].what.contains("two attempts"), "{}", v[0].what);
+    assert!(v[0].events.iter().any(|e| e.attempt == "w"));
+    assert!(v[0].events.iter().any(|e| e.attempt == "t"));
+    // The same history where the clean-up spared the replayed lease: the
+    // third attempt was contended, nothing to report; the left call itself
+    // is neither a belief, nor a typed failure, nor "not applied".
+    let mut fixed = h.clone();
+    fixed[4] = ev("t", Verb::Acquire, 700, 705, "contended");
+    assert!(check_safety(&fixed, DRIFT, &[]).is_empty());
+    assert!(check_typed(&fixed).is_empty(), "{:?}", check_typed(&fixed));
+    assert!(check_honesty(&fixed).is_empty());
+    assert!(check_fencing(&fixed).is_empty());
+}
+
+#[test]
+fn a_call_left_in_flight_grants_nothing_and_may_have_applied() {
+    // An acquire left in flight is no belief: another attempt may acquire
+    // after it (the service's clean-up released it).
+    let h = numbered(vec![
+        left("a", Verb::Acquire, 0, 3),
+        grant("b", Verb::Acquire, 10, 15, "acquired", 2, 100),
+    ]);
+    assert!(check_safety(&h, DRIFT, &[]).is_empty());
+    // It may have applied: a replay after it is honest, even after an
+    // `unavailable`, and may carry a new token (fencing).
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 10),
+        ev("a", Verb::Acquire, 100, 105, "unavailable"),
+        left("a", Verb::Acquire, 110, 120),
+        grant(
+            "a",
+            Verb::Acquire,
+            130,
+            135,
+            "replayed_same_operation",
+            7,
+            100,
+        ),
+    ]);
+    assert!(check_honesty(&h).is_empty(), "{:?}", check_honesty(&h));
+    assert!(check_fencing(&h).is_empty(), "{:?}", check_fencing(&h));
+    // A renew left in flight ends the belief it renews (conservatively),
+    // and its retry's `renewed` starts a new one.
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        left("a", Verb::Renew, 40, 45),
+        grant("a", Verb::Renew, 46, 50, "renewed", 1, 100),
+        grant("b", Verb::Acquire, 120, 125, "acquired", 2, 100),
+    ]);
+    let v = check_safety(&h, DRIFT, &[]);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].events[0].verb, Some(Verb::Renew));
+}
+
+// --- liveness --------------------------------------------------------------
+
+const LIVE: Liveness = Liveness {
+    bound: Duration::from_millis(3_000),
+    apply_slack: Duration::from_millis(500),
+};
+
+/// A waiting acquire of `attempt` answered `contended` at its deadline.
+fn gave_up(attempt: &str, send: u64, wait: u64) -> Event {
+    Event {
+        wait_ms: Some(wait),
+        ttl_ms: Some(1_000),
+        ..ev(attempt, Verb::Acquire, send, send + wait, "contended")
+    }
+}
+
+#[test]
+fn liveness_fails_when_a_waiter_gives_up_on_a_free_resource() {
+    // a holds until it releases at 1 000; nobody else waits; w waits from
+    // 500 to 5 500 and is told contended: free for 4.5 s.
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 10_000),
+        gave_up("w", 500, 5_000),
+        ev("a", Verb::Release, 1_000, 1_005, "released"),
+    ]);
+    let v = check_liveness(&h, &[], LIVE);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].check, "liveness");
+    assert!(v[0].what.contains("free"), "{}", v[0].what);
+}
+
+#[test]
+fn liveness_passes_when_the_resource_was_held_or_someone_was_ahead() {
+    // Held all along (a renews).
+    let held = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 3_000),
+        gave_up("w", 500, 5_000),
+        grant("a", Verb::Renew, 2_500, 2_505, "renewed", 1, 4_000),
+    ]);
+    assert!(check_liveness(&held, &[], LIVE).is_empty());
+    // Free from 1 000, but another waiter waited (it could be ahead) until
+    // 4 000: free with nobody ahead for 1.5 s only, within the bound.
+    let mut ahead = gave_up("x", 400, 3_600);
+    ahead.outcome = "contended".into();
+    let queued = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 10_000),
+        ahead,
+        gave_up("w", 500, 5_000),
+        ev("a", Verb::Release, 1_000, 1_005, "released"),
+    ]);
+    assert!(
+        check_liveness(&queued, &[], LIVE).is_empty(),
+        "{:?}",
+        check_liveness(&queued, &[], LIVE)
+    );
+    // Free from 1 000, but a fault window covers most of the wait.
+    let stall = FaultWindow {
+        name: "pool exhausted".into(),
+        start: at(1_200),
+        end: at(4_000),
+        data_loss: false,
+        definite_refusal: false,
+    };
+    let faulted = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 10_000),
+        gave_up("w", 500, 5_000),
+        ev("a", Verb::Release, 1_000, 1_005, "released"),
+    ]);
+    assert!(check_liveness(&faulted, std::slice::from_ref(&stall), LIVE).is_empty());
+    // An uncertain release keeps the holder possible until its TTL.
+    let unsure = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 10_000),
+        gave_up("w", 500, 5_000),
+        ev("a", Verb::Release, 1_000, 1_500, "indeterminate"),
+    ]);
+    assert!(check_liveness(&unsure, &[], LIVE).is_empty());
+    // An acquire left in flight may hold until its wait, the slack and
+    // its TTL have passed: 0 + 5 000 + 500 + 1 000 ms.
+    let mut gone = left("g", Verb::Acquire, 0, 10);
+    gone.wait_ms = Some(5_000);
+    gone.ttl_ms = Some(1_000);
+    let departed = numbered(vec![gone, gave_up("w", 500, 5_000)]);
+    assert!(check_liveness(&departed, &[], LIVE).is_empty());
+    // A counting lease with a free permit is free for an exclusive waiter
+    // of that limit; full, it is not.
+    let mut full_w = gave_up("w", 500, 5_000);
+    full_w.limit = Some(2);
+    let counted = |holders: &[&str]| {
+        let mut h: Vec<Event> = holders
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Event {
+                limit: Some(2),
+                ..grant(a, Verb::Acquire, 0, 5, "acquired", i as u64 + 1, 10_000)
+            })
+            .collect();
+        h.push(full_w.clone());
+        numbered(h)
+    };
+    assert!(check_liveness(&counted(&["a", "b"]), &[], LIVE).is_empty());
+    assert_eq!(check_liveness(&counted(&["a"]), &[], LIVE).len(), 1);
+    // Short waits are not judged.
+    let short = numbered(vec![gave_up("w", 500, 2_000)]);
+    assert!(check_liveness(&short, &[], LIVE).is_empty());
 }
 
 // --- the fault proxy's RESP framing ------------------------------------------
