@@ -98,6 +98,8 @@ impl Raw {
             .arg(op)
             .arg(RAW_WAKE_CHANNEL)
             .arg(&tag)
+            // The mode (lua/release.lua ARGV[5]): '' is the caller's release.
+            .arg("")
             .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }
