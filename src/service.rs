@@ -15,7 +15,7 @@ use crate::domain::{
     Lease, LeaseShape, LostReason, Mode, OutcomeName, OwnerToken, PermitView, ReleaseOutcome,
     RenewOutcome, Replication, ResourceId, Ttl, WaitMs,
 };
-use crate::notify::WaitRegistry;
+use crate::notify::{ResourceWaiters, WaitRegistry};
 use crate::store::{
     AcquireSpec, Contention, Probe, QueueOp, Store, StoreAcquire, StoreError, StoreInspect,
     StoreLease, StoreRelease, StoreRenew,
@@ -103,6 +103,9 @@ struct Place {
     member: Option<String>,
     waiters: Arc<WaitRegistry>,
     shutdown: CancellationToken,
+    /// This instance's waiters of the resource: the roster its heartbeats
+    /// send lists this place's member while it lives.
+    queue: Arc<ResourceWaiters>,
 }
 
 /// First pause between two tries of a store call that failed inside a wait
@@ -112,7 +115,12 @@ const RETRY_FIRST: Duration = Duration::from_millis(25);
 const RETRY_MAX: Duration = Duration::from_millis(400);
 
 impl Place {
-    fn new(service: &LeaseService, resource: ResourceId, mode: Mode) -> Self {
+    fn new(
+        service: &LeaseService,
+        resource: ResourceId,
+        mode: Mode,
+        queue: Arc<ResourceWaiters>,
+    ) -> Self {
         Self {
             store: service.store.clone(),
             resource,
@@ -120,6 +128,7 @@ impl Place {
             member: None,
             waiters: Arc::clone(&service.waiters),
             shutdown: service.shutdown.clone(),
+            queue,
         }
     }
 
@@ -135,6 +144,7 @@ impl Place {
         // Known before the enter is sent: a cancel or an uncertain reply
         // during it still leaves on drop.
         let member = self.store.queue_member(self.mode);
+        self.queue.join(&member);
         self.member = Some(member.clone());
         let op = if front {
             QueueOp::EnterFront(&member)
@@ -149,13 +159,18 @@ impl Place {
 
     /// The acquire script took the entry out with the permit.
     fn taken(&mut self) {
-        self.member = None;
+        if let Some(member) = self.member.take() {
+            self.queue.part(&member);
+        }
     }
 
     fn leave(&mut self) {
         let Some(member) = self.member.take() else {
             return;
         };
+        // Off the roster at once: the next heartbeat of any waiter of this
+        // instance drops the entry, should the leave below not get through.
+        self.queue.part(&member);
         let (store, resource) = (self.store.clone(), self.resource.clone());
         let (waiters, shutdown) = (Arc::clone(&self.waiters), self.shutdown.clone());
         tokio::spawn(async move {
@@ -500,7 +515,12 @@ impl LeaseService {
             return Err(self.settled_failure(&retries, self.overloaded(), attempt));
         };
         let queue = guard.resource();
-        let mut place = Place::new(self, resource.clone(), request.shape.mode);
+        let mut place = Place::new(
+            self,
+            resource.clone(),
+            request.shape.mode,
+            guard.resource_shared(),
+        );
         // Take a place in the fair queue, in the same order as this
         // instance's own FIFO turn, so both agree on who is next; neither
         // the lock nor the enter outlasts the deadline or shutdown.
@@ -650,7 +670,8 @@ impl LeaseService {
                     _ = beat.tick() => {
                         // One heartbeat per instance and resource keeps all
                         // of this instance's waiters in the queue.
-                        let _ = self.store.queue(resource, QueueOp::Beat).await;
+                        let roster = queue.roster();
+                        let _ = self.store.queue(resource, QueueOp::Beat(&roster)).await;
                     }
                 }
             }
