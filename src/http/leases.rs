@@ -481,7 +481,7 @@ pub async fn release(
             pattern = r"^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02"),
         ("changedSince" = Option<String>, Query, nullable = false, description = "Optional, with `waitMs`: a `version` from an earlier answer (send back the one you just read). The answer comes at once when the version differs from it, else when it changes, else after `waitMs` with the unchanged state (always `inspected`). Anything but a version is 400.",
             pattern = r"^[0-9]{1,20}\.[0-9]{1,20}$", min_length = 3, max_length = 41, example = "12.1"),
-        ("waitMs" = Option<u64>, Query, nullable = false, description = "Optional: how long to wait for a change of `changedSince`, in milliseconds (left out or 0: answer at once; at most 30000 by default). More than 0 needs `changedSince` (400 otherwise). Shutdown answers early with the current state.",
+        ("waitMs" = Option<u64>, Query, nullable = false, description = "Optional: how long to wait for a change of `changedSince`, in milliseconds (left out or 0: answer at once; at most 30000 by default). Without `changedSince` it waits for the next change from the state read when the request arrives. Shutdown answers early with the current state.",
             minimum = 0, maximum = 30000, example = 5000),
     ),
     responses(
