@@ -15,12 +15,12 @@ const PROBLEM: &str = "application/problem+json";
 fn committed_openapi_document_is_current() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/leasehold.json");
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    let generated = format!("{}\n", leasehold::openapi::document_json());
+    let generated = format!("{}\n", leasehold::http::openapi::document_json());
     assert!(
         committed == generated,
         "{} is stale (or missing); regenerate it with:\n\n    {}\n",
         path.display(),
-        leasehold::openapi::REGENERATE
+        leasehold::http::openapi::REGENERATE
     );
 }
 
@@ -37,7 +37,7 @@ async fn the_served_document_is_the_generated_one_and_docs_render_it() {
     assert_eq!(r.headers()["content-type"], "application/json");
     assert_eq!(
         r.text().await.expect("text"),
-        leasehold::openapi::document_json()
+        leasehold::http::openapi::document_json()
     );
     let docs = app
         .http

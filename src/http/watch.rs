@@ -15,17 +15,17 @@ use axum::response::{IntoResponse, Response};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use super::extract::{path_resource, RawPath};
 use super::extract::{Asker, Headers, Problems};
-use super::leases::{path_resource, RawPath};
 use super::problem::{respond, respond_one, ApiError};
 use super::AppState;
 use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
-use crate::notify::{newer, Read, Snapshot, Watcher};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::openapi::{
+use crate::http::openapi::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };
+use crate::notify::{newer, Read, Snapshot, Watcher};
 
 /// Bounds of watches.
 #[derive(Debug, Clone, Copy)]
