@@ -288,7 +288,7 @@ impl Client {
     }
 
     /// `PATCH /leases/{purpose}/{digest}`: reset the TTL to `ttl`. A
-    /// [`LeaseHandle`] calls this for you and tracks the result.
+    /// [`LeaseHandle`](super::LeaseHandle) calls this for you and tracks the result.
     pub async fn renew(
         &self,
         resource: &ResourceId,
@@ -340,7 +340,7 @@ impl Client {
     }
 
     /// `DELETE /leases/{purpose}/{digest}`: release (idempotent). A
-    /// [`LeaseHandle`] calls this for you and tracks the result.
+    /// [`LeaseHandle`](super::LeaseHandle) calls this for you and tracks the result.
     pub async fn release(
         &self,
         resource: &ResourceId,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::machine::Refused;
 use crate::domain::{FieldError, OperationId};
 
-/// Why a [`Client`] could not be built.
+/// Why a [`Client`](super::Client) could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
     /// The base URL is not an absolute `http://` or `https://` URL.

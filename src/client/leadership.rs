@@ -15,7 +15,7 @@ use super::watchdog::EndReason;
 /// Why a leadership ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StopReason {
-    /// The campaign was cancelled or [`Election::resign`] was called: the
+    /// The campaign was cancelled or [`Election::resign`](super::Election::resign) was called: the
     /// lease was released (the event says after the release was tried).
     Resigned,
     /// The service said the lease is gone (expired, or taken over).
@@ -24,7 +24,7 @@ pub enum StopReason {
     /// held, so it is no longer ours to use.
     Unknown,
     /// The lease's local validity was about to run out (within
-    /// [`ElectionSettings::leading_margin`]) and no renew had succeeded.
+    /// [`ElectionSettings::leading_margin`](super::ElectionSettings::leading_margin)) and no renew had succeeded.
     Expiring,
 }
 
@@ -88,7 +88,7 @@ impl Leadership {
     }
 }
 
-/// What an [`Election`] tells its owner.
+/// What an [`Election`](super::Election) tells its owner.
 #[derive(Debug, Clone)]
 pub enum ElectionEvent {
     /// This candidate leads, until [`Leadership::token`] is cancelled.
@@ -111,10 +111,10 @@ pub enum ElectionEvent {
 /// Why an election call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ElectionError {
-    /// [`Election::campaign`] is already running on this election.
+    /// [`Election::campaign`](super::Election::campaign) is already running on this election.
     #[error("a campaign is already running on this election")]
     AlreadyCampaigning,
-    /// [`Election::proclaim`] when not leading (or the lease turned out to
+    /// [`Election::proclaim`](super::Election::proclaim) when not leading (or the lease turned out to
     /// be gone).
     #[error("not the leader")]
     NotLeader,

@@ -238,7 +238,7 @@ pub struct ElectionSettings {
     /// The bound of the event channel. Default 64.
     pub event_capacity: usize,
     /// Whether a candidate also follows the leader (one long-poll in
-    /// flight) and sends [`ElectionEvent::NewLeader`]. Default true; off
+    /// flight) and sends [`ElectionEvent::NewLeader`](super::ElectionEvent::NewLeader). Default true; off
     /// halves a candidate's requests when only its own term matters.
     /// An [`Observer`](Observer) always follows.
     pub follow: bool,

@@ -3,7 +3,7 @@
 
 /// What happened to a resource, as a store reports it (the Redis scripts
 /// publish `<tag>\t<version>\t<kind>` on the wake-up channel; the embedded
-/// store calls [`WaitRegistry::changed`] directly).
+/// store calls [`WaitRegistry::changed`](crate::notify::WaitRegistry::changed) directly).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
     /// Someone acquired it (published only while an instance watches it).

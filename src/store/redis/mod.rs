@@ -4,8 +4,8 @@
 //! `Indeterminate` (written, no certain reply).
 //!
 //! Three topologies share everything but "which master": standalone (one
-//! pool), Redis Cluster ([`cluster`]: the master of the resource's slot) and
-//! Redis Sentinel ([`sentinel`]: the master the sentinels name, abandoned the
+//! pool), Redis Cluster (`cluster.rs`: the master of the resource's slot) and
+//! Redis Sentinel (`sentinel.rs`: the master the sentinels name, abandoned the
 //! moment a failover of it begins). TLS (`rediss://`, own CA, client
 //! certificate) and ACL credentials apply to every data node. With replica
 //! acknowledgements configured, a mutating script is followed by `WAIT` on
@@ -22,6 +22,7 @@ mod pool;
 mod reply;
 mod scripts;
 mod sentinel;
+mod sentinel_logic;
 mod settings;
 mod store;
 mod verbs;

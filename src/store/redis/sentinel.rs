@@ -20,7 +20,6 @@
 //! kept only if the node says `role:master`, and a READONLY reply retires the
 //! master as well.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,6 +34,7 @@ use super::call::{Call, Executed};
 use super::exec::{self, send, RunError};
 use super::node::NodeTemplate;
 use super::pool::NodePool;
+use super::sentinel_logic::*;
 use crate::store::{Readiness, StoreError};
 
 /// How often the sentinels are asked even without an event.
@@ -78,93 +78,6 @@ pub enum Master {
 struct SentinelNode {
     client: Client,
     conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
-}
-
-/// What one sentinel says about the master.
-#[derive(Clone)]
-struct Report {
-    addr: String,
-    epoch: u64,
-    failover: bool,
-}
-
-#[derive(Default)]
-struct Epochs {
-    /// Highest config epoch followed.
-    seen: u64,
-    /// The master named at `seen`.
-    seen_addr: String,
-    /// Reports below this epoch are ignored (raised by `+switch-master`).
-    floor: u64,
-    /// Bumped by every event that changes the belief: a re-check that was
-    /// already asking when one arrived has stale answers and is discarded.
-    generation: u64,
-}
-
-/// What the sentinels' reports call for.
-#[derive(Debug, PartialEq, Eq)]
-enum Decision {
-    /// Nothing usable: keep the current belief.
-    Keep,
-    /// The newest configuration is being failed over: pause writes.
-    Pause,
-    /// Write to this master.
-    Follow(String),
-}
-
-impl Epochs {
-    /// A sentinel announced `+switch-master` to `addr`: a newer config epoch
-    /// than any seen, unless a re-check already saw it (every sentinel
-    /// announces the same switch; only the first may raise the floor, or
-    /// the floor passes the real epoch and every later report is ignored).
-    fn switched(&mut self, addr: &str) {
-        if self.seen_addr != addr {
-            self.floor = self.floor.max(self.seen + 1);
-            self.seen += 1;
-            addr.clone_into(&mut self.seen_addr);
-        }
-        self.generation += 1;
-    }
-
-    /// Follows the report with the highest config epoch at or above the
-    /// floor. When every sentinel answered and all agree on something below
-    /// the floor, the floor overshot (it is a guess made from an event):
-    /// following them beats refusing writes until a restart.
-    fn decide(&mut self, answered: Vec<Report>, sentinels: usize) -> Decision {
-        let unanimous = answered.len() == sentinels
-            && answered
-                .windows(2)
-                .all(|w| w[0].epoch == w[1].epoch && w[0].addr == w[1].addr);
-        if let Some(first) = answered.first() {
-            if unanimous && first.epoch < self.floor {
-                tracing::warn!(
-                    epoch = first.epoch,
-                    floor = self.floor,
-                    "every sentinel reports an older config epoch than expected; following them"
-                );
-                self.floor = first.epoch;
-            }
-        }
-        let floor = self.floor;
-        let reports: Vec<Report> = answered.into_iter().filter(|r| r.epoch >= floor).collect();
-        let Some(top) = reports.iter().map(|r| r.epoch).max() else {
-            return Decision::Keep;
-        };
-        let newest: Vec<&Report> = reports.iter().filter(|r| r.epoch == top).collect();
-        if top >= self.seen {
-            self.seen = top;
-            if let Some(r) = newest.first() {
-                self.seen_addr.clone_from(&r.addr);
-            }
-        }
-        if newest.iter().any(|r| r.failover) {
-            Decision::Pause
-        } else {
-            newest
-                .first()
-                .map_or(Decision::Keep, |r| Decision::Follow(r.addr.clone()))
-        }
-    }
 }
 
 /// Sentinel-managed master.
@@ -600,110 +513,6 @@ impl SentinelBackend {
     }
 }
 
-/// A RESP2 flat `[k, v, k, v, ...]` array or a RESP3 map, as strings.
-fn field_map(reply: &Value) -> Option<HashMap<String, String>> {
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        _ => None,
-    };
-    match reply {
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|kv| Some((text(kv.first()?)?, text(kv.get(1)?)?)))
-            .collect(),
-        Value::Map(pairs) => pairs
-            .iter()
-            .map(|(k, v)| Some((text(k)?, text(v)?)))
-            .collect(),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn report(addr: &str, epoch: u64, failover: bool) -> Report {
-        Report {
-            addr: addr.into(),
-            epoch,
-            failover,
-        }
-    }
-
-    #[test]
-    fn every_sentinels_switch_announcement_raises_the_floor_once() {
-        let mut e = Epochs::default();
-        assert_eq!(
-            e.decide(vec![report("a:1", 0, false); 3], 3),
-            Decision::Follow("a:1".into())
-        );
-        // Failover 1 to b (epoch 1): a re-check sees it between the
-        // announcements of the three sentinels.
-        e.switched("b:1");
-        assert_eq!(
-            e.decide(vec![report("b:1", 1, false); 3], 3),
-            Decision::Follow("b:1".into())
-        );
-        e.switched("b:1");
-        e.switched("b:1");
-        // An aborted failover afterwards: the sentinels report b at epoch 1.
-        assert_eq!(
-            e.decide(vec![report("b:1", 1, true); 3], 3),
-            Decision::Pause
-        );
-        assert_eq!(
-            e.decide(vec![report("b:1", 1, false); 3], 3),
-            Decision::Follow("b:1".into()),
-            "after an aborted failover the master must be followed again"
-        );
-        // Failover 2 to a (epoch 2), then a stale sentinel still says b.
-        e.switched("a:1");
-        assert_eq!(
-            e.decide(vec![report("b:1", 1, false)], 3),
-            Decision::Keep,
-            "an older report must not move writes back"
-        );
-        assert_eq!(
-            e.decide(vec![report("b:1", 1, false), report("a:1", 2, false)], 3),
-            Decision::Follow("a:1".into())
-        );
-    }
-
-    #[test]
-    fn a_floor_above_what_every_sentinel_says_gives_way() {
-        let mut e = Epochs {
-            seen: 7,
-            seen_addr: "b:1".into(),
-            floor: 9,
-            generation: 0,
-        };
-        assert_eq!(
-            e.decide(vec![report("b:1", 7, false); 2], 3),
-            Decision::Keep,
-            "not every sentinel answered: keep waiting"
-        );
-        assert_eq!(
-            e.decide(vec![report("b:1", 7, false); 3], 3),
-            Decision::Follow("b:1".into())
-        );
-    }
-
-    #[test]
-    fn sentinel_master_reply_parses() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let reply = Value::Array(vec![
-            bulk("ip"),
-            bulk("10.0.0.1"),
-            bulk("port"),
-            bulk("6380"),
-            bulk("flags"),
-            bulk("master,failover_in_progress"),
-        ]);
-        let map = field_map(&reply).expect("parses");
-        assert_eq!(map["ip"], "10.0.0.1");
-        assert_eq!(map["flags"], "master,failover_in_progress");
-    }
-}
+#[path = "sentinel_tests.rs"]
+mod tests;

@@ -1,11 +1,5 @@
-//! The embedded store: leases in a map inside this process.
-//!
-//! Same contract as Redis, fencing included: tokens come from one counter for
-//! the whole process, `max(last + 1, wall clock in µs)`, so they are strictly
-//! increasing per resource (and across resources) and stay above any token
-//! handed out before a restart as long as the wall clock does not step back.
-//! It serves one instance only: two processes each with their own map would
-//! both grant the same lease. Startup logs a warning saying so.
+//! [`MemoryStore`]: the verbs over one map, under one lock; the expiry
+//! sweeper in the background.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,151 +7,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{
+use crate::domain::Change;
+use crate::domain::{
+    Attempt, HolderLabel, ListCursor, Mode, Purpose, ResourceDigest, ResourceId, StoreTime, Ttl,
+};
+use crate::notify::WaitRegistry;
+use crate::store::{
     AcquireSpec, Contention, Probe, QueueOp, Readiness, StoreAcquire, StoreError, StoreInspect,
     StoreLease, StoreListed, StorePage, StoreRelease, StoreRenew,
 };
-use crate::domain::Change;
-use crate::domain::{
-    Attempt, HeldBy, HolderLabel, ListCursor, Mode, Purpose, ResourceDigest, ResourceId, StoreTime,
-    Ttl,
-};
-use crate::notify::WaitRegistry;
 
+use super::records::{Entry, Permit};
 /// Most shared holders at once (as on Redis).
 const SHARED_CAP: usize = 10_000;
-
-/// One holder's permit.
-struct Permit {
-    owner_token: String,
-    operation_id: String,
-    fencing_token: u64,
-    expires_at: Instant,
-    lock_delay: Duration,
-    ttl_ms: u64,
-    acquired_at: StoreTime,
-    renewed_at: StoreTime,
-    holder: Option<HolderLabel>,
-    /// Someone was told since the acquisition that this permit is held (a
-    /// replay answered, or a renew): a clean-up after a waiter left must
-    /// leave it alone (docs/design.md §14).
-    claimed: bool,
-}
-
-/// Equal, in time independent of where two owner tokens differ (the token
-/// is a secret; Redis compares inside its own process).
-fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
-impl Permit {
-    fn live(&self, now: Instant) -> bool {
-        self.expires_at > now
-    }
-
-    /// Live, or expired with its lock-delay still running.
-    fn lingers(&self, now: Instant) -> bool {
-        self.expires_at + self.lock_delay > now
-    }
-
-    fn remaining_ms(&self, now: Instant) -> u64 {
-        // Round up like Redis' PTTL would never report 0 for a live key.
-        let left = self.expires_at.saturating_duration_since(now);
-        u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
-    }
-
-    fn is(&self, attempt: &Attempt) -> bool {
-        same_secret(&self.owner_token, attempt.owner_token.expose())
-            && self.operation_id == attempt.operation_id.as_str()
-    }
-
-    fn owned_by(&self, owner: &str) -> bool {
-        same_secret(&self.owner_token, owner)
-    }
-
-    fn record(&self, now: Instant) -> StoreLease {
-        StoreLease {
-            fencing_token: self.fencing_token,
-            remaining_ms: self.remaining_ms(now),
-            ttl_ms: self.ttl_ms,
-            acquired_at: self.acquired_at,
-            renewed_at: self.renewed_at,
-            holder: self.holder.clone(),
-        }
-    }
-}
-
-/// A resource with at least one live permit or running lock-delay.
-struct Entry {
-    limit: u32,
-    mode: Mode,
-    permits: Vec<Permit>,
-    /// The change stamp of the last acquisition or holder change.
-    changes: u64,
-}
-
-impl Entry {
-    /// Drops what is over (expired, and its lock-delay too).
-    fn prune(&mut self, now: Instant) {
-        self.permits.retain(|p| p.lingers(now));
-    }
-
-    fn live(&self, now: Instant) -> impl Iterator<Item = &Permit> {
-        self.permits.iter().filter(move |p| p.live(now))
-    }
-
-    fn live_count(&self, now: Instant) -> usize {
-        self.live(now).count()
-    }
-
-    fn soonest_ms(&self, now: Instant) -> Option<u64> {
-        self.live(now).map(|p| p.remaining_ms(now)).min()
-    }
-
-    /// The end of the lock-delay that runs for everyone but `spared` (the
-    /// owner token of a permit whose expiry started it may come back).
-    fn delay(&self, now: Instant, spared: Option<&str>) -> Option<Instant> {
-        self.permits
-            .iter()
-            .filter(|p| !p.live(now) && p.lingers(now))
-            .filter(|p| spared != Some(p.owner_token.as_str()))
-            .map(|p| p.expires_at + p.lock_delay)
-            .max()
-    }
-
-    /// Whether `owner` let a permit expire whose lock-delay still runs.
-    fn returning(&self, owner: &str, now: Instant) -> bool {
-        self.permits
-            .iter()
-            .any(|p| p.owned_by(owner) && !p.live(now) && p.lingers(now))
-    }
-
-    fn probed(&self, probe: Probe<'_>, now: Instant) -> Option<HeldBy> {
-        let mut live = self.live(now);
-        match probe {
-            Probe::Anyone => None,
-            Probe::Owner(token) => Some(if live.any(|p| p.owned_by(token.expose())) {
-                HeldBy::CallerOtherOperation
-            } else {
-                HeldBy::Other
-            }),
-            Probe::Attempt(a) => {
-                let permits: Vec<&Permit> = live.collect();
-                Some(if permits.iter().any(|p| p.is(a)) {
-                    HeldBy::Caller
-                } else if permits.iter().any(|p| p.owned_by(a.owner_token.expose())) {
-                    HeldBy::CallerOtherOperation
-                } else {
-                    HeldBy::Other
-                })
-            }
-        }
-    }
-}
 
 struct State {
     /// Ordered by `<purpose>:<digest>`, so a purpose's leases are a range.
@@ -246,7 +108,7 @@ impl MemoryStore {
         state.last_fence
     }
 
-    pub(super) async fn acquire(
+    pub(in crate::store) async fn acquire(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
@@ -372,7 +234,7 @@ impl MemoryStore {
         Ok(StoreAcquire::Acquired(record))
     }
 
-    pub(super) async fn renew(
+    pub(in crate::store) async fn renew(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
@@ -425,7 +287,7 @@ impl MemoryStore {
         Ok(answer)
     }
 
-    pub(super) async fn release(
+    pub(in crate::store) async fn release(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
@@ -435,7 +297,7 @@ impl MemoryStore {
 
     /// The clean-up release of an acquisition whose waiter left: true when
     /// the permit went, false when it was claimed or renewed since.
-    pub(super) async fn release_abandoned(
+    pub(in crate::store) async fn release_abandoned(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
@@ -480,7 +342,7 @@ impl MemoryStore {
         Ok(outcome)
     }
 
-    pub(super) async fn inspect(
+    pub(in crate::store) async fn inspect(
         &self,
         resource: &ResourceId,
         probe: Probe<'_>,
@@ -529,7 +391,7 @@ impl MemoryStore {
     /// listing is on exactly one page. Entries without a live permit (not
     /// yet swept, or only a lock-delay left) are skipped, not removed: a
     /// listing takes no write path.
-    pub(super) async fn list(
+    pub(in crate::store) async fn list(
         &self,
         purpose: &Purpose,
         cursor: Option<&ListCursor>,
@@ -570,12 +432,12 @@ impl MemoryStore {
         Ok(StorePage { leases, next })
     }
 
-    pub(super) fn queue_member(&self, mode: Mode) -> String {
+    pub(in crate::store) fn queue_member(&self, mode: Mode) -> String {
         // One instance: the waiters' own FIFO is the queue.
         format!("{}:local", mode.code())
     }
 
-    pub(super) async fn queue(
+    pub(in crate::store) async fn queue(
         &self,
         _resource: &ResourceId,
         _op: QueueOp<'_>,
@@ -583,7 +445,7 @@ impl MemoryStore {
         Ok(())
     }
 
-    pub(super) async fn readiness(&self) -> Readiness {
+    pub(in crate::store) async fn readiness(&self) -> Readiness {
         Readiness {
             topology: "memory",
             writable: true,
@@ -601,7 +463,7 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    pub(super) fn start_background(self: &Arc<Self>, shutdown: CancellationToken) {
+    pub(in crate::store) fn start_background(self: &Arc<Self>, shutdown: CancellationToken) {
         tracing::warn!(
             "using the embedded in-memory store: leases are held by this process only; \
              run a single instance, or set LEASEHOLD_REDIS_URL to share leases between instances"
