@@ -8,7 +8,10 @@
 --         its own instance's waiters, who wait for its turn).
 -- ARGV[2] this instance's id  ARGV[3] heartbeat horizon ms (beat/enter)
 -- ARGV[4] sequence key ttl ms  ARGV[5] event channel  ARGV[6] resource tag
--- ARGV[7] member ('<mode>:<instance>:<n>'; enter/leave)
+-- ARGV[7] member ('<mode>:<instance>:<n>'; enter/leave), or for beat the
+--         roster: this instance's members that still wait, comma-separated;
+--         its other entries among the first 64 go (per-waiter liveness: an
+--         entry whose waiter has gone stops blocking at the next beat)
 -- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Members: each waiter '<mode>:<instance>:<n>' with score = the server
@@ -47,6 +50,26 @@ if verb == 'enter' or verb == 'front' then
   done = redis.pcall('ZADD', KEYS[1], 'NX', score, ARGV[7])
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}
+  end
+end
+if verb == 'beat' then
+  local live = {}
+  for m in string.gmatch(ARGV[7], '[^,]+') do
+    live[m] = true
+  end
+  local own = ':' .. ARGV[2] .. ':'
+  local head = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'LIMIT', 0, 64)
+  local gone
+  for i = 1, #head do
+    if string.find(head[i], own, 2, true) == 2 and not live[head[i]] then
+      gone = gone or {}
+      gone[#gone + 1] = head[i]
+    end
+  end
+  if gone then
+    -- At most 64: unpack is bounded.
+    redis.pcall('ZREM', KEYS[1], unpack(gone))
+    redis.pcall('PUBLISH', ARGV[5], ARGV[6] .. '\t\tqueue')
   end
 end
 done = redis.pcall('ZADD', KEYS[1], -deadline, '~' .. ARGV[2])

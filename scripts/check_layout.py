@@ -136,7 +136,10 @@ def reexports(mod_file: Path, mod_parts: list[str]) -> dict[str, list[str]]:
                 segs = ["self"] + segs
             origin = absolute("::".join(segs), mod_parts)
             if origin:
-                found[origin[-1]] = origin
+                # `pub use self::schemas::*`: any other name may come from there.
+                found["*" if origin[-1] == "*" else origin[-1]] = (
+                    origin[:-1] if origin[-1] == "*" else origin
+                )
     return found
 
 
@@ -149,7 +152,10 @@ def resolve(parts: list[str]) -> Path | None:
             continue
         rest = parts[depth:]
         if rest and f.name in ("mod.rs", "lib.rs"):
-            origin = reexports(f, parts[:depth]).get(rest[0])
+            found = reexports(f, parts[:depth])
+            origin = found.get(rest[0])
+            if origin is None and "*" in found:
+                origin = found["*"] + [rest[0]]
             if origin and origin[: len(parts[:depth]) + 1] != parts[: depth + 1]:
                 target = resolve(origin)
                 if target is not None:
@@ -189,6 +195,8 @@ def deps(file: Path) -> set[Path]:
         if re.match(r"\s*(crate|self|super)\b", m.group(1)):
             paths.extend(expand_use(m.group(1)))
     for m in re.finditer(r"\b((?:crate|super)(?:::[A-Za-z_][A-Za-z0-9_]*)+)", text):
+        if text.startswith("::{", m.end()):
+            continue  # the head of a `use a::{...}` list: expanded above
         paths.append(m.group(1))
     out: set[Path] = set()
     for p in paths:

@@ -51,7 +51,6 @@ pub mod domain;
 pub mod healthcheck;
 pub mod http;
 pub mod notify;
-pub mod openapi;
 pub mod service;
 pub mod startup;
 pub mod store;

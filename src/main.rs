@@ -26,7 +26,7 @@ fn main() -> ExitCode {
             // not an error worth a panic.
             use std::io::Write as _;
             let mut out = std::io::stdout().lock();
-            match writeln!(out, "{}", leasehold::openapi::document_json()) {
+            match writeln!(out, "{}", leasehold::http::openapi::document_json()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
                 Err(e) => {

@@ -15,12 +15,12 @@ const PROBLEM: &str = "application/problem+json";
 fn committed_openapi_document_is_current() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/leasehold.json");
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    let generated = format!("{}\n", leasehold::openapi::document_json());
+    let generated = format!("{}\n", leasehold::http::openapi::document_json());
     assert!(
         committed == generated,
         "{} is stale (or missing); regenerate it with:\n\n    {}\n",
         path.display(),
-        leasehold::openapi::REGENERATE
+        leasehold::http::openapi::REGENERATE
     );
 }
 
@@ -37,7 +37,7 @@ async fn the_served_document_is_the_generated_one_and_docs_render_it() {
     assert_eq!(r.headers()["content-type"], "application/json");
     assert_eq!(
         r.text().await.expect("text"),
-        leasehold::openapi::document_json()
+        leasehold::http::openapi::document_json()
     );
     let docs = app
         .http
@@ -1591,8 +1591,9 @@ async fn the_api_is_open_only_when_the_operator_says_so() {
 }
 
 /// A long-poll's query is checked like a body: `changedSince` that is not a
-/// version, and `waitMs` without `changedSince`, are 400 naming the
-/// parameter (they used to be taken as "stale" and as "no wait").
+/// version is 400 naming it (it used to be taken as "stale"); `waitMs`
+/// without `changedSince` waits for the next change from now (it used to be
+/// ignored: the answer came at once).
 #[tokio::test]
 async fn long_poll_parameters_are_checked_and_named() {
     let app = TestApp::spawn(&Backend::Memory).await;
@@ -1600,7 +1601,6 @@ async fn long_poll_parameters_are_checked_and_named() {
     for (query, field) in [
         ("changedSince=abc&waitMs=1000", "changedSince"),
         ("changedSince=1.1.1&waitMs=1000", "changedSince"),
-        ("waitMs=1000", "waitMs"),
         ("changedSince=0.0&waitMs=abc", "waitMs"),
     ] {
         let r = app.get(&format!("/leases/{P}/{d}?{query}")).await;
@@ -1621,5 +1621,27 @@ async fn long_poll_parameters_are_checked_and_named() {
         .get(&format!("/leases/{P}/{d}?changedSince={version}"))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+    // `waitMs` alone waits for the next change: an acquire ends it with the
+    // new state, long before the wait would run out.
+    let waiting = {
+        let (http, url) = (
+            app.http.clone(),
+            format!("{}/leases/{P}/{d}?waitMs=20000", app.base),
+        );
+        tokio::spawn(async move { http.get(url).send().await })
+    };
+    let a = app.attempt().await;
+    let started = std::time::Instant::now();
+    // Until the long-poll has joined (a watcher is counted) ...
+    while app.get("/readyz").await.body["watchers"].as_u64() != Some(1) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    // ... then change the lease.
+    assert_eq!(app.acquire(P, &d, &a, 30_000).await.outcome(), "acquired");
+    let r = waiting.await.expect("task").expect("answer");
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["held"], true, "{body:#}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
     app.shutdown().await;
 }

@@ -910,3 +910,46 @@ fn an_exclusive_waiter_past_position_64_takes_a_free_permit() {
         0
     );
 }
+
+/// Per-waiter liveness: an instance's heartbeat names the members of its
+/// live places, and its other entries go at once (an orphaned entry of an
+/// instance that still has waiters no longer blocks the resource until
+/// every waiter's deadline). Other instances' entries are untouched.
+#[test]
+fn a_heartbeat_drops_its_instances_entries_whose_waiters_have_gone() {
+    let server = RedisServer::start();
+    let (ns, d) = (unique("beat"), digest());
+    let key = |kind: &str| format!("{ns}:{kind}:v2:{{{P}:{d}}}");
+    let (queue, seq) = (key("queue"), key("seq"));
+    let path = format!("{}/lua/queue.lua", env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(path).expect("script");
+    let sha = server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned();
+    for (score, member) in [
+        ("1", "x:i1:0"),
+        ("2", "x:i2:0"),
+        ("3", "x:i1:9"),
+        ("4", "s:i1:5"),
+    ] {
+        server.cli(&["ZADD", &queue, score, member]);
+    }
+    let roster = "x:i1:0,s:i1:5";
+    let out = server.cli(&[
+        "EVALSHA",
+        &sha,
+        "2",
+        &queue,
+        &seq,
+        "beat",
+        "i1",
+        "2000",
+        "604800000",
+        "wake",
+        "t",
+        roster,
+        "3",
+    ]);
+    assert_eq!(out.trim(), (3 * 16 + 1 + 9).to_string(), "{out}");
+    let left = server.cli(&["ZRANGEBYSCORE", &queue, "0", "+inf"]);
+    let left: Vec<&str> = left.split_whitespace().collect();
+    assert_eq!(left, ["x:i1:0", "x:i2:0", "s:i1:5"]);
+}

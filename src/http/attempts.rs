@@ -11,7 +11,7 @@ use super::problem::ApiError;
 use super::AppState;
 use crate::domain::{OperationId, OwnerToken};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::openapi::{
+use crate::http::openapi::{
     HeadersTooLargeProblem, InvalidRequestProblem, PayloadTooLargeProblem, UnauthorizedProblem,
     UnsupportedMediaTypeProblem,
 };

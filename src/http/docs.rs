@@ -1,28 +1,7 @@
-//! `/openapi.json` and `/docs`.
+//! `/docs`: the document rendered in the browser, assets embedded.
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-
-/// The OpenAPI document.
-///
-/// This document: OpenAPI 3.1, generated from the code (also printed by
-/// `leasehold openapi` and committed as `openapi/leasehold.json`).
-#[utoipa::path(
-    get,
-    path = "/openapi.json",
-    operation_id = "openapi",
-    tag = "operations",
-    responses((status = 200, description = "The OpenAPI 3.1 document.", content_type = "application/json", body = Object,
-        example = json!({"openapi": "3.1.0", "info": {"title": "leasehold", "version": "0.1.0"}, "paths": {}}))),
-    security(())
-)]
-pub async fn openapi_json() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        crate::openapi::document_json(),
-    )
-        .into_response()
-}
 
 /// API reference page.
 ///

@@ -7,8 +7,8 @@ use std::convert::Infallible;
 use std::future::Future as _;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::{BytesRejection, RawPathParamsRejection};
+use axum::extract::{FromRequest, RawPathParams, Request};
 use axum::http::{header, HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 
@@ -336,4 +336,29 @@ fn is_json(headers: &HeaderMap) -> bool {
     };
     essence.eq_ignore_ascii_case("application/json")
         || (lower_prefix(essence, "application/") && lower_suffix(essence, "+json"))
+}
+
+/// The path parameters as the router matched them, percent-decoded and
+/// borrowed (axum's `Path<(String, String)>` would deserialize them into two
+/// new `String`s per request).
+pub(super) type RawPath = Result<RawPathParams, RawPathParamsRejection>;
+
+pub(super) fn path_resource(path: RawPath, problems: &mut Problems) -> Option<ResourceId> {
+    match path {
+        Ok(params) => {
+            let (mut purpose, mut digest) = ("", "");
+            for (name, value) in &params {
+                match name {
+                    "purpose" => purpose = value,
+                    "digest" => digest = value,
+                    _ => {}
+                }
+            }
+            resource(purpose, digest, problems)
+        }
+        Err(_) => {
+            problems.shape("path", "path parameters must be valid UTF-8");
+            None
+        }
+    }
 }

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use super::problem::problem_response;
 use super::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::openapi::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
+use crate::http::openapi::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
 use crate::telemetry::POOL_CONNECTIONS;
 
 /// Liveness answer.

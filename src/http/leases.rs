@@ -2,19 +2,20 @@
 //! (DELETE) and inspect (GET).
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, RawPathParamsRejection};
-use axum::extract::{RawPathParams, RawQuery, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::extract::{self, Headers, HeadersAndBody, Problems};
+use super::extract::{path_resource, RawPath};
 use super::problem::{respond, ApiError};
 use super::{watch, AppState};
 use crate::domain::{Attempt, HolderLabel, LeaseShape, Mode, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::openapi::{
+use crate::http::openapi::{
     AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
     IndeterminateProblem, Inspected, InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem,
     NotFoundProblem, NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed,
@@ -118,31 +119,6 @@ fn whole_ms<'de, D: serde::Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
 /// An optional [`whole_ms`].
 fn whole_opt<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<u64>, D::Error> {
     whole_ms(de).map(Some)
-}
-
-/// The path parameters as the router matched them, percent-decoded and
-/// borrowed (axum's `Path<(String, String)>` would deserialize them into two
-/// new `String`s per request).
-pub(super) type RawPath = Result<RawPathParams, RawPathParamsRejection>;
-
-pub(super) fn path_resource(path: RawPath, problems: &mut Problems) -> Option<ResourceId> {
-    match path {
-        Ok(params) => {
-            let (mut purpose, mut digest) = ("", "");
-            for (name, value) in &params {
-                match name {
-                    "purpose" => purpose = value,
-                    "digest" => digest = value,
-                    _ => {}
-                }
-            }
-            extract::resource(purpose, digest, problems)
-        }
-        Err(_) => {
-            problems.shape("path", "path parameters must be valid UTF-8");
-            None
-        }
-    }
 }
 
 fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
@@ -481,7 +457,7 @@ pub async fn release(
             pattern = r"^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128, example = "export-2026-12-02"),
         ("changedSince" = Option<String>, Query, nullable = false, description = "Optional, with `waitMs`: a `version` from an earlier answer (send back the one you just read). The answer comes at once when the version differs from it, else when it changes, else after `waitMs` with the unchanged state (always `inspected`). Anything but a version is 400.",
             pattern = r"^[0-9]{1,20}\.[0-9]{1,20}$", min_length = 3, max_length = 41, example = "12.1"),
-        ("waitMs" = Option<u64>, Query, nullable = false, description = "Optional: how long to wait for a change of `changedSince`, in milliseconds (left out or 0: answer at once; at most 30000 by default). More than 0 needs `changedSince` (400 otherwise). Shutdown answers early with the current state.",
+        ("waitMs" = Option<u64>, Query, nullable = false, description = "Optional: how long to wait for a change of `changedSince`, in milliseconds (left out or 0: answer at once; at most 30000 by default). Without `changedSince` it waits for the next change from the state read when the request arrives. Shutdown answers early with the current state.",
             minimum = 0, maximum = 30000, example = 5000),
     ),
     responses(

@@ -11,7 +11,7 @@ use super::problem::{respond, Answer, ApiError};
 use super::AppState;
 use crate::domain::{ListCursor, ListLimit, ListedLease, Listing, Purpose};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::openapi::{
+use crate::http::openapi::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod health;
 pub mod leases;
 pub mod list;
+pub mod openapi;
 pub mod problem;
 pub mod problems;
 pub mod server;
@@ -230,7 +231,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .route(WATCH_ROUTE, get(watch::events))
         .route(ROUTES[2], get(health::livez))
         .route(ROUTES[3], get(health::readyz))
-        .route(ROUTES[4], get(docs::openapi_json))
+        .route(ROUTES[4], get(openapi::openapi_json))
         .route(ROUTES[5], get(docs::page))
         .route(PROBLEM_ROUTE, get(problems::page));
     if metrics_on_api {

@@ -230,10 +230,7 @@ pub fn problem_response(
     detail: &str,
     mut members: Map<String, Value>,
 ) -> Response {
-    members.insert(
-        "type".into(),
-        Value::String(super::problems::type_uri(outcome)),
-    );
+    members.insert("type".into(), Value::String(type_uri(outcome)));
     members.insert("title".into(), Value::String(title.to_owned()));
     members.insert("status".into(), Value::from(status.as_u16()));
     members.insert("detail".into(), Value::String(detail.to_owned()));
@@ -407,4 +404,16 @@ pub fn body_timeout() -> Response {
         "The request body did not arrive within the service's request timeout; nothing was done.",
         Map::new(),
     )
+}
+
+/// Where problem type pages are served; a problem's `type` is this and its slug.
+pub const PREFIX: &str = "/problems/";
+
+/// The `type` of a problem answer with this outcome: `/problems/` and the
+/// outcome with dashes.
+pub fn type_uri(outcome: &str) -> String {
+    let mut uri = String::with_capacity(PREFIX.len() + outcome.len());
+    uri.push_str(PREFIX);
+    uri.extend(outcome.chars().map(|c| if c == '_' { '-' } else { c }));
+    uri
 }

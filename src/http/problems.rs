@@ -14,11 +14,9 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::problem::ApiError;
+use super::problem::PREFIX;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::openapi::NotFoundProblem;
-
-/// Where problem type pages are served; a problem's `type` is this and its slug.
-pub const PREFIX: &str = "/problems/";
+use crate::http::openapi::NotFoundProblem;
 
 /// A problem type: the `outcome` of a problem answer, with dashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -278,15 +276,6 @@ impl ProblemType {
     }
 }
 
-/// The `type` of a problem answer with this outcome: `/problems/` and the
-/// outcome with dashes.
-pub fn type_uri(outcome: &str) -> String {
-    let mut uri = String::with_capacity(PREFIX.len() + outcome.len());
-    uri.push_str(PREFIX);
-    uri.extend(outcome.chars().map(|c| if c == '_' { '-' } else { c }));
-    uri
-}
-
 /// A problem type's page.
 ///
 /// What the `type` member of a problem answer points at: what the problem
@@ -319,6 +308,7 @@ pub async fn page(uri: Uri) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::problem::type_uri;
 
     #[test]
     fn slugs_are_the_outcomes_with_dashes_and_unique() {

@@ -15,17 +15,17 @@ use axum::response::{IntoResponse, Response};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use super::extract::{path_resource, RawPath};
 use super::extract::{Asker, Headers, Problems};
-use super::leases::{path_resource, RawPath};
 use super::problem::{respond, respond_one, ApiError};
 use super::AppState;
 use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
-use crate::notify::{newer, Read, Snapshot, Watcher};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::openapi::{
+use crate::http::openapi::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };
+use crate::notify::{newer, Read, Snapshot, Watcher};
 
 /// Bounds of watches.
 #[derive(Debug, Clone, Copy)]
@@ -39,8 +39,9 @@ pub struct WatchSettings {
 /// The watch part of an inspect's query string.
 #[derive(Debug)]
 pub struct LongPoll {
-    /// The version the caller has.
-    pub changed_since: String,
+    /// The version the caller has; `None`: the state when the wait starts
+    /// (`waitMs` alone waits for the next change from now).
+    pub changed_since: Option<String>,
     /// How long to wait for it to change.
     pub wait: WaitMs,
 }
@@ -78,7 +79,6 @@ pub fn long_poll(query: Option<&str>, bounds: Bounds, problems: &mut Problems) -
         }
         ok.then_some(v)
     });
-    let since_given = since.is_some();
     let wait = match wait {
         None => None,
         Some(v) => match v.parse::<u64>() {
@@ -92,15 +92,9 @@ pub fn long_poll(query: Option<&str>, bounds: Bounds, problems: &mut Problems) -
             }
         },
     };
-    if wait.is_some_and(|w| w.ms() > 0) && !since_given && !problems.names("changedSince") {
-        problems.shape(
-            "waitMs",
-            "needs changedSince (the version you last read): a wait is for a change of it",
-        );
-    }
-    match (since, wait) {
-        (Some(changed_since), Some(wait)) if wait.ms() > 0 => Some(LongPoll {
-            changed_since,
+    match wait {
+        Some(wait) if wait.ms() > 0 => Some(LongPoll {
+            changed_since: since,
             wait,
         }),
         _ => None,
@@ -183,9 +177,12 @@ pub async fn wait_for_change(
     poll: LongPoll,
 ) -> Result<Inspection, Failure> {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(poll.wait.ms());
-    let since = poll.changed_since;
     let mut watcher = join(app, resource)?;
     let mut latest = watcher.current().await?;
+    // Without `changedSince`: the next change from the state read now.
+    let since = poll
+        .changed_since
+        .unwrap_or_else(|| latest.version().to_owned());
     if latest.version() != since {
         if newer(latest.version(), &since) {
             return answer(app, resource, asker, &latest).await;

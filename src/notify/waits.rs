@@ -35,6 +35,33 @@ pub struct ResourceWaiters {
     /// Registered waits; changed only under the registry's map lock, so
     /// the last one to leave always sees itself as the last.
     guards: AtomicUsize,
+    /// The fair-queue members of this instance's live places: each
+    /// heartbeat sends them, and the store drops this instance's entries
+    /// that are not among them (per-waiter liveness, docs/design.md §14).
+    members: Mutex<Vec<String>>,
+}
+
+impl ResourceWaiters {
+    /// A place took `member` (before its enter is sent).
+    pub fn join(&self, member: &str) {
+        self.lock_members().push(member.to_owned());
+    }
+
+    /// The place of `member` is gone (taken with the permit, or left).
+    pub fn part(&self, member: &str) {
+        self.lock_members().retain(|m| m != member);
+    }
+
+    /// This instance's live members, comma-separated (members hold none).
+    pub fn roster(&self) -> String {
+        self.lock_members().join(",")
+    }
+
+    fn lock_members(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.members
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Every resource that has waiters on this instance, and the watch hub that
@@ -101,6 +128,7 @@ impl WaitRegistry {
                 turn: tokio::sync::Mutex::new(()),
                 wake: Notify::new(),
                 guards: AtomicUsize::new(0),
+                members: Mutex::new(Vec::new()),
             })
         }));
         resource.guards.fetch_add(1, Ordering::Relaxed);
@@ -155,6 +183,11 @@ impl WaitGuard {
     /// The resource's queue.
     pub fn resource(&self) -> &ResourceWaiters {
         &self.resource
+    }
+
+    /// The resource's queue, shared.
+    pub fn resource_shared(&self) -> Arc<ResourceWaiters> {
+        Arc::clone(&self.resource)
     }
 }
 

@@ -86,8 +86,9 @@ pub enum QueueOp<'a> {
     /// Take a place ahead of this instance's own entries (a turn holder
     /// whose place lapsed; bounded: among the first 64 entries).
     EnterFront(&'a str),
-    /// This instance is alive and its entries still wait.
-    Beat,
+    /// This instance is alive, and these of its entries (comma-separated
+    /// members) still wait; its other entries go.
+    Beat(&'a str),
     /// Leave the queue (deadline, disconnect, shutdown).
     Leave(&'a str),
 }

@@ -129,7 +129,7 @@ impl RedisStore {
         let (verb, member) = match op {
             QueueOp::Enter(member) => ("enter", member),
             QueueOp::EnterFront(member) => ("front", member),
-            QueueOp::Beat => ("beat", ""),
+            QueueOp::Beat(roster) => ("beat", roster),
             QueueOp::Leave(member) => ("leave", member),
         };
         let done = self

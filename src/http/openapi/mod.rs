@@ -1,0 +1,18 @@
+//! The OpenAPI 3.1 document, generated from the code.
+//!
+//! Handlers carry `#[utoipa::path]` (operation, parameters, every status
+//! code); this module holds the response schemas, one per outcome, in the
+//! exact shape [`crate::http::problem`] writes them (a unit test renders
+//! every outcome through the real response code and checks it against the
+//! document), and the document-wide parts (info, license, servers, the
+//! optional API key scheme). `leasehold openapi` prints it, the service
+//! serves it at `/openapi.json`, and `openapi/leasehold.json` is a committed
+//! copy that a test keeps equal to it.
+
+mod document;
+mod schemas;
+#[cfg(test)]
+mod tests;
+
+pub use self::document::{document_json, openapi_json, ApiDoc, REGENERATE};
+pub use self::schemas::*;

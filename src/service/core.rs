@@ -1,0 +1,330 @@
+//! [`LeaseService`]: its settings, admission (a bounded number of store
+//! calls in flight; the rest `overloaded`), store failures turned into
+//! typed failures, per-operation metrics, and the verbs that do not wait:
+//! renew, release, inspect.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{
+    Attempt, Bounds, Failure, Guarantee, HolderLabel, Inspection, Lease, LostReason, OutcomeName,
+    OwnerToken, PermitView, ReleaseOutcome, RenewOutcome, Replication, ResourceId, Ttl,
+};
+use crate::notify::WaitRegistry;
+use crate::store::{Probe, Store, StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew};
+use crate::telemetry::OperationMeters;
+
+/// Tunables of the service layer.
+#[derive(Debug, Clone)]
+pub struct ServiceSettings {
+    /// TTL and wait bounds.
+    pub bounds: Bounds,
+    /// `retryAfterMs` when the holder's PTTL is unknown, and for `overloaded`.
+    pub retry_after_ms: u64,
+    /// `retryAfterMs` for `unavailable`.
+    pub unavailable_retry_after_ms: u64,
+    /// Concurrent store calls admitted; the rest are `overloaded`.
+    pub max_in_flight: usize,
+    /// Distinct purposes admitted as metric label values.
+    pub max_purpose_labels: usize,
+    /// With API keys: the purposes a key names, the only ones labelled.
+    pub labelled_purposes: Option<std::collections::HashSet<String>>,
+    /// Release what a waiting acquire got after its caller had gone,
+    /// unless claimed since; off: it expires with its TTL.
+    pub release_abandoned: bool,
+}
+
+/// Leases over a [`Store`].
+pub struct LeaseService {
+    pub(super) store: Store,
+    pub(super) settings: ServiceSettings,
+    pub(super) admission: Semaphore,
+    pub(super) waiters: Arc<WaitRegistry>,
+    pub(super) shutdown: CancellationToken,
+    pub(super) meters: OperationMeters,
+}
+
+impl LeaseService {
+    /// A service over `store`; `waiters` must be the registry the store wakes;
+    /// `shutdown` ends every wait.
+    pub fn new(
+        store: Store,
+        settings: ServiceSettings,
+        waiters: Arc<WaitRegistry>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            admission: Semaphore::new(settings.max_in_flight.max(1)),
+            meters: OperationMeters::new(
+                settings.max_purpose_labels,
+                settings.labelled_purposes.clone(),
+            ),
+            store,
+            settings,
+            waiters,
+            shutdown,
+        }
+    }
+
+    /// The configured bounds.
+    pub fn bounds(&self) -> Bounds {
+        self.settings.bounds
+    }
+
+    /// The store, for readiness and pool metrics.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The wait registry.
+    pub fn waiters(&self) -> &Arc<WaitRegistry> {
+        &self.waiters
+    }
+
+    /// Cancelled when shutdown begins: waits and watches end.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    pub(super) fn record<T: OutcomeName>(
+        &self,
+        verb: &'static str,
+        resource: &ResourceId,
+        started: Instant,
+        result: &Result<T, Failure>,
+    ) {
+        self.meters.record(
+            verb,
+            result.outcome_name(),
+            resource.purpose.as_str(),
+            started.elapsed().as_secs_f64(),
+        );
+    }
+
+    pub(super) fn failure(&self, err: StoreError, attempt: Option<&Attempt>) -> Failure {
+        match (err, attempt) {
+            (StoreError::Indeterminate(reason), Some(attempt)) => {
+                tracing::warn!(reason, operation_id = %attempt.operation_id, "store reply uncertain");
+                Failure::Indeterminate {
+                    operation_id: attempt.operation_id.clone(),
+                }
+            }
+            (StoreError::Indeterminate(reason), None) | (StoreError::Unavailable(reason), _) => {
+                tracing::warn!(reason, "store unavailable");
+                Failure::Unavailable {
+                    retry_after_ms: self.settings.unavailable_retry_after_ms,
+                }
+            }
+        }
+    }
+
+    /// `overloaded`, with the configured retry hint.
+    pub fn overloaded(&self) -> Failure {
+        Failure::Overloaded {
+            retry_after_ms: self.settings.retry_after_ms,
+        }
+    }
+
+    /// One store call under the admission limit.
+    pub(super) async fn admitted<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<Result<T, StoreError>, Failure> {
+        let Ok(_permit) = self.admission.try_acquire() else {
+            return Err(self.overloaded());
+        };
+        Ok(call.await)
+    }
+
+    pub(super) fn lease(
+        resource: &ResourceId,
+        record: StoreLease,
+        replication: Option<crate::store::Replication>,
+    ) -> Lease {
+        Lease {
+            replication: replication.map(|r| Replication {
+                acknowledged: r.acknowledged,
+                required: r.required,
+            }),
+            purpose: resource.purpose.clone(),
+            digest: resource.digest.clone(),
+            fencing_token: record.fencing_token,
+            ttl_ms: record.ttl_ms,
+            remaining_ms: record.remaining_ms,
+            holder: record.holder,
+            acquired_at: record.acquired_at,
+            renewed_at: record.renewed_at,
+            guarantee: Guarantee::Fenced,
+        }
+    }
+
+    /// Resets the TTL of the caller's lease; `holder` replaces its label.
+    pub async fn renew(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+        holder: Option<&HolderLabel>,
+    ) -> Result<RenewOutcome, Failure> {
+        let started = Instant::now();
+        let answer = self
+            .admitted(self.store.renew_replicated(resource, attempt, ttl, holder))
+            .await
+            .map(|r| r.map(|r| (r.value, r.replication)));
+        let result = match answer {
+            Err(failure) => Err(failure),
+            Ok(Ok((StoreRenew::Renewed(record), replication))) => Ok(RenewOutcome::Renewed {
+                lease: Self::lease(resource, record, replication),
+            }),
+            Ok(Ok((StoreRenew::Absent, _))) => Ok(RenewOutcome::Lost {
+                reason: LostReason::Absent,
+            }),
+            Ok(Ok((StoreRenew::NotOwner, _))) => Ok(RenewOutcome::Lost {
+                reason: LostReason::NotOwner,
+            }),
+            Ok(Err(err)) => Err(self.failure(err, Some(attempt))),
+        };
+        self.record("renew", resource, started, &result);
+        result
+    }
+
+    /// Releases the caller's lease (idempotent).
+    pub async fn release(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<ReleaseOutcome, Failure> {
+        let started = Instant::now();
+        let result = match self.admitted(self.store.release(resource, attempt)).await {
+            Err(failure) => Err(failure),
+            Ok(Ok(StoreRelease::Released)) => Ok(ReleaseOutcome::Released),
+            Ok(Ok(StoreRelease::AlreadyAbsent)) => Ok(ReleaseOutcome::AlreadyAbsent),
+            Ok(Ok(StoreRelease::NotOwner)) => Ok(ReleaseOutcome::NotOwner),
+            Ok(Err(err)) => Err(self.failure(err, Some(attempt))),
+        };
+        self.record("release", resource, started, &result);
+        result
+    }
+
+    /// Reads the lease; `attempt` (optional) fills `heldBy`.
+    pub async fn inspect(
+        &self,
+        resource: &ResourceId,
+        attempt: Option<&Attempt>,
+    ) -> Result<Inspection, Failure> {
+        let probe = attempt.map_or(Probe::Anyone, Probe::Attempt);
+        self.inspect_as(resource, probe, attempt, false).await
+    }
+
+    /// Reads the lease as an owner token that named no operation: `heldBy`
+    /// is `caller_other_operation` when this token holds the lease (for
+    /// whatever operation) and `other` otherwise, never `caller`; an
+    /// uncertain read is `unavailable`, as for an inspect without attempt
+    /// headers (`indeterminate` would have to name an operation).
+    pub async fn inspect_as_owner(
+        &self,
+        resource: &ResourceId,
+        owner_token: &OwnerToken,
+    ) -> Result<Inspection, Failure> {
+        self.inspect_as(resource, Probe::Owner(owner_token), None, false)
+            .await
+    }
+
+    /// The read a watch group makes for this instance's watchers: marks the
+    /// resource watched in the store, so acquires and holder changes
+    /// anywhere publish events.
+    pub async fn inspect_for_watchers(&self, resource: &ResourceId) -> Result<Inspection, Failure> {
+        self.inspect_as(resource, Probe::Anyone, None, true).await
+    }
+
+    /// Inspects as `probe`; an uncertain read names `named`'s operation
+    /// (`indeterminate`) or, without one, is `unavailable`.
+    async fn inspect_as(
+        &self,
+        resource: &ResourceId,
+        probe: Probe<'_>,
+        named: Option<&Attempt>,
+        watching: bool,
+    ) -> Result<Inspection, Failure> {
+        let started = Instant::now();
+        let result = match self
+            .admitted(self.store.inspect(resource, probe, watching))
+            .await
+        {
+            Err(failure) => Err(failure),
+            Ok(Ok(found)) => Ok(inspection(found)),
+            // Inspect changes nothing, but an uncertain read is still
+            // reported as such when the caller named its operation.
+            Ok(Err(err)) => Err(self.failure(err, named)),
+        };
+        self.record("inspect", resource, started, &result);
+        result
+    }
+}
+
+/// The API's view of what the store read.
+pub fn inspection(found: StoreInspect) -> Inspection {
+    match found {
+        StoreInspect::Free {
+            version,
+            lock_delay_ms,
+        } => Inspection {
+            held: false,
+            version,
+            remaining_ms: None,
+            fencing_token: None,
+            held_by: None,
+            holder: None,
+            ttl_ms: None,
+            acquired_at: None,
+            renewed_at: None,
+            limit: None,
+            mode: None,
+            holders: 0,
+            permits: Vec::new(),
+            lock_delay_ms,
+        },
+        StoreInspect::Held {
+            permits,
+            limit,
+            mode,
+            held_by,
+            version,
+            lock_delay_ms,
+        } => {
+            let first = permits.first().cloned();
+            Inspection {
+                held: true,
+                version,
+                remaining_ms: first.as_ref().map(|p| p.remaining_ms),
+                fencing_token: first.as_ref().map(|p| p.fencing_token),
+                held_by,
+                holder: first.as_ref().and_then(|p| p.holder.clone()),
+                ttl_ms: first.as_ref().map(|p| p.ttl_ms),
+                acquired_at: first.as_ref().map(|p| p.acquired_at),
+                renewed_at: first.as_ref().map(|p| p.renewed_at),
+                limit: Some(limit),
+                mode: Some(mode),
+                holders: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+                permits: permits.into_iter().map(PermitView::from).collect(),
+                lock_delay_ms,
+            }
+        }
+    }
+}
+
+impl From<StoreLease> for PermitView {
+    fn from(p: StoreLease) -> Self {
+        PermitView {
+            holder: p.holder,
+            fencing_token: p.fencing_token,
+            remaining_ms: p.remaining_ms,
+            ttl_ms: p.ttl_ms,
+            acquired_at: p.acquired_at,
+            renewed_at: p.renewed_at,
+        }
+    }
+}

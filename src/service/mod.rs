@@ -1,0 +1,11 @@
+//! The lease service: admission control, server-side waits, store results
+//! turned into typed outcomes, and per-operation metrics. The HTTP layer
+//! calls only this.
+
+mod acquire;
+mod core;
+mod list;
+mod place;
+
+pub use self::acquire::AcquireRequest;
+pub use self::core::{inspection, LeaseService, ServiceSettings};

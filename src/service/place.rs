@@ -1,0 +1,179 @@
+//! A waiter's [`Place`] in the fair queue (on the roster its instance's
+//! heartbeats send; left, retried, when dropped), how a wait retries
+//! ([`Retries`]), and the clean-up of what a departed waiter acquired.
+
+use super::core::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{Attempt, Failure, Mode, ResourceId};
+use crate::notify::{ResourceWaiters, WaitRegistry};
+use crate::store::{QueueOp, Store};
+
+/// A waiter's place in the resource's fair queue. Dropped without being
+/// taken (deadline, disconnect, shutdown), it leaves the queue in the
+/// background, retried until the store confirms it (docs/design.md §14).
+pub(super) struct Place {
+    pub(super) store: Store,
+    pub(super) resource: ResourceId,
+    pub(super) mode: Mode,
+    pub(super) member: Option<String>,
+    pub(super) waiters: Arc<WaitRegistry>,
+    pub(super) shutdown: CancellationToken,
+    /// This instance's waiters of the resource: the roster its heartbeats
+    /// send lists this place's member while it lives.
+    pub(super) queue: Arc<ResourceWaiters>,
+}
+
+/// First pause between two tries of a store call that failed inside a wait
+/// (or of a queue leave); it doubles up to [`RETRY_MAX`].
+pub(super) const RETRY_FIRST: Duration = Duration::from_millis(25);
+/// Longest pause between two such tries.
+pub(super) const RETRY_MAX: Duration = Duration::from_millis(400);
+
+impl Place {
+    pub(super) fn new(
+        service: &LeaseService,
+        resource: ResourceId,
+        mode: Mode,
+        queue: Arc<ResourceWaiters>,
+    ) -> Self {
+        Self {
+            store: service.store.clone(),
+            resource,
+            mode,
+            member: None,
+            waiters: Arc::clone(&service.waiters),
+            shutdown: service.shutdown.clone(),
+            queue,
+        }
+    }
+
+    pub(super) fn member(&self) -> Option<&str> {
+        self.member.as_deref()
+    }
+
+    /// Takes a (new) place: at the back of the queue, or (`front`, for a
+    /// turn holder whose place lapsed) ahead of this instance's own
+    /// entries, so that it never waits behind waiters waiting for its turn.
+    pub(super) async fn enter(
+        &mut self,
+        service: &LeaseService,
+        front: bool,
+    ) -> Result<(), Failure> {
+        self.leave();
+        // Known before the enter is sent: a cancel or an uncertain reply
+        // during it still leaves on drop.
+        let member = self.store.queue_member(self.mode);
+        self.queue.join(&member);
+        self.member = Some(member.clone());
+        let op = if front {
+            QueueOp::EnterFront(&member)
+        } else {
+            QueueOp::Enter(&member)
+        };
+        let entered = service
+            .admitted(self.store.queue(&self.resource, op))
+            .await?;
+        entered.map_err(|err| service.failure(err, None))
+    }
+
+    /// The acquire script took the entry out with the permit.
+    pub(super) fn taken(&mut self) {
+        if let Some(member) = self.member.take() {
+            self.queue.part(&member);
+        }
+    }
+
+    pub(super) fn leave(&mut self) {
+        let Some(member) = self.member.take() else {
+            return;
+        };
+        // Off the roster at once: the next heartbeat of any waiter of this
+        // instance drops the entry, should the leave below not get through.
+        self.queue.part(&member);
+        let (store, resource) = (self.store.clone(), self.resource.clone());
+        let (waiters, shutdown) = (Arc::clone(&self.waiters), self.shutdown.clone());
+        tokio::spawn(async move {
+            let mut pause = RETRY_FIRST;
+            loop {
+                if store
+                    .queue(&resource, QueueOp::Leave(&member))
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                // With no waiter of this instance left there, nobody beats
+                // for the entry: it lapses within the heartbeat horizon.
+                if !waiters.is_waited_for(&resource.tag()) {
+                    return;
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+        });
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// How a wait retries store calls that failed (docs/design.md §14).
+pub(super) struct Retries {
+    pub(super) pause: Duration,
+    /// An acquire of this wait may have applied and no later answer said
+    /// whether it did.
+    pub(super) uncertain: bool,
+}
+
+impl Retries {
+    pub(super) fn new() -> Self {
+        Self {
+            pause: RETRY_FIRST,
+            uncertain: false,
+        }
+    }
+}
+
+/// Takes back what a waiting acquire got after its caller had gone, unless
+/// someone has been told since that it is held (a replay of the same
+/// attempt claimed it, or it was renewed): docs/design.md §14. Tried a few times; a
+/// permit left behind ends with its TTL.
+pub(super) async fn release_abandoned(store: &Store, resource: &ResourceId, attempt: &Attempt) {
+    let mut pause = RETRY_FIRST;
+    for _ in 0..4 {
+        match store.release_abandoned(resource, attempt).await {
+            Ok(true) => {
+                tracing::info!(
+                    operation_id = %attempt.operation_id,
+                    "waiter left while its acquire was in flight; released the lease it got"
+                );
+                return;
+            }
+            Ok(false) => {
+                tracing::info!(
+                    operation_id = %attempt.operation_id,
+                    "waiter left while its acquire was in flight; kept the lease, a retry claimed it"
+                );
+                return;
+            }
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+        }
+    }
+    tracing::warn!(
+        operation_id = %attempt.operation_id,
+        "could not release what a departed waiter acquired; it ends with its TTL"
+    );
+}
