@@ -7,7 +7,8 @@
 # the validators the check scripts pull from apt/PyPI/npm), then runs:
 # rustfmt, clippy, luacheck, every cargo test (the contract suite against the
 # embedded store and real redis-server processes it starts itself), the
-# deployment checks against a live scrape, and the API checks (when present).
+# deployment checks against a live scrape, the API checks (when present), the
+# Python and TypeScript clients' checks, and the mixed checked history.
 # Ends with one line "summary: N passed, N failed".
 set -euo pipefail
 
@@ -101,6 +102,11 @@ fi
 export LEASEHOLD_BIN="$ROOT/target/debug/leasehold"
 stage "Python client (clients/python/check.sh)" bash clients/python/check.sh
 stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/check.sh
+# The mixed checked history (tests/mixed_history.rs, ignored in the run
+# above): Rust, Python and TypeScript workers on shared resources. It runs
+# the venv and the TypeScript build the two checks just made.
+stage "mixed checked history (tests/mixed_history.rs)" \
+  cargo test --all-features --locked --test mixed_history -- --ignored
 
 echo
 for f in "${FAILURES[@]}"; do echo "FAILED: $f"; done

@@ -33,6 +33,7 @@ pub mod app;
 pub mod cli;
 pub mod fault_proxy;
 pub mod history;
+pub mod http_proxy;
 pub mod redis;
 
 /// With the `client` feature, reqwest is built with `rustls-no-provider`
