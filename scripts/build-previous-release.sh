@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the previous release's `leasehold` binary for the upgrade test
-# (tests/upgrade.rs) and prints its path:
+# (tests/it/upgrade.rs) and prints its path:
 #
 #   LEASEHOLD_PREVIOUS_BIN=$(scripts/build-previous-release.sh) \
-#     cargo test --all-features --test upgrade -- --nocapture
+#     cargo test --all-features --test it upgrade:: -- --nocapture
 #
 # The previous release is the last commit before this release's first
 # storage change (PREVIOUS_RELEASE below, or the first argument). Its source

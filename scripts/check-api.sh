@@ -433,13 +433,13 @@ step "promtool check metrics on a live scrape after the lease cycle" scrape_chec
 # - use_after_free (ST301): a lease is a slot, not a created object;
 #   inspecting a released lease answers 200 {"outcome":"inspected","held":false}
 #   by design (docs/design.md section 2), not 404. The only other verb it could
-#   apply to, renew after release, answers 404 lost (tests/contract.rs checks
+#   apply to, renew after release, answers 404 lost (tests/it/contract.rs checks
 #   that). schemathesis 4.32 ignores a per-operation switch for this check in
 #   the stateful phase, so it is excluded for the run.
 # - watchLease (GET /leases/{purpose}/{digest}/events) is excluded: it is a
 #   server-sent event stream that by design never ends while the service
 #   runs, and schemathesis reads every response to its end (each example
-#   would hit the request timeout). tests/watch.rs covers it against real
+#   would hit the request timeout). tests/it/watch.rs covers it against real
 #   processes; inspect's long-poll parameters stay fuzzed.
 # max_response_time is set to the documented bound, not the 10 s default: an
 # acquire may wait server-side up to waitMs (30 s), plus the store timeout.
@@ -452,7 +452,7 @@ step "promtool check metrics on a live scrape after the lease cycle" scrape_chec
 #   signed token; a random string the pattern admits is not a cursor. So the
 #   fuzzer sends a real one (an embedded-store cursor for `invoice-export`)
 #   and the purpose it is bound to; `limit` is fuzzed as usual, and forged
-#   cursors are tested in tests/list.rs.
+#   cursors are tested in tests/it/list.rs.
 fuzz() {
   local cursor
   cursor=$(printf 'invoice-export/a/v1.%064d' 0 | base64 -w0 | tr '+/' '-_' | tr -d '=')

@@ -9,7 +9,7 @@
 # Needs the nightly toolchain (`rustup toolchain install nightly`) and
 # cargo-fuzz (`cargo install cargo-fuzz`). A target that finds a failing
 # input stops the run with a non-zero exit and leaves the input in
-# fuzz/artifacts/<target>/; make it a case in tests/parsers_prop.rs
+# fuzz/artifacts/<target>/; make it a case in tests/it/parsers_prop.rs
 # (module `regressions`). Corpora grow in fuzz/corpus/ (not committed).
 set -euo pipefail
 

@@ -58,7 +58,7 @@ stage "cargo doc without warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --no
 stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua lua/queue.lua
 
 # ------------------------------------------------------------------- tests --
-# The upgrade test (tests/upgrade.rs) runs the previous release's binary
+# The upgrade test (tests/it/upgrade.rs) runs the previous release's binary
 # beside this one; built once, cached under target/previous-release/.
 log "previous release for the upgrade test (scripts/build-previous-release.sh)"
 prev_rc=0
@@ -102,11 +102,11 @@ fi
 export LEASEHOLD_BIN="$ROOT/target/debug/leasehold"
 stage "Python client (clients/python/check.sh)" bash clients/python/check.sh
 stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/check.sh
-# The mixed checked history (tests/mixed_history.rs, ignored in the run
+# The mixed checked history (tests/it/mixed_history.rs, ignored in the run
 # above): Rust, Python and TypeScript workers on shared resources. It runs
 # the venv and the TypeScript build the two checks just made.
-stage "mixed checked history (tests/mixed_history.rs)" \
-  cargo test --all-features --locked --test mixed_history -- --ignored
+stage "mixed checked history (tests/it/mixed_history.rs)" \
+  cargo test --all-features --locked --test it mixed_history:: -- --ignored
 
 echo
 for f in "${FAILURES[@]}"; do echo "FAILED: $f"; done

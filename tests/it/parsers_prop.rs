@@ -8,7 +8,8 @@
 //! The fuzz targets in `fuzz/` cover the same parsers without a case bound
 //! (`scripts/fuzz.sh`); what they find is pinned in `regressions` below.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::sync::OnceLock;
 

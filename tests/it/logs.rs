@@ -4,7 +4,8 @@
 //! owner token, API key or Redis password appears in what it wrote; request
 //! ids do.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use rustls::ClientConfig;
 use serde_json::json;
 
+use super::support::{client_config, der, flags, lease_cycle, request, served_leaf, TlsApp};
 use crate::common::app::unique;
 use crate::common::redis::TlsMaterial;
-use crate::support::{client_config, der, flags, lease_cycle, request, served_leaf, TlsApp};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_client_ca_applies_without_a_restart() {

@@ -17,7 +17,8 @@
 //! - replica acknowledgements (`WAIT`) reported by the store;
 //! - start-up errors for conflicting topology settings.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

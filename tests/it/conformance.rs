@@ -33,7 +33,8 @@
 //! stdout), each bounded. The only sleeps are a fault's own schedule
 //! (`afterMs`, `forMs`).
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::collections::HashSet;
 use std::process::Stdio;
@@ -440,7 +441,7 @@ async fn kill_leader_process(s: &Scenario, st: &Stack) -> Observed {
     let exe = std::env::current_exe().expect("this test binary");
     let mut leader = tokio::process::Command::new(exe)
         .args([
-            "leader_process",
+            "conformance::leader_process",
             "--exact",
             "--ignored",
             "--nocapture",

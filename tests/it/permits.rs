@@ -4,8 +4,8 @@
 //! exclusive holders exclude each other; a queued writer is not starved by
 //! a stream of readers; a release on one instance wakes a waiter on another.
 
-#[macro_use]
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! The contract suite: every row of the four outcome tables, run against the
 //! embedded store and against a real `redis-server`.
 
-#[macro_use]
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -6,7 +6,8 @@
 //! (exit 69); a client certificate is presented when the server requires
 //! one.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -5,7 +5,8 @@
 //! The recorder is process-global, so the tests of this binary take turns
 //! (`SERIAL`) and compare before/after deltas; each uses its own purposes.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

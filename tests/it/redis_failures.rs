@@ -1,7 +1,8 @@
 //! What a caller sees when Redis misbehaves: down, restarted empty, flushed,
 //! frozen, replies lost, scripts flushed. Every answer stays typed.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::time::{Duration, Instant};
 

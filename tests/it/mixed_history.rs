@@ -35,10 +35,11 @@
 //! Ignored in the plain `cargo test`: it needs the Python venv and the
 //! TypeScript build, which `scripts/test.sh` makes after the Rust tests
 //! (`clients/*/check.sh`); it then runs this with
-//! `cargo test --all-features --test mixed_history -- --ignored`. Missing
+//! `cargo test --all-features --test it mixed_history:: -- --ignored`. Missing
 //! either, it fails saying what to run; it never skips.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener};

@@ -5,8 +5,8 @@
 //! after an expiry (not after a release), spared for the expired owner,
 //! with waiters that sleep until its end. Prints hand-off figures.
 
-#[macro_use]
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::fs::File;
 use std::path::PathBuf;

@@ -17,8 +17,8 @@
 //! - the page size and cursor parsers (proptest): exactly their rule, never
 //!   a panic, every issued cursor parses back to itself.
 
-#[macro_use]
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -8,7 +8,8 @@
 //! (start, end of the time it may act, fencing token) and the history is
 //! checked: no two terms overlap, and fencing tokens grow.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::time::Duration;
 

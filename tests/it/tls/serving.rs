@@ -8,10 +8,10 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::common::redis::TlsMaterial;
-use crate::support::{
+use super::support::{
     client_config, connect, der, flags, lease_cycle, request, served_leaf, TlsApp, PROMPT,
 };
+use crate::common::redis::TlsMaterial;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_serves_a_lease_cycle_with_the_configured_certificate() {

@@ -1,8 +1,9 @@
-//! Shows that each piece of the real-Redis harness (tests/common/redis.rs)
+//! Shows that each piece of the real-Redis harness (tests/it/common/redis.rs)
 //! does what it claims, against real redis-server processes, without any of
 //! the service's own code.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::time::Duration;
 

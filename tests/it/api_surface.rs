@@ -2,7 +2,8 @@
 //! (each answered problem+json naming the fields), the transport limits,
 //! request ids and API keys.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use common::app::{args, digest, unique, Backend, Reply, TestApp, TestAttempt};
 use reqwest::StatusCode;

@@ -4,7 +4,8 @@
 //! Children are `sh -c` scripts that leave marker files; the tests wait for
 //! those files and for process exits, never for a fixed time.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -10,8 +10,8 @@
 //! - `rotation`: certificate and client CA replaced while serving;
 //! - `healthcheck`: `leasehold healthcheck` against HTTPS.
 
-#[path = "../common/mod.rs"]
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 mod healthcheck;
 mod rotation;

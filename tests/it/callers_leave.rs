@@ -3,7 +3,8 @@
 //! a wait survives a store hiccup. Real `redis-server` processes behind a
 //! RESP-aware proxy that delays, loses or cuts replies.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

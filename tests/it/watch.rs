@@ -4,8 +4,8 @@
 //! server-side event (an answer, an event line, /readyz), bounded; never
 //! a sleep.
 
-#[macro_use]
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::time::{Duration, Instant};
 

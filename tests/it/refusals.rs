@@ -5,7 +5,8 @@
 //! request; nothing was applied meanwhile (the same attempt acquires
 //! normally afterwards, a lease held before is intact).
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use common::app::{args, digest, Backend, Reply, TestApp, TestAttempt};
 use common::redis::RedisServer;

@@ -22,7 +22,7 @@
 //! 3. the two new instances serve alone for one phase.
 //!
 //! The history is judged by the checker of the history test
-//! (`tests/common/history.rs`): safety (never more believed holders than
+//! (`tests/it/common/history.rs`): safety (never more believed holders than
 //! the limit, never a shared with an exclusive one), fencing (tokens
 //! strictly increasing per resource in real-time order), honesty, typed
 //! answers, and recovery (an `acquired` within 5 s of each step's end).
@@ -43,14 +43,15 @@
 //!
 //! ```sh
 //! LEASEHOLD_PREVIOUS_BIN=$(scripts/build-previous-release.sh) \
-//!   cargo test --all-features --test upgrade -- --nocapture
+//!   cargo test --all-features --test it upgrade:: -- --nocapture
 //! ```
 //!
 //! `LEASEHOLD_UPGRADE_PHASE_MS` sets the length of each phase (default
 //! 5000: about 21 s in all). The test fails, never skips, when
 //! `LEASEHOLD_PREVIOUS_BIN` is unset or names no file.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -88,7 +89,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 fn previous_bin() -> PathBuf {
     const HOW: &str = "build it and point LEASEHOLD_PREVIOUS_BIN at it:\n\n    \
         LEASEHOLD_PREVIOUS_BIN=$(scripts/build-previous-release.sh) \
-        cargo test --all-features --test upgrade\n\n\
+        cargo test --all-features --test it upgrade::\n\n\
         (scripts/test.sh does this for you)";
     let Some(path) = std::env::var_os("LEASEHOLD_PREVIOUS_BIN").filter(|p| !p.is_empty()) else {
         panic!("the upgrade test needs the previous release's leasehold binary; {HOW}");

@@ -2,8 +2,8 @@
 //! instance or by the holder's expiry, bounded, cancelled by disconnect and
 //! by shutdown. Cross-instance cases run two services on one real Redis.
 
-#[macro_use]
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
+use super::support::{flags, TlsApp, PROMPT};
 use crate::common::app::{Backend, TestApp};
 use crate::common::redis::TlsMaterial;
-use crate::support::{flags, TlsApp, PROMPT};
 
 /// Runs `leasehold healthcheck` with only these `LEASEHOLD_*` variables.
 async fn healthcheck(env: &[(&str, String)], extra: &[&str]) -> (bool, String) {

@@ -3,7 +3,8 @@
 //! client's outcomes against a real service; and the watchdog against a
 //! real service on a real `redis-server` (deleted keys, a frozen Redis).
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

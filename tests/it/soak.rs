@@ -8,7 +8,7 @@
 //!
 //! ```sh
 //! LEASEHOLD_SOAK_SECS=1800 LEASEHOLD_SOAK_FAULT_EVERY_SECS=180 \
-//!   cargo test --release --all-features --test soak -- --nocapture
+//!   cargo test --release --all-features --test it soak:: -- --nocapture
 //! ```
 //!
 //! Nothing is recorded per request (a growing history would itself grow the
@@ -19,7 +19,8 @@
 //! by 64, Redis clients by 8. A leak of one descriptor, task or connection
 //! per fault or per thousand requests crosses those bounds in the long run.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -6,7 +6,8 @@
 //! - replica acknowledgements (`WAIT`) never hold up other requests'
 //!   commands: the write and its `WAIT` get a connection to themselves.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::time::{Duration, Instant};
 

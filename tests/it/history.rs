@@ -9,7 +9,7 @@
 //! they retry with the same attempt or inspect; after a "not applied" answer
 //! they probe (release or inspect with the same attempt). Every request is
 //! recorded with its send and reply instants on one monotonic clock, and the
-//! pure checker of `tests/common/history.rs` judges the history afterwards:
+//! pure checker of `tests/it/common/history.rs` judges the history afterwards:
 //! safety (never more holders than the limit, never shared and exclusive
 //! at once), fencing, honesty
 //! (`unavailable` means not applied), typed answers and recovery after each
@@ -79,7 +79,7 @@
 //! Run length: each store runs at least `LEASEHOLD_HISTORY_SECS` seconds
 //! (default: one pass over its faults, about 20 s for standalone Redis),
 //! repeating the fault cycle until then, e.g.
-//! `LEASEHOLD_HISTORY_SECS=60 cargo test --all-features --test history`.
+//! `LEASEHOLD_HISTORY_SECS=60 cargo test --all-features --test it history::`.
 //! Each run prints the counts per outcome, and per fault window the answers
 //! sent inside it and the time to the first `acquired` after it
 //! (`--nocapture` to see them when the run passes). A failing run also
@@ -89,7 +89,8 @@
 //! check, and writes every violation and the whole history to
 //! `$TMPDIR/leasehold-history-<store>-<pid>.txt`.
 
-mod common;
+#[allow(unused_imports)]
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

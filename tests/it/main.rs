@@ -1,0 +1,39 @@
+//! The integration tests, one binary (one link of the crate, one build of
+//! the harness): a module per concern. They talk to real `redis-server`
+//! processes the harness starts on free loopback ports, and to the real
+//! service (in process, or its binary). `common/` is the harness.
+
+#[macro_use]
+mod common;
+
+mod api_surface;
+mod callers_leave;
+#[cfg(feature = "cli")]
+mod cli;
+#[cfg(feature = "cli")]
+mod cli_tls;
+#[cfg(feature = "client")]
+mod client;
+#[cfg(feature = "client")]
+mod conformance;
+mod contract;
+#[cfg(feature = "client")]
+mod election;
+mod fairness;
+mod harness_selftest;
+mod history;
+mod honesty;
+mod list;
+mod logs;
+#[cfg(feature = "client")]
+mod mixed_history;
+mod parsers_prop;
+mod permits;
+mod redis_failures;
+mod refusals;
+mod soak;
+mod tls;
+mod topologies;
+mod upgrade;
+mod waits;
+mod watch;
