@@ -241,6 +241,21 @@ impl LeaseService {
             request.shape.mode,
             guard.resource_shared(),
         );
+        // The look a wait takes when it gives up (deadline, no turn, a store
+        // that stays unreachable): its place goes whatever the answer.
+        macro_rules! last_look {
+            () => {
+                self.last_look(
+                    resource,
+                    attempt,
+                    request,
+                    &mut place,
+                    &mut retries,
+                    waited(),
+                )
+                .await
+            };
+        }
         // Take a place in the fair queue, in the same order as this
         // instance's own FIFO turn, so both agree on who is next; neither
         // the lock nor the enter outlasts the deadline or shutdown.
@@ -251,9 +266,7 @@ impl LeaseService {
             }
             entry = queue.entry.lock() => entry,
             _ = tokio::time::sleep_until(deadline) => {
-                return self
-                    .last_look(resource, attempt, request, &mut place, &mut retries, waited())
-                    .await;
+                return last_look!();
             }
         };
         let mut enter_retries = Retries::new();
@@ -269,9 +282,7 @@ impl LeaseService {
                 },
                 _ = tokio::time::sleep_until(deadline) => {
                     drop(entry);
-                    return self
-                        .last_look(resource, attempt, request, &mut place, &mut retries, waited())
-                        .await;
+                    return last_look!();
                 }
             };
             if !self
@@ -279,16 +290,7 @@ impl LeaseService {
                 .await
             {
                 drop(entry);
-                return self
-                    .last_look(
-                        resource,
-                        attempt,
-                        request,
-                        &mut place,
-                        &mut retries,
-                        waited(),
-                    )
-                    .await;
+                return last_look!();
             }
         }
         let mut turn = std::pin::pin!(queue.turn.lock());
@@ -310,16 +312,7 @@ impl LeaseService {
         }
         if held_turn.is_none() {
             // Never had the turn: one last look, then give up.
-            return self
-                .last_look(
-                    resource,
-                    attempt,
-                    request,
-                    &mut place,
-                    &mut retries,
-                    waited(),
-                )
-                .await;
+            return last_look!();
         }
         let mut holder_ttl;
         let mut beat = tokio::time::interval(QUEUE_BEAT);
@@ -343,16 +336,7 @@ impl LeaseService {
                         // instance's other waiters (they wait for this turn).
                         if let Err(failure) = place.enter(self, true).await {
                             if !self.pause(&mut retries, &failure, deadline, false).await {
-                                return self
-                                    .last_look(
-                                        resource,
-                                        attempt,
-                                        request,
-                                        &mut place,
-                                        &mut retries,
-                                        waited(),
-                                    )
-                                    .await;
+                                return last_look!();
                             }
                         }
                         continue;
@@ -397,16 +381,7 @@ impl LeaseService {
             }
             if tokio::time::Instant::now() >= deadline {
                 // One last look at the deadline (it may have been freed just now).
-                return self
-                    .last_look(
-                        resource,
-                        attempt,
-                        request,
-                        &mut place,
-                        &mut retries,
-                        waited(),
-                    )
-                    .await;
+                return last_look!();
             }
         }
     }
