@@ -29,13 +29,25 @@ pub struct ApiKeys {
     keys: HashMap<[u8; 32], Grant>,
 }
 
-/// Why an API keys file was rejected (never quotes a key).
-#[derive(Debug, thiserror::Error)]
-#[error("LEASEHOLD_API_KEYS_FILE line {line}: {reason}")]
+/// Why an API keys file was rejected (never quotes a key). The setting's
+/// name is added by whoever reports it.
+#[derive(Debug)]
 pub struct ApiKeysError {
+    /// 1-based; 0 for the file as a whole.
     line: usize,
     reason: &'static str,
 }
+
+impl std::fmt::Display for ApiKeysError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            0 => f.write_str(self.reason),
+            n => write!(f, "line {n}: {}", self.reason),
+        }
+    }
+}
+
+impl std::error::Error for ApiKeysError {}
 
 /// The line format, for error messages.
 const FORMAT: &str = "expected '<key> <purpose>[,<purpose>...]|*|- [write|metrics[,...]]'";
@@ -94,8 +106,8 @@ impl ApiKeys {
         if keys.is_empty() {
             return Err(ApiKeysError {
                 line: 0,
-                reason: "the file holds no key (comments and blank lines only); \
-                         unset LEASEHOLD_API_KEYS_FILE to run an open API on purpose",
+                reason: "holds no key (comments and blank lines only); unset it to \
+                         run an open API on purpose",
             });
         }
         Ok(Self { keys })
