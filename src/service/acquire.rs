@@ -374,6 +374,10 @@ impl LeaseService {
                     _ = beat.tick() => {
                         // One heartbeat per instance and resource keeps all
                         // of this instance's waiters in the queue.
+                        // Under the entry lock: no place of this instance
+                        // enters between the roster and the beat, which
+                        // would drop an entry it has not heard of.
+                        let _entering = queue.entry.lock().await;
                         let roster = queue.roster();
                         let _ = self.store.queue(resource, QueueOp::Beat(&roster)).await;
                     }
