@@ -5,6 +5,7 @@
 
 #[allow(unused_imports)]
 use crate::common;
+use crate::common::rng::Rng;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -287,21 +288,6 @@ fn validity_is_counted_from_the_send_instant_and_never_revived() {
             state: LeaseState::Lost
         })
     );
-}
-
-/// A 64-bit xorshift: reproducible random sequences from a printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// The reference model: integer milliseconds, written from the design's

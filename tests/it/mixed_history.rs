@@ -40,6 +40,7 @@
 
 #[allow(unused_imports)]
 use crate::common;
+use crate::common::rng::Rng;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener};
@@ -268,18 +269,6 @@ impl Drop for Instance {
 }
 
 // -------------------------------------------------------------- Rust worker --
-
-/// xorshift64: work durations only.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
 
 #[derive(Default)]
 struct Sink {

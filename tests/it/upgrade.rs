@@ -52,6 +52,7 @@
 
 #[allow(unused_imports)]
 use crate::common;
+use crate::common::rng::Rng;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -317,26 +318,6 @@ impl Drop for InFlight {
 // ---------------------------------------------------------------------------
 // The recorder
 // ---------------------------------------------------------------------------
-
-/// A tiny xorshift generator, seeded from the OS (no extra crate).
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Rng {
-        let mut seed = [0u8; 8];
-        getrandom::fill(&mut seed).expect("random seed");
-        Rng(u64::from_le_bytes(seed) | 1)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// Where the clients send requests, and the history they write.
 struct Recorder {
