@@ -11,10 +11,13 @@
 -- ARGV[5] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Returns {tag(status), changes, live, limit, mode, lock-delay left, held_by,
--- then per live permit: remaining, fence, acquiredAt, renewedAt, ttlMs,
--- holder}. status 0 free (no live permit), 1 held. held_by: 0 not asked,
--- 1 caller, 2 caller other operation (or the caller's token, when no
--- operation was sent), 3 other. The version is "<changes>.<live>".
+-- then per shown permit: remaining, fence, acquiredAt, renewedAt, ttlMs,
+-- holder}: the SHOWN (100) live permits with the lowest fencing tokens (the
+-- oldest), in token order; `live` counts them all. A reply stays bounded
+-- however many hold a counting lease (a list page reads one per lease).
+-- status 0 free (no live permit), 1 held. held_by: 0 not asked, 1 caller,
+-- 2 caller other operation (or the caller's token, when no operation was
+-- sent), 3 other. The version is "<changes>.<live>".
 local tag = tonumber(ARGV[5]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -48,7 +51,9 @@ else
   rec = {}
 end
 local l, m, live, delay, held_by = 1, 'x', 0, 0, 0
-local permits = {}
+-- The shown permits, kept sorted by fence: {fence, permit value} pairs.
+local SHOWN = 100
+local shown = {}
 local caller = ARGV[1] ~= '' and ('p:' .. ARGV[1] .. ':') or nil
 for i = 1, #rec, 2 do
   local field = rec[i]
@@ -59,12 +64,20 @@ for i = 1, #rec, 2 do
     exp = tonumber(exp)
     if exp > now then
       live = live + 1
-      permits[#permits + 1] = exp - now
-      permits[#permits + 1] = tonumber(fence)
-      permits[#permits + 1] = tonumber(acq)
-      permits[#permits + 1] = tonumber(ren)
-      permits[#permits + 1] = tonumber(ttl)
-      permits[#permits + 1] = string.sub(v, at)
+      fence = tonumber(fence)
+      local n = #shown
+      if n < SHOWN or fence < shown[n][1] then
+        -- Insert in fence order; past SHOWN the highest drops out.
+        local j = n
+        while j > 0 and shown[j][1] > fence do
+          shown[j + 1] = shown[j]
+          j = j - 1
+        end
+        shown[j + 1] = {fence, exp - now, tonumber(acq), tonumber(ren), tonumber(ttl), string.sub(v, at)}
+        if n + 1 > SHOWN then
+          shown[n + 1] = nil
+        end
+      end
       if caller then
         if ARGV[2] ~= '' and field == caller .. ARGV[2] then
           held_by = 1
@@ -88,7 +101,13 @@ if live == 0 then
   return {tag, changes, 0, 1, 'x', delay, 0}
 end
 local reply = {tag + 1, changes, live, l, m, delay, held_by}
-for i = 1, #permits do
-  reply[#reply + 1] = permits[i]
+for i = 1, #shown do
+  local p = shown[i]
+  reply[#reply + 1] = p[2]
+  reply[#reply + 1] = p[1]
+  reply[#reply + 1] = p[3]
+  reply[#reply + 1] = p[4]
+  reply[#reply + 1] = p[5]
+  reply[#reply + 1] = p[6]
 end
 return reply

@@ -33,6 +33,10 @@ else
   return {tag}
 end
 local held, live, rest, latest, renewed = false, 0, 0, 0, false
+-- Long-expired permits (expiry and lock-delay over) go with the release, at
+-- most STALE_SWEEP a call, as in acquire.lua.
+local STALE_SWEEP = 256
+local stale
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
@@ -51,6 +55,9 @@ for i = 1, #rec, 2 do
         if ends > latest then
           latest = ends
         end
+      elseif not stale or #stale < STALE_SWEEP then
+        stale = stale or {}
+        stale[#stale + 1] = field
       end
     end
   end
@@ -82,6 +89,10 @@ else
     -- Shorten the record's life to its other permits'; refused, it only
     -- lives longer than needed (the permit is gone either way).
     redis.pcall('PEXPIRE', KEYS[1], latest - now)
+    -- In slices of 200: unpack puts each element on Lua's C stack.
+    for i = 1, stale and #stale or 0, 200 do
+      redis.pcall('HDEL', KEYS[1], unpack(stale, i, math.min(i + 199, #stale)))
+    end
   end
 end
 if type(done) == 'table' and done.err then

@@ -22,6 +22,10 @@ local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 local cur = redis.pcall('GET', KEYS[1])
 local rec, hashed
 local v, others, latest = nil, 0, 0
+-- Long-expired permits found by the walk below go with the renew, at most
+-- STALE_SWEEP a call, as in acquire.lua (the one-HGET path finds none).
+local STALE_SWEEP = 256
+local stale
 local relabel_asked = ARGV[4] ~= ''
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
@@ -63,6 +67,10 @@ for i = 1, #rec, 2 do
       local ends = exp + tonumber(ld)
       if ends > latest then
         latest = ends
+      end
+      if ends <= now and (not stale or #stale < STALE_SWEEP) then
+        stale = stale or {}
+        stale[#stale + 1] = field
       end
     end
   end
@@ -107,6 +115,10 @@ else
   end
   if redis.call('PTTL', KEYS[1]) < ends - now then
     redis.pcall('PEXPIRE', KEYS[1], ends - now)
+  end
+  -- In slices of 200: unpack puts each element on Lua's C stack.
+  for i = 1, stale and #stale or 0, 200 do
+    redis.pcall('HDEL', KEYS[1], unpack(stale, i, math.min(i + 199, #stale)))
   end
 end
 if relabel then

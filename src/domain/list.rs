@@ -217,8 +217,9 @@ pub struct ListedLease {
     pub limit: u32,
     /// The holders' mode.
     pub mode: Mode,
-    /// Every holder, oldest first; present only when more than one holds
-    /// it (the top-level members are the first one's).
+    /// The holders, oldest first, at most 100 of them (`holders` counts
+    /// them all); present only when more than one holds it (the top-level
+    /// members are the first one's).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub permits: Option<Vec<PermitView>>,

@@ -250,7 +250,8 @@ pub struct Inspection {
     pub mode: Option<Mode>,
     /// How many hold it now.
     pub holders: u32,
-    /// Every holder, oldest first (when held).
+    /// The holders, oldest (smallest fencing token) first, at most 100 of
+    /// them: `holders` counts them all (when held).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub permits: Vec<PermitView>,
     /// A lock-delay that runs after an expiry (on a free resource, or

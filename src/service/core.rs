@@ -288,6 +288,7 @@ pub fn inspection(found: StoreInspect) -> Inspection {
             lock_delay_ms,
         },
         StoreInspect::Held {
+            holders,
             permits,
             limit,
             mode,
@@ -308,7 +309,7 @@ pub fn inspection(found: StoreInspect) -> Inspection {
                 renewed_at: first.as_ref().map(|p| p.renewed_at),
                 limit: Some(limit),
                 mode: Some(mode),
-                holders: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+                holders,
                 permits: permits.into_iter().map(PermitView::from).collect(),
                 lock_delay_ms,
             }

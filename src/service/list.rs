@@ -59,7 +59,7 @@ impl LeaseService {
 /// (as inspect answers), every holder when there are several.
 fn listed(found: StoreListed) -> Option<ListedLease> {
     let first = found.permits.first()?.clone();
-    let holders = u32::try_from(found.permits.len()).unwrap_or(u32::MAX);
+    let holders = found.holders;
     Some(ListedLease {
         digest: found.digest,
         holder: first.holder,

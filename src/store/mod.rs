@@ -154,6 +154,12 @@ pub enum Probe<'a> {
     Attempt(&'a Attempt),
 }
 
+/// The most permits one inspection or one listed lease shows (the oldest,
+/// by fencing token); `holders` counts them all. A read of a counting lease
+/// with 10 000 holders stays one bounded answer (docs/design.md §14), and a
+/// list page of 100 leases at most 100 × this many permits.
+pub const PERMITS_SHOWN: usize = 100;
+
 /// What an inspect script read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreInspect {
@@ -166,7 +172,10 @@ pub enum StoreInspect {
     },
     /// Held by one or more.
     Held {
-        /// Every live permit, oldest (smallest fencing token) first.
+        /// How many live permits there are (all of them).
+        holders: u32,
+        /// The live permits with the smallest fencing tokens (the oldest),
+        /// at most [`PERMITS_SHOWN`], oldest first.
         permits: Vec<StoreLease>,
         /// The limit its holders agreed on.
         limit: u32,
@@ -196,7 +205,10 @@ impl StoreInspect {
 pub struct StoreListed {
     /// The resource.
     pub digest: ResourceDigest,
-    /// Every live permit, oldest (smallest fencing token) first; never empty.
+    /// How many live permits there are (all of them).
+    pub holders: u32,
+    /// The live permits with the smallest fencing tokens (the oldest), at
+    /// most [`PERMITS_SHOWN`], oldest first; never empty.
     pub permits: Vec<StoreLease>,
     /// The limit its holders agreed on.
     pub limit: u32,

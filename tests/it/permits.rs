@@ -29,6 +29,7 @@ both_stores!(
     shared_waiters_on_two_instances_all_go_when_the_writer_leaves,
     rust_client_speaks_limit_mode_and_reasons,
     queued_reader_is_not_overtaken_by_counting_writers,
+    a_read_of_many_holders_shows_the_oldest_hundred_and_counts_all,
 );
 
 /// Two instances sharing one store namespace (Redis), or one instance twice
@@ -780,4 +781,126 @@ async fn queued_reader_is_not_overtaken_by_counting_writers(backend: Backend) {
         w.fencing_token() > r.fencing_token(),
         "the writer went before the reader queued ahead of it"
     );
+}
+
+/// A counting lease with more holders than one read shows (the store's
+/// `PERMITS_SHOWN`, 100): inspect and list count every holder and show the
+/// 100 with the smallest fencing tokens, oldest first (docs/design.md §14).
+async fn a_read_of_many_holders_shows_the_oldest_hundred_and_counts_all(backend: Backend) {
+    let app = Arc::new(TestApp::spawn(&backend).await);
+    let d = digest();
+    let mut tokens = Vec::new();
+    for _ in 0..130 {
+        let a = app.attempt().await;
+        let got = app.acquire_body(P, &d, &a, &counting(60_000, 200)).await;
+        assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+        tokens.push(got.fencing_token());
+    }
+    tokens.sort_unstable();
+    let oldest: Vec<u64> = tokens[..100].to_vec();
+    let shown = |lease: &Value| -> Vec<u64> {
+        lease["permits"]
+            .as_array()
+            .expect("permits")
+            .iter()
+            .map(|p| p["fencingToken"].as_u64().expect("fencingToken"))
+            .collect()
+    };
+    let seen = app.inspect(P, &d, None).await;
+    assert_eq!(seen.body["holders"], 130, "{:?}", seen.body);
+    assert_eq!(shown(&seen.body), oldest);
+    assert!(seen.body["version"]
+        .as_str()
+        .expect("version")
+        .ends_with(".130"));
+
+    let mut cursor: Option<String> = None;
+    let listed = loop {
+        let path = match &cursor {
+            Some(c) => format!("/leases/{P}?limit=100&cursor={c}"),
+            None => format!("/leases/{P}?limit=100"),
+        };
+        let page = app.get(&path).await;
+        assert_eq!(page.outcome(), "listed", "{:?}", page.body);
+        let found = page.body["leases"]
+            .as_array()
+            .expect("leases")
+            .iter()
+            .find(|l| l["digest"] == d.as_str())
+            .cloned();
+        if let Some(found) = found {
+            break found;
+        }
+        cursor = Some(
+            page.body["nextCursor"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{d} not listed"))
+                .to_owned(),
+        );
+    };
+    assert_eq!(listed["holders"], 130, "{listed}");
+    assert_eq!(shown(&listed), oldest);
+}
+
+/// Long-expired permits of a counting lease are swept by releases and by
+/// renewals that walk the record, at most 256 a call, not only by acquires
+/// (lua/release.lua, lua/renew.lua): the record shrinks back to its live
+/// permits with nobody acquiring.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_and_renewals_sweep_long_expired_permits() {
+    let server = common::redis::RedisServer::start();
+    let app = Arc::new(TestApp::spawn(&Backend::Redis(server.url())).await);
+    let d = digest();
+    let key = format!("{}:lease:v2:{{{P}:{d}}}", app.namespace);
+    let (a, b) = (app.attempt().await, app.attempt().await);
+    for who in [&a, &b] {
+        let got = app.acquire_body(P, &d, who, &counting(60_000, 400)).await;
+        assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    }
+    // 300 short permits, long enough that all are written before the first
+    // runs out (an acquire sweeps long-expired permits too).
+    let min_ttl = 3_000;
+    let mut short = Vec::new();
+    for _ in 0..300 {
+        short.push(app.attempt().await);
+    }
+    for who in &short {
+        let got = app.acquire_body(P, &d, who, &counting(min_ttl, 400)).await;
+        assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    }
+    let hlen = || -> u64 {
+        server
+            .cli(&["HLEN", &key])
+            .trim()
+            .parse()
+            .expect("HLEN answers a number")
+    };
+    // 302 permits plus the limit and mode fields.
+    assert_eq!(hlen(), 304);
+    // Until the short ones have run out: the inspect script counts the live.
+    loop {
+        let seen = app.inspect(P, &d, None).await;
+        if seen.body["holders"] == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(hlen(), 304, "a read deletes nothing");
+    assert_eq!(app.release(P, &d, &a).await.outcome(), "released");
+    assert_eq!(
+        hlen(),
+        304 - 1 - 256,
+        "the release swept 256 expired permits"
+    );
+    // A renewal that changes the label walks the record and sweeps the rest.
+    let rb = app
+        .http
+        .patch(format!("{}/leases/{P}/{d}", app.base))
+        .header("Lease-Owner-Token", &b.token)
+        .header("Lease-Operation-Id", &b.op)
+        .json(&json!({ "ttlMs": 60_000, "holder": "renamed" }));
+    let renewed = TestApp::reply(rb.send().await.expect("send")).await;
+    assert_eq!(renewed.outcome(), "renewed", "{:?}", renewed.body);
+    assert_eq!(hlen(), 3, "b's permit, the limit and the mode");
+    assert_eq!(app.inspect(P, &d, None).await.body["holders"], 1);
 }

@@ -14,7 +14,7 @@ use crate::domain::{
 use crate::notify::WaitRegistry;
 use crate::store::{
     AcquireSpec, Contention, Probe, QueueOp, Readiness, StoreAcquire, StoreError, StoreInspect,
-    StoreLease, StoreListed, StorePage, StoreRelease, StoreRenew,
+    StoreLease, StoreListed, StorePage, StoreRelease, StoreRenew, PERMITS_SHOWN,
 };
 
 use super::records::{Entry, Permit};
@@ -360,9 +360,8 @@ impl MemoryStore {
                 lock_delay_ms: None,
             },
             Some(entry) => {
-                let mut permits: Vec<StoreLease> = entry.live(now).map(|p| p.record(now)).collect();
-                permits.sort_by_key(|p| p.fencing_token);
-                let version = format!("{}.{}", entry.changes, permits.len());
+                let (holders, permits) = shown(entry.live(now).map(|p| p.record(now)));
+                let version = format!("{}.{}", entry.changes, holders);
                 let lock_delay_ms = entry.delay(now, None).map(|end| {
                     let left = end.saturating_duration_since(now);
                     u64::try_from(left.as_millis()).unwrap_or(1).max(1)
@@ -374,6 +373,7 @@ impl MemoryStore {
                     }
                 } else {
                     StoreInspect::Held {
+                        holders,
                         lock_delay_ms,
                         held_by: entry.probed(probe, now),
                         limit: entry.limit,
@@ -415,10 +415,10 @@ impl MemoryStore {
         for (key, entry) in held.by_ref().take(limit) {
             let digest = ResourceDigest::parse(&key[prefix.len()..])
                 .map_err(|_| StoreError::Unavailable("embedded store key is not a digest"))?;
-            let mut permits: Vec<StoreLease> = entry.live(now).map(|p| p.record(now)).collect();
-            permits.sort_by_key(|p| p.fencing_token);
+            let (holders, permits) = shown(entry.live(now).map(|p| p.record(now)));
             leases.push(StoreListed {
                 digest,
+                holders,
                 permits,
                 limit: entry.limit,
                 mode: entry.mode,
@@ -495,4 +495,14 @@ impl MemoryStore {
             }
         });
     }
+}
+
+/// How many permits are live, and the [`PERMITS_SHOWN`] oldest of them (by
+/// fencing token), oldest first: what the inspect script answers.
+fn shown(live: impl Iterator<Item = StoreLease>) -> (u32, Vec<StoreLease>) {
+    let mut permits: Vec<StoreLease> = live.collect();
+    let holders = u32::try_from(permits.len()).unwrap_or(u32::MAX);
+    permits.sort_by_key(|p| p.fencing_token);
+    permits.truncate(PERMITS_SHOWN);
+    (holders, permits)
 }

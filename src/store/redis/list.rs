@@ -280,12 +280,14 @@ impl RedisStore {
         Ok(match self.inspect(&resource, Probe::Anyone, false).await? {
             StoreInspect::Free { .. } => None,
             StoreInspect::Held {
+                holders,
                 permits,
                 limit,
                 mode,
                 ..
             } => Some(StoreListed {
                 digest: resource.digest,
+                holders,
                 permits,
                 limit,
                 mode,

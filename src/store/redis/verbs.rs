@@ -12,7 +12,7 @@ use super::store::*;
 use crate::domain::{Attempt, HeldBy, HolderLabel, Mode, ResourceId, Ttl};
 use crate::store::{
     AcquireSpec, Contention, Probe, QueueOp, Replicated, Replication, StoreAcquire, StoreError,
-    StoreInspect, StoreLease, StoreRelease, StoreRenew,
+    StoreInspect, StoreLease, StoreRelease, StoreRenew, PERMITS_SHOWN,
 };
 
 impl RedisStore {
@@ -302,7 +302,7 @@ impl RedisStore {
                 lock_delay_ms: non_negative(delay).filter(|d| *d > 0),
             });
         }
-        if status != 1 || live == 0 || items.len() != 7 + 6 * live {
+        if status != 1 || live == 0 || items.len() != 7 + 6 * live.min(PERMITS_SHOWN) {
             return Err(bad_reply());
         }
         let mode = match items.get(4) {
@@ -311,7 +311,7 @@ impl RedisStore {
             _ => None,
         }
         .ok_or_else(bad_reply)?;
-        let mut permits = Vec::with_capacity(live);
+        let mut permits = Vec::with_capacity(live.min(PERMITS_SHOWN));
         for at in (7..items.len()).step_by(6) {
             let [remaining, fence, acquired, renewed, granted] = ints::<5>(&items[at..])?;
             permits.push(StoreLease {
@@ -325,6 +325,7 @@ impl RedisStore {
         }
         permits.sort_by_key(|p| p.fencing_token);
         Ok(StoreInspect::Held {
+            holders: u32::try_from(live).map_err(|_| bad_reply())?,
             permits,
             limit: u32::try_from(limit).map_err(|_| bad_reply())?,
             mode,
