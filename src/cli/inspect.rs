@@ -51,7 +51,7 @@ async fn inspect(args: &InspectArgs) -> Result<String, Exit> {
 }
 
 /// The answer as the service gave it, plus which resource it is about.
-fn as_json(resource: &ResourceId, inspection: &Inspection) -> String {
+pub(super) fn as_json(resource: &ResourceId, inspection: &Inspection) -> String {
     let mut value = serde_json::to_value(inspection).unwrap_or_else(|_| json!({}));
     if let Some(object) = value.as_object_mut() {
         object.insert("purpose".into(), json!(resource.purpose.as_str()));

@@ -1,6 +1,6 @@
 //! The operator's command line (feature `cli`): `leasehold lock` runs a
 //! command while holding a lease, `leasehold inspect` shows a lease,
-//! `leasehold list` a purpose's leases. All speak the HTTP API through
+//! `leasehold list` a purpose's leases, `leasehold watch` follows a lease. All speak the HTTP API through
 //! [`crate::client`].
 //!
 //! Exit codes follow BSD `sysexits.h`, as `flock`, `consul lock` and cron
@@ -19,6 +19,7 @@ mod common;
 mod inspect;
 mod list;
 mod lock;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -31,6 +32,7 @@ pub use self::common::{
 pub use self::inspect::InspectArgs;
 pub use self::list::ListArgs;
 pub use self::lock::LockArgs;
+pub use self::watch::WatchArgs;
 
 /// The client subcommands of the `leasehold` binary.
 #[derive(Debug, Subcommand)]
@@ -49,6 +51,11 @@ pub enum ClientCommand {
     Inspect(InspectArgs),
     /// List every lease held on a purpose (all pages; each lease once).
     List(ListArgs),
+    /// Follow a lease: print a line per change (held, by whom, fencing
+    /// token, version) until interrupted or --count lines.
+    /// Exit codes: 0 done (or the reader went away), 64 bad usage,
+    /// 69 service unreachable, 77 API key refused.
+    Watch(WatchArgs),
 }
 
 impl ClientCommand {
@@ -69,6 +76,7 @@ impl ClientCommand {
                 Self::Lock(args) => lock::run(args).await,
                 Self::Inspect(args) => inspect::run(args).await,
                 Self::List(args) => list::run(args).await,
+                Self::Watch(args) => watch::run(args).await,
             }
         })
     }
@@ -76,7 +84,7 @@ impl ClientCommand {
 
 /// Whether `name` is one of [`ClientCommand`]'s subcommands.
 pub fn is_client_command(name: &str) -> bool {
-    matches!(name, "lock" | "inspect" | "list")
+    matches!(name, "lock" | "inspect" | "list" | "watch")
 }
 
 #[cfg(test)]

@@ -536,3 +536,81 @@ async fn list_prints_every_lease_of_a_purpose_once() {
     let out = run(&["list", "--url", &app.base, "Not-A-Purpose"]).await;
     assert_eq!(out.code(), 64, "stderr: {}", out.stderr);
 }
+
+/// `leasehold watch` prints the lease as it is, then a line per change, and
+/// exits 0 after `--count` lines; `--json` prints the service's answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_a_line_per_change_and_stops_at_the_count() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let (_redis, app) = service().await;
+    let raw = unique("order-");
+    let d = ResourceDigest::of_raw_id(&raw);
+    let mut child = leasehold(&[
+        "watch", "--url", &app.base, "--count", "3", "--poll", "2s", "export", &raw,
+    ]);
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    async fn next_line(
+        lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    ) -> String {
+        tokio::time::timeout(common::cli::PATIENCE, lines.next_line())
+            .await
+            .expect("a line in time")
+            .expect("read stdout")
+            .expect("a line before the end")
+    }
+    let first = next_line(&mut lines).await;
+    assert!(
+        first.starts_with(&format!("export {d} version=")),
+        "{first}"
+    );
+    assert!(first.ends_with(" free"), "{first}");
+
+    let a = app.attempt().await;
+    let body = serde_json::json!({"ttlMs": 30_000, "holder": "pod-7"});
+    let got = app.acquire_body("export", d.as_str(), &a, &body).await;
+    assert_eq!(got.outcome(), "acquired");
+    let second = next_line(&mut lines).await;
+    assert!(
+        second.contains(&format!(
+            " held holders=1 fencing-token={} holder=pod-7 ",
+            got.fencing_token()
+        )),
+        "{second}"
+    );
+
+    assert_eq!(
+        app.release("export", d.as_str(), &a).await.outcome(),
+        "released"
+    );
+    let third = next_line(&mut lines).await;
+    assert!(third.ends_with(" free"), "{third}");
+    drop(lines);
+    let out = finish(child).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+
+    // --json: the service's answer with the resource, one per line.
+    let out = run(&[
+        "watch", "--url", &app.base, "--json", "--count", "1", "export", &raw,
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let seen: Value = serde_json::from_str(out.stdout.trim()).expect("JSON");
+    assert_eq!(seen["outcome"], "inspected");
+    assert_eq!(seen["held"], false);
+    assert_eq!(seen["digest"], d.as_str());
+
+    // A poll longer than the service allows is refused as bad usage (64).
+    let out = run(&[
+        "watch", "--url", &app.base, "--poll", "1h", "--count", "2", "export", &raw,
+    ])
+    .await;
+    assert_eq!(
+        out.code(),
+        64,
+        "stdout: {} stderr: {}",
+        out.stdout,
+        out.stderr
+    );
+}
