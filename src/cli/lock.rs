@@ -26,7 +26,7 @@ use crate::domain::{Attempt, HolderLabel, OperationId, ReleaseOutcome, ResourceI
 
 /// The longest wait asked of the service in one request: its default
 /// `LEASEHOLD_MAX_WAIT_MS`.
-const WAIT_ROUND: Duration = Duration::from_secs(30);
+pub(super) const WAIT_ROUND: Duration = Duration::from_secs(30);
 
 /// `leasehold lock [OPTIONS] PURPOSE RAW_ID -- COMMAND [ARGS]...`
 #[derive(Debug, Args)]
@@ -95,7 +95,7 @@ pub(super) async fn run(args: LockArgs) -> ExitCode {
     }
 }
 
-fn check_holder(holder: &str) -> Result<HolderLabel, Exit> {
+pub(super) fn check_holder(holder: &str) -> Result<HolderLabel, Exit> {
     HolderLabel::parse(holder).map_err(|_| {
         Exit::new(
             EXIT_USAGE,
@@ -105,7 +105,7 @@ fn check_holder(holder: &str) -> Result<HolderLabel, Exit> {
 }
 
 /// A fresh operation id: `lock-` and 16 random hex digits.
-fn operation_id() -> Result<OperationId, Exit> {
+pub(super) fn operation_id() -> Result<OperationId, Exit> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes)
         .map_err(|e| Exit::new(EXIT_OSERR, format!("no randomness: {e}")))?;

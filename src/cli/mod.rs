@@ -1,6 +1,7 @@
 //! The operator's command line (feature `cli`): `leasehold lock` runs a
 //! command while holding a lease, `leasehold inspect` shows a lease,
-//! `leasehold list` a purpose's leases, `leasehold watch` follows a lease. All speak the HTTP API through
+//! `leasehold list` a purpose's leases, `leasehold watch` follows a lease;
+//! `leasehold acquire | renew | release` hold one across shell steps. All speak the HTTP API through
 //! [`crate::client`].
 //!
 //! Exit codes follow BSD `sysexits.h`, as `flock`, `consul lock` and cron
@@ -19,6 +20,7 @@ mod common;
 mod inspect;
 mod list;
 mod lock;
+mod steps;
 mod watch;
 
 use std::process::ExitCode;
@@ -32,6 +34,7 @@ pub use self::common::{
 pub use self::inspect::InspectArgs;
 pub use self::list::ListArgs;
 pub use self::lock::LockArgs;
+pub use self::steps::{AcquireArgs, ReleaseArgs, RenewArgs};
 pub use self::watch::WatchArgs;
 
 /// The client subcommands of the `leasehold` binary.
@@ -56,6 +59,19 @@ pub enum ClientCommand {
     /// Exit codes: 0 done (or the reader went away), 64 bad usage,
     /// 69 service unreachable, 77 API key refused.
     Watch(WatchArgs),
+    /// Acquire a lease for later shell steps: the attempt goes to a state
+    /// file (mode 0600) and the fencing token to stdout. Run it again with
+    /// the same --state after an uncertain answer: it replays.
+    /// Exit codes: 0 held, 64 bad usage, 69 service unreachable or no
+    /// certain answer, 75 not acquired within the wait, 77 API key refused.
+    Acquire(AcquireArgs),
+    /// Renew the lease of a state file; prints the fencing token.
+    /// Exit codes: 0 renewed, 64, 69, 75 the lease is lost, 77.
+    Renew(RenewArgs),
+    /// Release the lease of a state file and remove the file.
+    /// Exit codes: 0 released (or already gone), 64, 69, 75 someone else
+    /// holds it now, 77.
+    Release(ReleaseArgs),
 }
 
 impl ClientCommand {
@@ -77,6 +93,9 @@ impl ClientCommand {
                 Self::Inspect(args) => inspect::run(args).await,
                 Self::List(args) => list::run(args).await,
                 Self::Watch(args) => watch::run(args).await,
+                Self::Acquire(args) => steps::run_acquire(args).await,
+                Self::Renew(args) => steps::run_renew(args).await,
+                Self::Release(args) => steps::run_release(args).await,
             }
         })
     }
@@ -84,7 +103,10 @@ impl ClientCommand {
 
 /// Whether `name` is one of [`ClientCommand`]'s subcommands.
 pub fn is_client_command(name: &str) -> bool {
-    matches!(name, "lock" | "inspect" | "list" | "watch")
+    matches!(
+        name,
+        "lock" | "inspect" | "list" | "watch" | "acquire" | "renew" | "release"
+    )
 }
 
 #[cfg(test)]

@@ -614,3 +614,85 @@ async fn watch_prints_a_line_per_change_and_stops_at_the_count() {
         out.stderr
     );
 }
+
+/// `leasehold acquire | renew | release` hold a lease across shell steps
+/// through a state file (mode 0600), with `lock`'s exit codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_renew_release_span_steps_through_a_state_file() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let (_redis, app) = service().await;
+    let dir = temp_dir();
+    let (state, other) = (dir.join("lease.json"), dir.join("other.json"));
+    let (state_s, other_s) = (state.display().to_string(), other.display().to_string());
+    let raw = unique("job-");
+    let d = ResourceDigest::of_raw_id(&raw);
+    let url = app.base.as_str();
+
+    let out = run(&[
+        "acquire", "--url", url, "--state", &state_s, "--ttl", "30s", "ci", &raw,
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let token: u64 = out.stdout.trim().parse().expect("the fencing token");
+    let mode = std::fs::metadata(&state)
+        .expect("state file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the state file holds the owner token");
+    let seen = app.inspect("ci", d.as_str(), None).await;
+    assert_eq!(seen.body["fencingToken"], token, "{:?}", seen.body);
+
+    // Someone else's step: held, exit 75, and no state file left behind.
+    let out = run(&["acquire", "--url", url, "--state", &other_s, "ci", &raw]).await;
+    assert_eq!(out.code(), 75, "stderr: {}", out.stderr);
+    assert!(!other.exists());
+
+    // The same step run again (say after a timeout) replays: same token.
+    let out = run(&["acquire", "--url", url, "--state", &state_s, "ci", &raw]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(out.stdout.trim(), token.to_string());
+
+    let out = run(&["renew", "--url", url, "--state", &state_s, "--ttl", "60s"]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(out.stdout.trim(), token.to_string());
+    let seen = app.inspect("ci", d.as_str(), None).await;
+    assert_eq!(seen.body["ttlMs"], 60_000, "{:?}", seen.body);
+
+    let out = run(&["release", "--url", url, "--state", &state_s]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(!state.exists(), "a released lease's state file is removed");
+    assert_eq!(
+        app.inspect("ci", d.as_str(), None).await.body["held"],
+        false
+    );
+    let out = run(&["renew", "--url", url, "--state", &state_s]).await;
+    assert_eq!(out.code(), 64, "no state file: bad usage; {}", out.stderr);
+
+    // A lease that ran out: renew says lost (75) and forgets the state.
+    let out = run(&[
+        "acquire", "--url", url, "--state", &state_s, "--ttl", "300ms", "ci", &raw,
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    while app.inspect("ci", d.as_str(), None).await.body["held"] == true {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let out = run(&["renew", "--url", url, "--state", &state_s]).await;
+    assert_eq!(out.code(), 75, "stderr: {}", out.stderr);
+    assert!(out.stderr.contains("lost"), "{}", out.stderr);
+    assert!(!state.exists());
+    // Nothing secret on the terminal.
+    assert!(!out.stderr.contains("ownerToken"), "{}", out.stderr);
+
+    // A state file of another resource is refused, not overwritten.
+    let out = run(&["acquire", "--url", url, "--state", &state_s, "ci", &raw]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = run(&[
+        "acquire", "--url", url, "--state", &state_s, "ci", "another",
+    ])
+    .await;
+    assert_eq!(out.code(), 64, "stderr: {}", out.stderr);
+    let out = run(&["release", "--url", url, "--state", &state_s]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+}
