@@ -108,7 +108,6 @@ local SEQ_TTL = '604800000'
 if ttl > 604800000 then
   SEQ_TTL = ARGV[3]
 end
-local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- A plain lease (limit 1, exclusive, no lock-delay) is kept as a string,
 -- "<permit field>|<permit value>", with the key's PTTL its expiry: the
 -- uncontended acquire then costs what v1's did (one GET, one SET PX).
@@ -117,11 +116,84 @@ local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- every string, table and closure made here is Lua garbage, and collecting
 -- it is paid per call.)
 local rec, hashed = nil, false
+-- A hash record's expiry index (docs/storage-v2.md, "The expiry index"):
+-- the sorted set <ns>:exp:v2:T, one member per permit field, scored by its
+-- expiresAt. With it a call reads only the permits due (expired by their
+-- score, at most INDEX_DUE), the caller's own, and counts, so its work does
+-- not grow with the live holders. `extra` counts the live permits the loop
+-- below does not see; `rebuild` says the index could not be trusted (more
+-- due than INDEX_DUE, or it disagrees with the hash: written by a v2
+-- script, evicted): the whole hash is read, as before, and the index
+-- written anew from it.
+local IDX, INDEX_DUE = nil, 256
+local extra, extra_soonest, extra_latest, rebuild = 0, nil, 0, false
+local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif cur then
-  rec, hashed = redis.call('HGETALL', KEYS[1]), true
+  hashed = true
+  IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+  local own = redis.call('HGET', KEYS[1], mine)
+  if own and tonumber(string.match(own, '^%d+|(%d+)|')) > now then
+    -- The same attempt holds a permit: the loop answers the replay.
+    rec = {mine, own}
+  else
+    local due = redis.call('ZRANGEBYSCORE', IDX, '-inf', now, 'LIMIT', 0, INDEX_DUE + 1)
+    if #due <= INDEX_DUE then
+      local lm = redis.call('HMGET', KEYS[1], 'l', 'm')
+      rec = {}
+      if lm[1] then
+        rec[#rec + 1] = 'l'
+        rec[#rec + 1] = lm[1]
+      end
+      if lm[2] then
+        rec[#rec + 1] = 'm'
+        rec[#rec + 1] = lm[2]
+      end
+      local found = 0
+      for i = 1, #due do
+        local v = redis.call('HGET', KEYS[1], due[i])
+        if v then
+          found = found + 1
+          rec[#rec + 1] = due[i]
+          rec[#rec + 1] = v
+        else
+          redis.pcall('ZREM', IDX, due[i])
+        end
+      end
+      local members = redis.call('ZCARD', IDX) - (#due - found)
+      if redis.call('HLEN', KEYS[1]) - (lm[1] and 1 or 0) - (lm[2] and 1 or 0) ~= members then
+        rebuild = true
+      else
+        -- The live permits not due: counted, and read only when few (an
+        -- owner's other operation matters only for a plain-sized lease).
+        local ahead = redis.call('ZCOUNT', IDX, '(' .. now, '+inf')
+        if ahead <= 8 then
+          local live_fields = redis.call('ZRANGEBYSCORE', IDX, '(' .. now, '+inf')
+          for i = 1, #live_fields do
+            local v = redis.call('HGET', KEYS[1], live_fields[i])
+            if not v then
+              rebuild = true -- a member without its permit
+              break
+            end
+            rec[#rec + 1] = live_fields[i]
+            rec[#rec + 1] = v
+          end
+        else
+          extra = ahead
+          extra_soonest = tonumber(redis.call('ZRANGEBYSCORE', IDX, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2])
+          -- The record's PTTL already covers every permit's end and delay.
+          extra_latest = now + redis.call('PTTL', KEYS[1])
+        end
+      end
+    else
+      rebuild = true
+    end
+  end
+  if rebuild then
+    rec = redis.call('HGETALL', KEYS[1])
+  end
 end
 local owner = rec and string.sub(mine, 1, #ARGV[1] + 3)
 -- Most long-expired permits one call deletes (see the sweep below).
@@ -190,6 +262,48 @@ for i = 1, rec and #rec or 0, 2 do
     l = tonumber(rec[i + 1])
   elseif b == 109 then -- 'm'
     m = rec[i + 1]
+  end
+end
+live = live + extra
+if extra_soonest and (not soonest or extra_soonest < soonest) then
+  soonest = extra_soonest
+end
+if extra_latest > latest then
+  latest = extra_latest
+end
+if rebuild then
+  -- The index anew from the whole hash: every permit not long expired
+  -- (those go now, all of them, so that the next call finds few due).
+  redis.pcall('DEL', IDX)
+  local add, gone = {}, {}
+  for i = 1, #rec, 2 do
+    if string.byte(rec[i], 1) == 112 then -- 'p'
+      local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
+      if tonumber(exp) + tonumber(ld) > now then
+        add[#add + 1] = exp
+        add[#add + 1] = rec[i]
+        if #add == 200 then
+          redis.pcall('ZADD', IDX, unpack(add))
+          add = {}
+        end
+      else
+        gone[#gone + 1] = rec[i]
+        if #gone == 200 then
+          redis.pcall('HDEL', KEYS[1], unpack(gone))
+          gone = {}
+        end
+      end
+    end
+  end
+  if #add > 0 then
+    redis.pcall('ZADD', IDX, unpack(add))
+  end
+  if #gone > 0 then
+    redis.pcall('HDEL', KEYS[1], unpack(gone))
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl > 0 then
+    redis.pcall('PEXPIRE', IDX, pttl)
   end
 end
 if delay_end then
@@ -374,11 +488,18 @@ if not hashed and rec then
   redis.pcall('DEL', KEYS[1])
   stale = nil
 end
+IDX = IDX or (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+if not hashed then
+  -- A new hash record: no index left over from an evicted one.
+  redis.pcall('DEL', IDX)
+end
 if stale then
   -- In slices: unpack puts every element on Lua's C stack (about 8 000 at
   -- most), and an owner's own expired permits are not capped above.
   for i = 1, #stale, 200 do
-    redis.pcall('HDEL', KEYS[1], unpack(stale, i, math.min(i + 199, #stale)))
+    local j = math.min(i + 199, #stale)
+    redis.pcall('HDEL', KEYS[1], unpack(stale, i, j))
+    redis.pcall('ZREM', IDX, unpack(stale, i, j))
   end
 end
 if live == 0 and (l ~= limit or m ~= mode) then
@@ -398,11 +519,15 @@ if type(done) == 'table' and done.err then
   -- A record without a TTL would be a lease for ever: take the permit back.
   if live == 0 and not delay_end then
     redis.pcall('DEL', KEYS[1])
+    redis.pcall('DEL', IDX)
   else
     redis.pcall('HDEL', KEYS[1], mine)
   end
   return {tag - 9, done.err}
 end
+-- The index learns the permit and lives as long as the record.
+redis.pcall('ZADD', IDX, exp_text, mine)
+redis.pcall('PEXPIRE', IDX, ends - now)
 if member ~= '' then
   redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
 end

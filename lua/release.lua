@@ -23,16 +23,59 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
 local cur = redis.pcall('GET', KEYS[1])
-local rec
+local rec, IDX
+-- extra: other live permits the loop below does not see (counted by the
+-- expiry index, see acquire.lua); the whole hash is read only when the
+-- index cannot be trusted (more than 256 permits due, or it disagrees with
+-- the hash).
+local extra = 0
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif type(cur) == 'table' then
-  rec = redis.call('HGETALL', KEYS[1])
+  IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+  local due = redis.call('ZRANGEBYSCORE', IDX, '-inf', now, 'LIMIT', 0, 257)
+  if #due <= 256 then
+    local lm = redis.call('HMGET', KEYS[1], 'l', 'm')
+    local part, found, has_mine = {}, 0, false
+    for i = 1, #due do
+      local v = redis.call('HGET', KEYS[1], due[i])
+      if v then
+        found = found + 1
+        part[#part + 1] = due[i]
+        part[#part + 1] = v
+        has_mine = has_mine or due[i] == mine
+      else
+        redis.pcall('ZREM', IDX, due[i])
+      end
+    end
+    local members = redis.call('ZCARD', IDX) - (#due - found)
+    if redis.call('HLEN', KEYS[1]) - (lm[1] and 1 or 0) - (lm[2] and 1 or 0) == members then
+      extra = redis.call('ZCOUNT', IDX, '(' .. now, '+inf')
+      local own = not has_mine and redis.call('HGET', KEYS[1], mine)
+      if own then
+        local score = redis.call('ZSCORE', IDX, mine)
+        if score and tonumber(score) > now then
+          part[#part + 1] = mine
+          part[#part + 1] = own
+          extra = extra - 1
+        else
+          extra = nil -- the permit is not where the index says
+        end
+      end
+      if extra then
+        rec = part
+      end
+    end
+  end
+  if not rec then
+    extra = 0
+    rec = redis.call('HGETALL', KEYS[1])
+  end
 else
   return {tag}
 end
-local held, live, rest, latest, renewed = false, 0, 0, 0, false
+local held, live, rest, latest, renewed = false, extra, extra, 0, false
 -- Long-expired permits (expiry and lock-delay over) go with the release, at
 -- most STALE_SWEEP a call, as in acquire.lua.
 local STALE_SWEEP = 256
@@ -83,15 +126,25 @@ if type(done) == 'table' and done.err then
 end
 if rest == 0 then
   done = redis.pcall('DEL', KEYS[1])
+  if IDX then
+    redis.pcall('DEL', IDX)
+  end
 else
   done = redis.pcall('HDEL', KEYS[1], mine)
   if not (type(done) == 'table' and done.err) then
     -- Shorten the record's life to its other permits'; refused, it only
     -- lives longer than needed (the permit is gone either way).
-    redis.pcall('PEXPIRE', KEYS[1], latest - now)
+    -- (Not when the index counted some: their ends were not read.)
+    if extra == 0 then
+      redis.pcall('PEXPIRE', KEYS[1], latest - now)
+      redis.pcall('PEXPIRE', IDX, latest - now)
+    end
+    redis.pcall('ZREM', IDX, mine)
     -- In slices of 200: unpack puts each element on Lua's C stack.
     for i = 1, stale and #stale or 0, 200 do
-      redis.pcall('HDEL', KEYS[1], unpack(stale, i, math.min(i + 199, #stale)))
+      local j = math.min(i + 199, #stale)
+      redis.pcall('HDEL', KEYS[1], unpack(stale, i, j))
+      redis.pcall('ZREM', IDX, unpack(stale, i, j))
     end
   end
 end

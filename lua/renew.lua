@@ -113,12 +113,24 @@ else
   if latest > ends then
     ends = latest
   end
-  if redis.call('PTTL', KEYS[1]) < ends - now then
+  local extend = redis.call('PTTL', KEYS[1]) < ends - now
+  if extend then
     redis.pcall('PEXPIRE', KEYS[1], ends - now)
+  end
+  -- The expiry index (see acquire.lua) learns the new expiry, and lives as
+  -- long as the record (also when this ZADD created it).
+  local IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+  local added = redis.pcall('ZADD', IDX, string.format('%d', now + tonumber(ARGV[3])), mine)
+  if extend then
+    redis.pcall('PEXPIRE', IDX, ends - now)
+  elseif added == 1 then
+    redis.pcall('PEXPIRE', IDX, redis.call('PTTL', KEYS[1]))
   end
   -- In slices of 200: unpack puts each element on Lua's C stack.
   for i = 1, stale and #stale or 0, 200 do
-    redis.pcall('HDEL', KEYS[1], unpack(stale, i, math.min(i + 199, #stale)))
+    local j = math.min(i + 199, #stale)
+    redis.pcall('HDEL', KEYS[1], unpack(stale, i, j))
+    redis.pcall('ZREM', IDX, unpack(stale, i, j))
   end
 end
 if relabel then

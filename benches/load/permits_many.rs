@@ -5,9 +5,12 @@
 //! of `EVALSHA`, reset before each phase) at the two sizes, within 2×.
 //!
 //! The holders are written straight into the record (one hash, one field a
-//! permit, in the layout `lua/acquire.lua` writes: see its header), so the
-//! fill does not depend on what an acquire costs; the phase then renews
-//! them through the service, round robin, C clients at once.
+//! permit, in the layout `lua/acquire.lua` writes: see its header, and its
+//! expiry index), so the fill does not depend on what an acquire costs; the
+//! phase then renews them through the service, round robin, C clients at
+//! once. A second phase per size fills N − C holders and has C clients
+//! acquire and release a permit of their own in a loop: an acquire and a
+//! release must cost Redis the same whatever N too.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -46,6 +49,8 @@ async fn fill(env: &Env, d: &str, n: usize) -> Result<Vec<Holder>, String> {
     let micros: u64 = time[1].parse().map_err(|_| "TIME")?;
     let now_ms = secs * 1000 + micros / 1000;
     let [lease, _] = Raw::keys(d);
+    let index = lease.replacen(":lease:v2:", ":exp:v2:", 1);
+    let expires = (now_ms + TTL_MS).to_string();
     let mut holders = Vec::with_capacity(n);
     let mut me = Client::new(0)?;
     for chunk in 0..n.div_ceil(BATCH) {
@@ -69,15 +74,31 @@ async fn fill(env: &Env, d: &str, n: usize) -> Result<Vec<Holder>, String> {
                 op,
             });
         }
+        let mut zadd: Vec<&str> = vec!["ZADD", &index];
+        for field in args
+            .iter()
+            .skip(2)
+            .step_by(2)
+            .filter(|f| f.starts_with("p:"))
+        {
+            zadd.push(&expires);
+            zadd.push(field);
+        }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         redis_cmd(&mut admin, &refs).await?;
+        if zadd.len() > 2 {
+            redis_cmd(&mut admin, &zadd).await?;
+        }
     }
     redis_cmd(&mut admin, &["PEXPIRE", &lease, &TTL_MS.to_string()]).await?;
+    redis_cmd(&mut admin, &["PEXPIRE", &index, &TTL_MS.to_string()]).await?;
     Ok(holders)
 }
 
 /// What one size's phase measured.
 struct Phase {
+    /// Renewing every holder, or acquire-release cycles beside them.
+    cycles: bool,
     holders: usize,
     stats: Stats,
     secs: f64,
@@ -132,9 +153,54 @@ async fn renewer(
     stats
 }
 
-async fn phase(opts: &Opts, env: &Env, n: usize, round: usize) -> Result<Phase, String> {
-    let d = digest(0x21, round, n as u64);
-    let holders = Arc::new(fill(env, &d, n).await?);
+/// Acquires a permit of its own beside the holders and releases it, in a
+/// loop: each acquire and each release counts as one operation.
+async fn cycler(addr: std::net::SocketAddr, d: String, id: usize, win: Window) -> Stats {
+    let mut stats = Stats::default();
+    let (mut http, mut me) = match (Http::connect(addr).await, Client::new(1_000_000 + id)) {
+        (Ok(h), Ok(c)) => (h, c),
+        (Err(e), _) | (_, Err(e)) => {
+            stats.untyped(format!("set-up: {e}"));
+            return stats;
+        }
+    };
+    let path = crate::http_client::lease_path(&d);
+    let body = Bytes::from(format!("{{\"ttlMs\":{TTL_MS},\"limit\":{LIMIT}}}"));
+    while Instant::now() < win.end {
+        let op = me.next_op();
+        let headers = [
+            ("lease-owner-token", me.token.as_str()),
+            ("lease-operation-id", op.as_str()),
+        ];
+        for (method, want, body) in [(Method::PUT, 201, Some(&body)), (Method::DELETE, 200, None)] {
+            let t0 = Instant::now();
+            match http.call(method, &path, &headers, body).await {
+                Ok((s, _)) if s == want => stats.op(&win, t0),
+                Ok((s, body)) => stats.bad_status(s, &body),
+                Err(e) => {
+                    stats.untyped(e);
+                    return stats;
+                }
+            }
+        }
+    }
+    stats
+}
+
+async fn phase(
+    opts: &Opts,
+    env: &Env,
+    n: usize,
+    round: usize,
+    cycles: bool,
+) -> Result<Phase, String> {
+    let d = digest(if cycles { 0x22 } else { 0x21 }, round, n as u64);
+    let filled = if cycles {
+        n.saturating_sub(opts.concurrency)
+    } else {
+        n
+    };
+    let holders = Arc::new(fill(env, &d, filled).await?);
     let mut admin = env.admin.clone();
     let start = tokio::time::Instant::now() + opts.warmup;
     let end = start + opts.duration;
@@ -152,14 +218,18 @@ async fn phase(opts: &Opts, env: &Env, n: usize, round: usize) -> Result<Phase, 
     });
     let mut tasks = Vec::new();
     for id in 0..opts.concurrency {
-        tasks.push(tokio::spawn(renewer(
-            env.addr,
-            d.clone(),
-            Arc::clone(&holders),
-            id,
-            opts.concurrency,
-            win,
-        )));
+        if cycles {
+            tasks.push(tokio::spawn(cycler(env.addr, d.clone(), id, win)));
+        } else {
+            tasks.push(tokio::spawn(renewer(
+                env.addr,
+                d.clone(),
+                Arc::clone(&holders),
+                id,
+                opts.concurrency,
+                win,
+            )));
+        }
     }
     let mut stats = Stats::default();
     for t in tasks {
@@ -170,6 +240,7 @@ async fn phase(opts: &Opts, env: &Env, n: usize, round: usize) -> Result<Phase, 
     let cpu = cpu.await.map_err(|e| e.to_string())?;
     stats.lat_ns.sort_unstable();
     Ok(Phase {
+        cycles,
         holders: n,
         stats,
         secs: opts.duration.as_secs_f64(),
@@ -187,67 +258,80 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
         if round.is_multiple_of(2) {
             order.reverse();
         }
-        for n in order {
-            let p = phase(opts, env, n, round).await?;
-            println!(
-                "| {round} | permits-many {n} holders | {:.0} renews/s | redis {:.1} µs/renew | p50 {:.3} ms | p99 {:.3} ms | errors {} |",
-                p.stats.ops as f64 / p.secs,
-                p.redis_usec,
-                percentile(&p.stats.lat_ns, 50.0),
-                percentile(&p.stats.lat_ns, 99.0),
-                p.stats.errors() + p.stats.typed(),
-            );
-            phases.push(p);
-        }
-    }
-    let mut out = format!(
-        "\n## Permits-many: one resource at limit {LIMIT}, every holder renewing (C = {})\n\n| holders | renews/s (median [min..max]) | Redis µs per renew (median [min..max]) | Redis CPU s/10k renews | renew p50 ms | renew p99 ms | errors |\n|---|---|---|---|---|---|---|\n",
-        opts.concurrency,
-    );
-    let usec_of = |n: usize| {
-        median(
-            phases
-                .iter()
-                .filter(|p| p.holders == n)
-                .map(|p| p.redis_usec)
-                .collect(),
-        )
-    };
-    for n in sizes {
-        let v: Vec<&Phase> = phases.iter().filter(|p| p.holders == n).collect();
-        let rates: Vec<f64> = v.iter().map(|p| p.stats.ops as f64 / p.secs).collect();
-        let usecs: Vec<f64> = v.iter().map(|p| p.redis_usec).collect();
-        let pct = |q: f64| median(v.iter().map(|p| percentile(&p.stats.lat_ns, q)).collect());
-        let _ = writeln!(
-            out,
-            "| {n} | {:.0} [{}] | {:.1} [{}] | {:.3} | {:.3} | {:.3} | {} |",
-            median(rates.clone()),
-            spread(&rates),
-            median(usecs.clone()),
-            spread(&usecs),
-            median(
-                v.iter()
-                    .map(|p| crate::stats::per_10k(p.cpu.redis, p.stats.ops))
-                    .collect()
-            ),
-            pct(50.0),
-            pct(99.0),
-            v.iter()
-                .map(|p| p.stats.errors() + p.stats.typed())
-                .sum::<u64>(),
-        );
-        for p in &v {
-            for (k, c) in p.stats.untyped.iter().chain(&p.stats.typed_5xx) {
-                let _ = writeln!(out, "  permits-many {n} error: {c} × {k}");
+        for cycles in [false, true] {
+            for n in order {
+                let p = phase(opts, env, n, round, cycles).await?;
+                println!(
+                    "| {round} | permits-many {n} holders | {:.0} {}/s | redis {:.1} µs/call | p50 {:.3} ms | p99 {:.3} ms | errors {} |",
+                    p.stats.ops as f64 / p.secs,
+                    if cycles { "acquires+releases" } else { "renews" },
+                    p.redis_usec,
+                    percentile(&p.stats.lat_ns, 50.0),
+                    percentile(&p.stats.lat_ns, 99.0),
+                    p.stats.errors() + p.stats.typed(),
+                );
+                phases.push(p);
             }
         }
     }
-    let ratio = usec_of(opts.permits_many) / usec_of(100);
-    let _ = writeln!(
-        out,
-        "\ngoal: Redis time per renew at {} holders within 2× of 100 holders: {ratio:.2}× → {}",
-        opts.permits_many,
-        if ratio <= 2.0 { "met" } else { "missed" }
-    );
+    let mut out = String::new();
+    for cycles in [false, true] {
+        let (title, what) = if cycles {
+            (
+                "N − C holders, C clients acquiring and releasing a permit of their own",
+                "acquire or release",
+            )
+        } else {
+            ("every holder renewing", "renew")
+        };
+        let _ = write!(
+            out,
+            "\n## Permits-many: one resource at limit {LIMIT}, {title} (C = {})\n\n| holders | calls/s (median [min..max]) | Redis µs per {what} (median [min..max]) | Redis CPU s/10k calls | p50 ms | p99 ms | errors |\n|---|---|---|---|---|---|---|\n",
+            opts.concurrency,
+        );
+        let of_kind = |n: usize| -> Vec<&Phase> {
+            phases
+                .iter()
+                .filter(|p| p.holders == n && p.cycles == cycles)
+                .collect()
+        };
+        let usec_of = |n: usize| median(of_kind(n).iter().map(|p| p.redis_usec).collect());
+        for n in sizes {
+            let v = of_kind(n);
+            let rates: Vec<f64> = v.iter().map(|p| p.stats.ops as f64 / p.secs).collect();
+            let usecs: Vec<f64> = v.iter().map(|p| p.redis_usec).collect();
+            let pct = |q: f64| median(v.iter().map(|p| percentile(&p.stats.lat_ns, q)).collect());
+            let _ = writeln!(
+                out,
+                "| {n} | {:.0} [{}] | {:.1} [{}] | {:.3} | {:.3} | {:.3} | {} |",
+                median(rates.clone()),
+                spread(&rates),
+                median(usecs.clone()),
+                spread(&usecs),
+                median(
+                    v.iter()
+                        .map(|p| crate::stats::per_10k(p.cpu.redis, p.stats.ops))
+                        .collect()
+                ),
+                pct(50.0),
+                pct(99.0),
+                v.iter()
+                    .map(|p| p.stats.errors() + p.stats.typed())
+                    .sum::<u64>(),
+            );
+            for p in &v {
+                for (k, c) in p.stats.untyped.iter().chain(&p.stats.typed_5xx) {
+                    let _ = writeln!(out, "  permits-many {n} error: {c} × {k}");
+                }
+            }
+        }
+        let ratio = usec_of(opts.permits_many) / usec_of(100);
+        let _ = writeln!(
+            out,
+            "\ngoal: Redis time per {what} at {} holders within 2× of 100 holders: {ratio:.2}× → {}",
+            opts.permits_many,
+            if ratio <= 2.0 { "met" } else { "missed" }
+        );
+    }
     Ok(out)
 }

@@ -904,3 +904,105 @@ async fn releases_and_renewals_sweep_long_expired_permits() {
     assert_eq!(hlen(), 3, "b's permit, the limit and the mode");
     assert_eq!(app.inspect(P, &d, None).await.body["holders"], 1);
 }
+
+/// Calls of one Redis command so far (`INFO commandstats`).
+fn command_calls(server: &common::redis::RedisServer, command: &str) -> u64 {
+    let info = server.cli(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a call count"))
+}
+
+/// With 1 000 live holders of one counting lease, acquires, renewals and
+/// releases read only what they need through the expiry index
+/// (`<ns>:exp:v2:T`, docs/storage-v2.md): not one `HGETALL` of the permit
+/// hash, so their work does not grow with the holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbs_on_a_lease_with_many_holders_never_read_the_whole_record() {
+    let server = common::redis::RedisServer::start();
+    let app = Arc::new(TestApp::spawn(&Backend::Redis(server.url())).await);
+    let d = digest();
+    let mut held = Vec::new();
+    for _ in 0..1_000 {
+        let a = app.attempt().await;
+        let got = app.acquire_body(P, &d, &a, &counting(60_000, 2_000)).await;
+        assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+        held.push(a);
+    }
+    let before = command_calls(&server, "hgetall");
+    for a in &held[..50] {
+        assert_eq!(app.renew(P, &d, a, 60_000).await.outcome(), "renewed");
+        assert_eq!(app.release(P, &d, a).await.outcome(), "released");
+        let again = app.acquire_body(P, &d, a, &counting(60_000, 2_000)).await;
+        assert_eq!(again.outcome(), "acquired", "{:?}", again.body);
+        let replay = app.acquire_body(P, &d, a, &counting(60_000, 2_000)).await;
+        assert_eq!(replay.outcome(), "replayed_same_operation");
+    }
+    assert_eq!(
+        command_calls(&server, "hgetall") - before,
+        0,
+        "a verb read the whole permit hash"
+    );
+    assert_eq!(app.inspect(P, &d, None).await.body["holders"], 1_000);
+}
+
+/// A permit written without the index (as a v2 script or an evicted index
+/// leaves it) is still counted: the index disagrees with the hash, so the
+/// acquire reads the whole record and writes the index anew, and the limit
+/// holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_the_index_does_not_know_still_counts_against_the_limit() {
+    let server = common::redis::RedisServer::start();
+    let app = Arc::new(TestApp::spawn(&Backend::Redis(server.url())).await);
+    let d = digest();
+    let key = format!("{}:lease:v2:{{{P}:{d}}}", app.namespace);
+    let index = format!("{}:exp:v2:{{{P}:{d}}}", app.namespace);
+    let a = app.attempt().await;
+    let got = app.acquire_body(P, &d, &a, &counting(60_000, 2)).await;
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    assert_eq!(server.cli(&["ZCARD", &index]).trim(), "1");
+    // A second holder written straight into the hash, as a v2 acquire does.
+    let now_ms: u64 = server
+        .cli(&["TIME"])
+        .lines()
+        .next()
+        .expect("seconds")
+        .trim()
+        .parse::<u64>()
+        .expect("seconds")
+        * 1000;
+    let value = format!(
+        "{}|{}|{now_ms}|{now_ms}|60000|0|v2-holder",
+        got.fencing_token() + 1,
+        now_ms + 60_000
+    );
+    server.cli(&[
+        "HSET",
+        &key,
+        "p:v2v2v2v2v2v2v2v2v2v2v2v2v2v2v2v2:op",
+        &value,
+    ]);
+    let b = app.attempt().await;
+    let refused = app.acquire_body(P, &d, &b, &counting(60_000, 2)).await;
+    assert_eq!(refused.outcome(), "contended", "{:?}", refused.body);
+    assert_eq!(
+        server.cli(&["ZCARD", &index]).trim(),
+        "2",
+        "the index was written anew from the hash"
+    );
+    assert_eq!(app.inspect(P, &d, None).await.body["holders"], 2);
+    // And an index that is gone entirely is rebuilt the same way.
+    server.cli(&["DEL", &index]);
+    let refused = app.acquire_body(P, &d, &b, &counting(60_000, 2)).await;
+    assert_eq!(refused.outcome(), "contended", "{:?}", refused.body);
+    assert_eq!(server.cli(&["ZCARD", &index]).trim(), "2");
+    let pttl: i64 = server.cli(&["PTTL", &index]).trim().parse().expect("PTTL");
+    assert!(
+        pttl > 0,
+        "the index lives no longer than the record: {pttl}"
+    );
+    assert_eq!(app.release(P, &d, &a).await.outcome(), "released");
+    let got = app.acquire_body(P, &d, &b, &counting(60_000, 2)).await;
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+}
