@@ -1,13 +1,14 @@
 //! `/livez`, `/readyz`, `/metrics`.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::problem::problem_response;
+use super::problem_table::{ProblemType, Words};
 use super::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
@@ -114,21 +115,22 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
         })
         .into_response();
     }
+    not_ready(r.topology, app.service.waiters().waiting(), r.detail)
+}
+
+/// 503 problem+json `not_ready`: the store's reason as the detail, or the
+/// usual one when it gave none.
+pub fn not_ready(topology: &str, waiters: usize, reason: Option<String>) -> Response {
     let mut members = Map::new();
-    members.insert("topology".into(), Value::from(r.topology));
+    members.insert("topology".into(), Value::from(topology));
     members.insert("writable".into(), Value::Bool(false));
-    members.insert(
-        "waiters".into(),
-        Value::from(app.service.waiters().waiting()),
-    );
-    let detail = r
-        .detail
-        .unwrap_or_else(|| "The store did not answer as a writable primary.".to_owned());
+    members.insert("waiters".into(), Value::from(waiters));
+    let Words { title, detail } = ProblemType::NotReady.words();
     problem_response(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "not_ready",
-        "Not ready",
-        &detail,
+        ProblemType::NotReady.status(),
+        &ProblemType::NotReady.outcome(),
+        title,
+        reason.as_deref().unwrap_or(detail),
         members,
     )
 }

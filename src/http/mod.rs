@@ -11,6 +11,7 @@ pub mod leases;
 pub mod list;
 pub mod openapi;
 pub mod problem;
+pub mod problem_table;
 pub mod problems;
 pub mod server;
 pub mod tls;

@@ -15,7 +15,7 @@ use crate::domain::{Guarantee, HeldBy, Lease};
 use crate::http::attempts::{AttemptBody, AttemptCreated};
 use crate::http::health::{Live, Ready};
 use crate::http::leases::{AcquireBody, RenewBody};
-use crate::http::problems::ProblemType;
+use crate::http::problem_table::ProblemType;
 
 /// The command that rewrites the committed document.
 pub const REGENERATE: &str = "cargo run -q -- openapi > openapi/leasehold.json";

@@ -10,6 +10,8 @@
 //! copy that a test keeps equal to it.
 
 mod document;
+#[cfg(test)]
+mod same_words;
 mod schemas;
 #[cfg(test)]
 mod tests;
