@@ -3,6 +3,8 @@
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -13,6 +15,32 @@ use super::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
 use crate::telemetry::POOL_CONNECTIONS;
+
+/// The liveness route (also its metric label).
+pub const LIVEZ: &str = "/livez";
+
+/// The readiness route (also its metric label).
+pub const READYZ: &str = "/readyz";
+
+/// The metrics route (also its metric label), on the API listener or its own.
+pub const METRICS: &str = "/metrics";
+
+/// `/livez`, `/readyz`, and `/metrics` when it is served on the API listener.
+pub(super) fn routes(serve_metrics: bool) -> Router<AppState> {
+    let routes = Router::new()
+        .route(LIVEZ, get(livez))
+        .route(READYZ, get(readyz));
+    if serve_metrics {
+        routes.route(METRICS, get(metrics_on_api))
+    } else {
+        routes
+    }
+}
+
+/// `/metrics` alone, for the separate metrics listener.
+pub(super) fn metrics_routes() -> Router<AppState> {
+    Router::new().route(METRICS, get(metrics))
+}
 
 /// Liveness answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -77,7 +105,7 @@ pub enum ReadyStatus {
 /// Answers 200 while the process serves requests; never touches the store.
 #[utoipa::path(
     get,
-    path = "/livez",
+    path = LIVEZ,
     operation_id = "livez",
     tag = "operations",
     responses((status = 200, description = "The process serves requests.", body = Live, example = json!({"status": "ok"}))),
@@ -93,7 +121,7 @@ pub async fn livez() -> Response {
 /// timeout (always, for the embedded store); 503 `not_ready` otherwise.
 #[utoipa::path(
     get,
-    path = "/readyz",
+    path = READYZ,
     operation_id = "readyz",
     tag = "operations",
     responses(
@@ -145,7 +173,7 @@ pub fn not_ready(topology: &str, waiters: usize, reason: Option<String>) -> Resp
 /// only a key with the `metrics` scope reads it here.
 #[utoipa::path(
     get,
-    path = "/metrics",
+    path = METRICS,
     operation_id = "metrics",
     tag = "operations",
     responses((status = 200, description = "Prometheus text format.", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String,

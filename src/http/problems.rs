@@ -11,12 +11,23 @@
 
 use axum::http::{header, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 
 use super::problem::ApiError;
 use super::problem::PREFIX;
 use super::problem_table::{ProblemType, Row};
+use super::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::NotFoundProblem;
+
+/// The pages' route template (also its metric label).
+pub const ROUTE: &str = "/problems/{type}";
+
+/// `GET /problems/{type}`.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route(ROUTE, get(page))
+}
 
 /// A problem type's page, as HTML. Static text only: nothing from the
 /// request is echoed.
@@ -57,7 +68,7 @@ pub fn html(problem: ProblemType) -> String {
 /// means and what to do about it, as a small self-contained HTML page.
 #[utoipa::path(
     get,
-    path = "/problems/{type}",
+    path = ROUTE,
     operation_id = "problemType",
     tag = "operations",
     params(("type" = ProblemType, Path, description = "The problem type: the `outcome` of a problem answer, with dashes. A problem answer's `type` member is this page's path.")),

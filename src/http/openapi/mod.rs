@@ -16,5 +16,6 @@ mod schemas;
 #[cfg(test)]
 mod tests;
 
-pub use self::document::{document_json, openapi_json, ApiDoc, REGENERATE};
+pub(super) use self::document::routes;
+pub use self::document::{document_json, openapi_json, ApiDoc, REGENERATE, ROUTE};
 pub use self::schemas::*;
