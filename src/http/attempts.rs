@@ -3,6 +3,8 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -15,6 +17,14 @@ use crate::http::openapi::{
     HeadersTooLargeProblem, InvalidRequestProblem, PayloadTooLargeProblem, UnauthorizedProblem,
     UnsupportedMediaTypeProblem,
 };
+
+/// The route template (also its metric label).
+pub const ROUTE: &str = "/attempts";
+
+/// `POST /attempts`.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route(ROUTE, post(create))
+}
 
 /// Body of an attempt creation.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -71,7 +81,7 @@ pub enum AttemptCreatedTag {
 /// written to the store. The token is a bearer secret: keep it private.
 #[utoipa::path(
     post,
-    path = "/attempts",
+    path = ROUTE,
     operation_id = "createAttempt",
     tag = "attempts",
     request_body(content = AttemptBody, description = "The caller's id for this unit of work.",

@@ -2,6 +2,18 @@
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use super::AppState;
+
+/// The route (also its metric label).
+pub const ROUTE: &str = "/docs";
+
+/// `GET /docs`.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route(ROUTE, get(page))
+}
 
 /// API reference page.
 ///
@@ -9,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 /// `/openapi.json`: operations, parameters, responses and schemas.
 #[utoipa::path(
     get,
-    path = "/docs",
+    path = ROUTE,
     operation_id = "docs",
     tag = "operations",
     responses((status = 200, description = "An HTML page.", content_type = "text/html; charset=utf-8", body = String,

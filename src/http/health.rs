@@ -1,17 +1,46 @@
 //! `/livez`, `/readyz`, `/metrics`.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::problem::problem_response;
+use super::problem_table::{ProblemType, Words};
 use super::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
 use crate::telemetry::POOL_CONNECTIONS;
+
+/// The liveness route (also its metric label).
+pub const LIVEZ: &str = "/livez";
+
+/// The readiness route (also its metric label).
+pub const READYZ: &str = "/readyz";
+
+/// The metrics route (also its metric label), on the API listener or its own.
+pub const METRICS: &str = "/metrics";
+
+/// `/livez`, `/readyz`, and `/metrics` when it is served on the API listener.
+pub(super) fn routes(serve_metrics: bool) -> Router<AppState> {
+    let routes = Router::new()
+        .route(LIVEZ, get(livez))
+        .route(READYZ, get(readyz));
+    if serve_metrics {
+        routes.route(METRICS, get(metrics_on_api))
+    } else {
+        routes
+    }
+}
+
+/// `/metrics` alone, for the separate metrics listener.
+pub(super) fn metrics_routes() -> Router<AppState> {
+    Router::new().route(METRICS, get(metrics))
+}
 
 /// Liveness answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -76,7 +105,7 @@ pub enum ReadyStatus {
 /// Answers 200 while the process serves requests; never touches the store.
 #[utoipa::path(
     get,
-    path = "/livez",
+    path = LIVEZ,
     operation_id = "livez",
     tag = "operations",
     responses((status = 200, description = "The process serves requests.", body = Live, example = json!({"status": "ok"}))),
@@ -92,7 +121,7 @@ pub async fn livez() -> Response {
 /// timeout (always, for the embedded store); 503 `not_ready` otherwise.
 #[utoipa::path(
     get,
-    path = "/readyz",
+    path = READYZ,
     operation_id = "readyz",
     tag = "operations",
     responses(
@@ -114,21 +143,22 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
         })
         .into_response();
     }
+    not_ready(r.topology, app.service.waiters().waiting(), r.detail)
+}
+
+/// 503 problem+json `not_ready`: the store's reason as the detail, or the
+/// usual one when it gave none.
+pub fn not_ready(topology: &str, waiters: usize, reason: Option<String>) -> Response {
     let mut members = Map::new();
-    members.insert("topology".into(), Value::from(r.topology));
+    members.insert("topology".into(), Value::from(topology));
     members.insert("writable".into(), Value::Bool(false));
-    members.insert(
-        "waiters".into(),
-        Value::from(app.service.waiters().waiting()),
-    );
-    let detail = r
-        .detail
-        .unwrap_or_else(|| "The store did not answer as a writable primary.".to_owned());
+    members.insert("waiters".into(), Value::from(waiters));
+    let Words { title, detail } = ProblemType::NotReady.words();
     problem_response(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "not_ready",
-        "Not ready",
-        &detail,
+        ProblemType::NotReady.status(),
+        &ProblemType::NotReady.outcome(),
+        title,
+        reason.as_deref().unwrap_or(detail),
         members,
     )
 }
@@ -143,7 +173,7 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
 /// only a key with the `metrics` scope reads it here.
 #[utoipa::path(
     get,
-    path = "/metrics",
+    path = METRICS,
     operation_id = "metrics",
     tag = "operations",
     responses((status = 200, description = "Prometheus text format.", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String,

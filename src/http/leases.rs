@@ -6,6 +6,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use axum::routing::put;
+use axum::Router;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -22,6 +24,17 @@ use crate::http::openapi::{
     ReplayedSameOperation, ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
 };
 use crate::service::AcquireRequest;
+
+/// The route template (also its metric label).
+pub const ROUTE: &str = "/leases/{purpose}/{digest}";
+
+/// The four lease verbs.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route(
+        ROUTE,
+        put(acquire).patch(renew).delete(release).get(inspect),
+    )
+}
 
 /// Body of an acquire.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -136,7 +149,7 @@ fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
 /// `fencingToken` strictly greater than every earlier one for the resource.
 #[utoipa::path(
     put,
-    path = "/leases/{purpose}/{digest}",
+    path = ROUTE,
     operation_id = "acquireLease",
     tag = "leases",
     params(
@@ -261,7 +274,7 @@ pub async fn acquire(
 /// work it protected.
 #[utoipa::path(
     patch,
-    path = "/leases/{purpose}/{digest}",
+    path = ROUTE,
     operation_id = "renewLease",
     tag = "leases",
     params(
@@ -384,7 +397,7 @@ fn resource_and_attempt(
 /// (`not_owner`, 409).
 #[utoipa::path(
     delete,
-    path = "/leases/{purpose}/{digest}",
+    path = ROUTE,
     operation_id = "releaseLease",
     tag = "leases",
     params(
@@ -443,7 +456,7 @@ pub async fn release(
 /// service's watch cap (`overloaded` beyond it).
 #[utoipa::path(
     get,
-    path = "/leases/{purpose}/{digest}",
+    path = ROUTE,
     operation_id = "inspectLease",
     tag = "leases",
     params(

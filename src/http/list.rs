@@ -3,6 +3,8 @@
 use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{RawPathParams, RawQuery, State};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -16,8 +18,13 @@ use crate::http::openapi::{
     ServiceUnavailable, UnauthorizedProblem,
 };
 
-/// The route template.
+/// The route template (also its metric label).
 pub const ROUTE: &str = "/leases/{purpose}";
+
+/// `GET /leases/{purpose}`.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route(ROUTE, get(list))
+}
 
 /// The outcome tag.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -81,7 +88,7 @@ struct ListQuery {
 /// than `limit` leases, even none, and still carry `nextCursor`.
 #[utoipa::path(
     get,
-    path = "/leases/{purpose}",
+    path = ROUTE,
     operation_id = "listLeases",
     tag = "leases",
     params(

@@ -1,5 +1,6 @@
-//! The HTTP surface: [`router`] wires every route and the problem+json
-//! fallbacks; [`Front`] adds request ids, tracing, HTTP metrics, the
+//! The HTTP surface: [`router`] merges every resource module's routes
+//! (each module's `routes()` and its route template consts) and adds the
+//! problem+json fallbacks; [`Front`] adds request ids, tracing, HTTP metrics, the
 //! per-request timeout and the panic guard; [`service`] is the two together.
 
 pub mod attempts;
@@ -11,6 +12,7 @@ pub mod leases;
 pub mod list;
 pub mod openapi;
 pub mod problem;
+pub mod problem_table;
 pub mod problems;
 pub mod server;
 pub mod tls;
@@ -29,7 +31,6 @@ use std::time::{Duration, Instant};
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
 use axum::Router;
 use futures_util::FutureExt as _;
 use metrics::{Counter, Histogram};
@@ -139,61 +140,44 @@ fn acceptable_request_id(value: &HeaderValue) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
-/// The lease route template.
-const LEASE_ROUTE: &str = "/leases/{purpose}/{digest}";
-
-/// A lease's event stream (docs/design.md §9).
-const WATCH_ROUTE: &str = "/leases/{purpose}/{digest}/events";
-
-/// Every route template served, as `'static` metric labels.
-/// The problem pages' template (`type` of every problem+json answer).
-const PROBLEM_ROUTE: &str = "/problems/{type}";
-
-const ROUTES: [&str; 8] = [
-    "/attempts",
-    LEASE_ROUTE,
-    "/livez",
-    "/readyz",
-    "/openapi.json",
-    "/docs",
-    "/metrics",
-    list::ROUTE,
-];
-
 /// The route template `path` is served by, or `unmatched`: the router's own
-/// matching, restated for the front (which runs before routing; a unit
-/// test holds the two together). Percent-decoding never adds or removes a
-/// `/`, so counting segments on the raw path is what the router does.
+/// matching, restated for the front (which runs before routing;
+/// tests/it/metrics.rs holds the two together). Percent-decoding never adds
+/// or removes a `/`, so counting segments on the raw path is what the router
+/// does. The labels are the modules' route templates.
 fn route_label(path: &str, serves_metrics: bool) -> &'static str {
     if let Some(rest) = path.strip_prefix("/leases/") {
         let mut segments = rest.split('/');
         return match (segments.next(), segments.next(), segments.next()) {
             // As the router (matchit) does: an empty purpose matches (the
             // handler answers 400), an empty last segment does not.
-            (Some(_purpose), Some(digest), None) if !digest.is_empty() => LEASE_ROUTE,
+            (Some(_purpose), Some(digest), None) if !digest.is_empty() => leases::ROUTE,
             (Some(purpose), None, None) if !purpose.is_empty() => list::ROUTE,
             (Some(_purpose), Some(_digest), Some("events")) if segments.next().is_none() => {
-                WATCH_ROUTE
+                watch::ROUTE
             }
             _ => "unmatched",
         };
     }
-    if let Some(rest) = path.strip_prefix("/problems/") {
+    if let Some(rest) = path.strip_prefix(problem::PREFIX) {
         return if !rest.is_empty() && !rest.contains('/') {
-            PROBLEM_ROUTE
+            problems::ROUTE
         } else {
             "unmatched"
         };
     }
-    ROUTES
-        .into_iter()
-        .filter(|route| {
-            *route != LEASE_ROUTE
-                && *route != list::ROUTE
-                && (serves_metrics || *route != "/metrics")
-        })
-        .find(|route| *route == path)
-        .unwrap_or("unmatched")
+    // The routes without parameters: matched as they are.
+    [
+        attempts::ROUTE,
+        health::LIVEZ,
+        health::READYZ,
+        openapi::ROUTE,
+        docs::ROUTE,
+    ]
+    .into_iter()
+    .chain(serves_metrics.then_some(health::METRICS))
+    .find(|route| *route == path)
+    .unwrap_or("unmatched")
 }
 
 /// Route templates and methods as metric labels: bounded sets, never the raw
@@ -214,30 +198,21 @@ fn method_label(method: &Method) -> &'static str {
 }
 
 /// The routes: API, operational endpoints, (unless `metrics_on_api` is
-/// false) `/metrics`, and problem+json for unknown paths and methods. What
+/// false) `/metrics`, and problem+json for unknown paths and methods. Each
+/// resource module lists its own routes; a new route also gets its label
+/// in `route_label`. What
 /// every request passes through on its way here is [`Front`]; [`service`]
 /// puts the two together.
 pub fn router(app: AppState, metrics_on_api: bool) -> Router {
-    let mut routes = Router::new()
-        .route(ROUTES[0], post(attempts::create))
-        .route(
-            LEASE_ROUTE,
-            put(leases::acquire)
-                .patch(leases::renew)
-                .delete(leases::release)
-                .get(leases::inspect),
-        )
-        .route(list::ROUTE, get(list::list))
-        .route(WATCH_ROUTE, get(watch::events))
-        .route(ROUTES[2], get(health::livez))
-        .route(ROUTES[3], get(health::readyz))
-        .route(ROUTES[4], get(openapi::openapi_json))
-        .route(ROUTES[5], get(docs::page))
-        .route(PROBLEM_ROUTE, get(problems::page));
-    if metrics_on_api {
-        routes = routes.route(ROUTES[6], get(health::metrics_on_api));
-    }
-    routes
+    Router::new()
+        .merge(attempts::routes())
+        .merge(leases::routes())
+        .merge(list::routes())
+        .merge(watch::routes())
+        .merge(health::routes(metrics_on_api))
+        .merge(openapi::routes())
+        .merge(docs::routes())
+        .merge(problems::routes())
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(app)
@@ -265,8 +240,7 @@ pub fn service(
 
 /// A router serving only `/metrics`, for a separate metrics listener.
 pub fn metrics_router(app: AppState) -> Router {
-    Router::new()
-        .route("/metrics", get(health::metrics))
+    health::metrics_routes()
         .fallback(|| async { ApiError::NotFound })
         .with_state(app)
 }
@@ -386,5 +360,34 @@ where
             Ok(response)
         };
         Box::pin(answer.instrument(span))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_label;
+
+    /// The labels are what dashboards and alerts name: the modules' route
+    /// templates must stay these very strings.
+    #[test]
+    fn route_labels_are_the_templates_dashboards_know() {
+        let cases = [
+            ("/attempts", "/attempts"),
+            ("/leases/p/v1.d", "/leases/{purpose}/{digest}"),
+            ("/leases/p", "/leases/{purpose}"),
+            ("/leases/p/v1.d/events", "/leases/{purpose}/{digest}/events"),
+            ("/livez", "/livez"),
+            ("/readyz", "/readyz"),
+            ("/openapi.json", "/openapi.json"),
+            ("/docs", "/docs"),
+            ("/metrics", "/metrics"),
+            ("/problems/contended", "/problems/{type}"),
+            ("/problems/", "unmatched"),
+            ("/nowhere", "unmatched"),
+        ];
+        for (path, label) in cases {
+            assert_eq!(route_label(path, true), label, "{path}");
+        }
+        assert_eq!(route_label("/metrics", false), "unmatched");
     }
 }

@@ -1,14 +1,20 @@
 //! Every answer a handler gives: outcome bodies for 2xx, RFC 9457
 //! `application/problem+json` for everything else, with `Retry-After` where
 //! the outcome carries a retry hint. 5xx bodies never carry internal text.
+//! What each problem says is in [`super::problem_table`].
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::problem_table::{
+    ProblemType, Words, BODY_TIMEOUT, CONTENDED_LOCK_DELAY, CONTENDED_QUEUED, LIMIT,
+    LOST_NOT_OWNER, MISSING_SCOPE, SCOPE,
+};
 use crate::domain::{
-    AcquireOutcome, Failure, Inspection, LostReason, OutcomeName, ReleaseOutcome, RenewOutcome,
+    AcquireOutcome, ContendedReason, Failure, Inspection, LostReason, OutcomeName, ReleaseOutcome,
+    RenewOutcome,
 };
 
 /// The media type of problem answers.
@@ -25,8 +31,8 @@ pub trait Answer: Serialize + OutcomeName {
         None
     }
     /// Human-readable title and detail for a problem answer.
-    fn describe(&self) -> (&'static str, &'static str) {
-        ("", "")
+    fn describe(&self) -> Words {
+        Words::NONE
     }
 }
 
@@ -47,35 +53,20 @@ impl Answer for AcquireOutcome {
             _ => None,
         }
     }
-    fn describe(&self) -> (&'static str, &'static str) {
+    fn describe(&self) -> Words {
         match self {
-            Self::OwnerOperationConflict { .. } => (
-                "Held by another operation of the same owner",
-                "The owner token holds this lease for a different operation id; an operation never inherits another's lease.",
-            ),
+            Self::OwnerOperationConflict { .. } => ProblemType::OwnerOperationConflict.words(),
             Self::Contended {
-                reason: Some(crate::domain::ContendedReason::LockDelay),
+                reason: Some(ContendedReason::LockDelay),
                 ..
-            } => (
-                "Lock-delay running",
-                "The last holder's lease expired and its lock-delay still runs; nobody else may acquire it until retryAfterMs has passed.",
-            ),
+            } => CONTENDED_LOCK_DELAY,
             Self::Contended {
-                reason: Some(crate::domain::ContendedReason::Queued),
+                reason: Some(ContendedReason::Queued),
                 ..
-            } => (
-                "Waiters go first",
-                "Waiters that started earlier are queued for this resource and go first. Send waitMs to take a place in the queue.",
-            ),
-            Self::Contended { .. } => (
-                "Lease held by someone else",
-                "Another owner holds this lease. Retry after retryAfterMs, or send waitMs to wait server-side.",
-            ),
-            Self::LimitMismatch { .. } => (
-                "Limit mismatch",
-                "The resource is held with another limit; every holder must ask with the same limit (the current one is in `limit`).",
-            ),
-            _ => ("", ""),
+            } => CONTENDED_QUEUED,
+            Self::Contended { .. } => ProblemType::Contended.words(),
+            Self::LimitMismatch { .. } => ProblemType::LimitMismatch.words(),
+            _ => Words::NONE,
         }
     }
 }
@@ -92,17 +83,15 @@ impl Answer for RenewOutcome {
             } => StatusCode::CONFLICT,
         }
     }
-    fn describe(&self) -> (&'static str, &'static str) {
+    fn describe(&self) -> Words {
         match self {
-            Self::Lost { reason: LostReason::Absent } => (
-                "Lease lost",
-                "No lease exists any more (it expired or was released). Stop the work it protected.",
-            ),
-            Self::Lost { reason: LostReason::NotOwner } => (
-                "Lease lost",
-                "Someone else holds the lease now. Stop the work it protected.",
-            ),
-            Self::Renewed { .. } => ("", ""),
+            Self::Lost {
+                reason: LostReason::Absent,
+            } => ProblemType::Lost.words(),
+            Self::Lost {
+                reason: LostReason::NotOwner,
+            } => LOST_NOT_OWNER,
+            Self::Renewed { .. } => Words::NONE,
         }
     }
 }
@@ -114,11 +103,11 @@ impl Answer for ReleaseOutcome {
             Self::NotOwner => StatusCode::CONFLICT,
         }
     }
-    fn describe(&self) -> (&'static str, &'static str) {
-        (
-            "Not the owner",
-            "Someone else holds this lease; nothing was changed.",
-        )
+    fn describe(&self) -> Words {
+        match self {
+            Self::NotOwner => ProblemType::NotOwner.words(),
+            Self::Released | Self::AlreadyAbsent => Words::NONE,
+        }
     }
 }
 
@@ -143,20 +132,11 @@ impl Answer for Failure {
             Self::Indeterminate { .. } => None,
         }
     }
-    fn describe(&self) -> (&'static str, &'static str) {
+    fn describe(&self) -> Words {
         match self {
-            Self::Unavailable { .. } => (
-                "Store unavailable",
-                "The lease store could not be reached or refused the command; nothing was applied. Retry later.",
-            ),
-            Self::Overloaded { .. } => (
-                "Overloaded",
-                "The service shed this request before touching the store; nothing was applied. Retry later.",
-            ),
-            Self::Indeterminate { .. } => (
-                "Outcome unknown",
-                "The command was sent but no certain reply came: it may or may not have been applied. Inspect, or retry with the same attempt.",
-            ),
+            Self::Unavailable { .. } => ProblemType::Unavailable.words(),
+            Self::Overloaded { .. } => ProblemType::Overloaded.words(),
+            Self::Indeterminate { .. } => ProblemType::Indeterminate.words(),
         }
     }
 }
@@ -190,7 +170,7 @@ pub fn respond_one<T: Answer>(answer: &T) -> Response {
         }
     } else {
         let body = serde_json::to_value(answer).unwrap_or(Value::Null);
-        let (title, detail) = answer.describe();
+        let Words { title, detail } = answer.describe();
         let mut map = match body {
             Value::Object(map) => map,
             _ => Map::new(),
@@ -284,7 +264,6 @@ pub enum ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let none = Map::new();
         match self {
             Self::Invalid { status, errors } => {
                 let mut members = Map::new();
@@ -297,101 +276,74 @@ impl IntoResponse for ApiError {
                     .map(|e| format!("{}: {}", e.field, e.message))
                     .collect::<Vec<_>>()
                     .join("; ");
-                problem_response(
-                    status,
-                    "invalid_request",
-                    "Invalid request",
-                    &detail,
-                    members,
-                )
+                refusal(ProblemType::InvalidRequest, status, &detail, members)
             }
-            Self::TooLarge { limit } => problem_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "Request body too large",
-                &format!("The request body is limited to {limit} bytes."),
-                none,
-            ),
-            Self::HeadersTooLarge { limit } => problem_response(
-                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                "headers_too_large",
-                "Request headers too large",
-                &format!("The request's headers are limited to {limit} bytes in all."),
-                none,
-            ),
-            Self::UnsupportedMediaType => problem_response(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "Unsupported media type",
-                "Send the body as application/json.",
-                none,
-            ),
-            Self::NotFound => problem_response(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "Not found",
-                "No such route. See /openapi.json.",
-                none,
-            ),
-            Self::MethodNotAllowed => problem_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "Method not allowed",
-                "This route does not accept this method. See /openapi.json.",
-                none,
-            ),
+            Self::TooLarge { limit } => usual_with(ProblemType::PayloadTooLarge, LIMIT, limit),
+            Self::HeadersTooLarge { limit } => {
+                usual_with(ProblemType::HeadersTooLarge, LIMIT, limit)
+            }
+            Self::UnsupportedMediaType => usual(ProblemType::UnsupportedMediaType),
+            Self::NotFound => usual(ProblemType::NotFound),
+            Self::MethodNotAllowed => usual(ProblemType::MethodNotAllowed),
             Self::Unauthorized => {
-                let mut r = problem_response(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "Unauthorized",
-                    "Send a valid API key as 'Authorization: Bearer <key>'.",
-                    none,
-                );
+                let mut r = usual(ProblemType::Unauthorized);
                 r.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Bearer realm=\"leasehold\""),
                 );
                 r
             }
-            Self::Forbidden => problem_response(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "Forbidden",
-                "This API key may not use this purpose.",
-                none,
-            ),
+            Self::Forbidden => usual(ProblemType::Forbidden),
             Self::MissingScope(scope) => {
                 let mut members = Map::new();
                 members.insert("scope".into(), Value::from(scope));
                 problem_response(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    "Forbidden",
-                    &format!("This API key lacks the '{scope}' scope."),
+                    ProblemType::Forbidden.status(),
+                    &ProblemType::Forbidden.outcome(),
+                    MISSING_SCOPE.title,
+                    &MISSING_SCOPE.detail.replace(SCOPE, scope),
                     members,
                 )
             }
             Self::RequestTimeout => {
-                let mut r = problem_response(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "request_timeout",
-                    "Request timed out",
-                    "The request exceeded the service's request timeout.",
-                    none,
-                );
+                let mut r = usual(ProblemType::RequestTimeout);
                 set_retry_after(&mut r, 1000);
                 r
             }
-            Self::Internal => problem_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal error",
-                "The service failed unexpectedly; the failure was logged.",
-                none,
-            ),
+            Self::Internal => usual(ProblemType::Internal),
         }
     }
+}
+
+/// A problem answer of `problem` with its usual status, title and detail.
+fn usual(problem: ProblemType) -> Response {
+    let Words { detail, .. } = problem.words();
+    refusal(problem, problem.status(), detail, Map::new())
+}
+
+/// [`usual`], with the placeholder in the detail filled in.
+fn usual_with(problem: ProblemType, placeholder: &str, value: impl ToString) -> Response {
+    let detail = problem
+        .words()
+        .detail
+        .replace(placeholder, &value.to_string());
+    refusal(problem, problem.status(), &detail, Map::new())
+}
+
+/// A problem answer of `problem` with its usual title.
+fn refusal(
+    problem: ProblemType,
+    status: StatusCode,
+    detail: &str,
+    members: Map<String, Value>,
+) -> Response {
+    problem_response(
+        status,
+        &problem.outcome(),
+        problem.words().title,
+        detail,
+        members,
+    )
 }
 
 /// 408 problem+json `request_timeout`: the body did not arrive in time, so
@@ -399,9 +351,9 @@ impl IntoResponse for ApiError {
 pub fn body_timeout() -> Response {
     problem_response(
         StatusCode::REQUEST_TIMEOUT,
-        "request_timeout",
-        "Request body timed out",
-        "The request body did not arrive within the service's request timeout; nothing was done.",
+        &ProblemType::RequestTimeout.outcome(),
+        BODY_TIMEOUT.title,
+        BODY_TIMEOUT.detail,
         Map::new(),
     )
 }

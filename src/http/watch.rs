@@ -12,6 +12,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
@@ -26,6 +28,14 @@ use crate::http::openapi::{
     ServiceUnavailable, UnauthorizedProblem,
 };
 use crate::notify::{newer, Read, Snapshot, Watcher};
+
+/// The event stream's route template (also its metric label).
+pub const ROUTE: &str = "/leases/{purpose}/{digest}/events";
+
+/// `GET /leases/{purpose}/{digest}/events` (the long-poll is inspect's).
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route(ROUTE, get(events))
+}
 
 /// Bounds of watches.
 #[derive(Debug, Clone, Copy)]
@@ -243,7 +253,7 @@ async fn answer(
 /// service's watch cap (`overloaded` beyond it).
 #[utoipa::path(
     get,
-    path = "/leases/{purpose}/{digest}/events",
+    path = ROUTE,
     operation_id = "watchLease",
     tag = "leases",
     params(

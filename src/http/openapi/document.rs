@@ -4,6 +4,8 @@
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::server::Server;
 use utoipa::openapi::{ContactBuilder, InfoBuilder, LicenseBuilder, RefOr};
@@ -15,7 +17,16 @@ use crate::domain::{Guarantee, HeldBy, Lease};
 use crate::http::attempts::{AttemptBody, AttemptCreated};
 use crate::http::health::{Live, Ready};
 use crate::http::leases::{AcquireBody, RenewBody};
-use crate::http::problems::ProblemType;
+use crate::http::problem_table::ProblemType;
+use crate::http::AppState;
+
+/// The document's route (also its metric label).
+pub const ROUTE: &str = "/openapi.json";
+
+/// `GET /openapi.json`.
+pub(in crate::http) fn routes() -> Router<AppState> {
+    Router::new().route(ROUTE, get(openapi_json))
+}
 
 /// The command that rewrites the committed document.
 pub const REGENERATE: &str = "cargo run -q -- openapi > openapi/leasehold.json";
@@ -187,7 +198,7 @@ pub fn document_json() -> String {
 /// `leasehold openapi` and committed as `openapi/leasehold.json`).
 #[utoipa::path(
     get,
-    path = "/openapi.json",
+    path = ROUTE,
     operation_id = "openapi",
     tag = "operations",
     responses((status = 200, description = "The OpenAPI 3.1 document.", content_type = "application/json", body = Object,

@@ -10,9 +10,12 @@
 //! copy that a test keeps equal to it.
 
 mod document;
+#[cfg(test)]
+mod same_words;
 mod schemas;
 #[cfg(test)]
 mod tests;
 
-pub use self::document::{document_json, openapi_json, ApiDoc, REGENERATE};
+pub(super) use self::document::routes;
+pub use self::document::{document_json, openapi_json, ApiDoc, REGENERATE, ROUTE};
 pub use self::schemas::*;

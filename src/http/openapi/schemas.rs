@@ -5,8 +5,12 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use serde_json::{json, Value};
+
 use crate::domain::FieldError;
 use crate::domain::{HeldBy, Lease};
+use crate::http::problem::type_uri;
+use crate::http::problem_table::{ProblemType, Words, BODY_TIMEOUT, LIMIT, LOST_NOT_OWNER};
 
 /// One-value enums: the `outcome` member of each answer, so every schema
 /// names exactly the outcome it describes.
@@ -214,6 +218,33 @@ pub struct Inspected {
 
 // -------------------------------------------------------- problem answers --
 
+/// A problem answer's example with the problem's usual status and words
+/// (from the problem table, as the answer writes them), and the outcome's
+/// own members (which may give their own `detail`).
+fn example(problem: ProblemType, members: Value) -> Value {
+    example_with(problem, problem.words(), problem.status().as_u16(), members)
+}
+
+/// A problem answer's example with other words or another status.
+fn example_with(problem: ProblemType, words: Words, status: u16, members: Value) -> Value {
+    let mut example = json!({
+        "type": type_uri(&problem.outcome()),
+        "title": words.title,
+        "status": status,
+        "detail": words.detail,
+        "outcome": problem.outcome(),
+    });
+    if let (Some(example), Value::Object(members)) = (example.as_object_mut(), members) {
+        example.extend(members);
+    }
+    example
+}
+
+/// The usual detail of a size limit's problem, at the default 16 KiB.
+fn limited(problem: ProblemType) -> String {
+    problem.words().detail.replace(LIMIT, "16384")
+}
+
 /// A problem answer (RFC 9457): `type`, `title`, `status`, `detail`, the
 /// `outcome` tag, then the outcome's own members.
 macro_rules! problem {
@@ -248,9 +279,7 @@ macro_rules! problem {
 problem! {
     /// `owner_operation_conflict` (409): the same owner token holds the lease
     /// for another operation id; an operation never inherits another's lease.
-    #[schema(example = json!({"type": "/problems/owner-operation-conflict", "title": "Held by another operation of the same owner",
-        "status": 409, "detail": "The owner token holds this lease for a different operation id; an operation never inherits another's lease.",
-        "outcome": "owner_operation_conflict", "retryAfterMs": 12000}))]
+    #[schema(example = json!(example(ProblemType::OwnerOperationConflict, json!({"retryAfterMs": 12000}))))]
     OwnerOperationConflictProblem, OwnerOperationConflictTag, 409 ..= 409 {
         /// The holder's remaining time to live (or the configured fallback).
         #[schema(minimum = 1, maximum = 604800000)]
@@ -261,9 +290,7 @@ problem! {
 problem! {
     /// `contended` (409): someone else holds the lease. Retry after
     /// `retryAfterMs`, or send `waitMs` to wait server-side.
-    #[schema(example = json!({"type": "/problems/contended", "title": "Lease held by someone else",
-        "status": 409, "detail": "Another owner holds this lease. Retry after retryAfterMs, or send waitMs to wait server-side.",
-        "outcome": "contended", "retryAfterMs": 2450}))]
+    #[schema(example = json!(example(ProblemType::Contended, json!({"retryAfterMs": 2450}))))]
     ContendedProblem, ContendedTag, 409 ..= 409 {
         /// The holder's remaining time to live, or the configured 50 ms fallback.
         #[schema(minimum = 1, maximum = 604800000)]
@@ -281,9 +308,7 @@ problem! {
 problem! {
     /// `limit_mismatch` (409): the resource is held with another `limit`;
     /// every holder must ask with the same one.
-    #[schema(example = json!({"type": "/problems/limit-mismatch", "title": "Limit mismatch",
-        "status": 409, "detail": "The resource is held with another limit; every holder must ask with the same limit (the current one is in `limit`).",
-        "outcome": "limit_mismatch", "limit": 4}))]
+    #[schema(example = json!(example(ProblemType::LimitMismatch, json!({"limit": 4}))))]
     LimitMismatchProblem, LimitMismatchTag, 409 ..= 409 {
         /// The limit the current holders agreed on.
         #[schema(minimum = 1, maximum = 10000)]
@@ -311,8 +336,7 @@ pub enum AcquireConflict {
 problem! {
     /// `lost` with `reason: absent` (404): no lease exists any more (it
     /// expired or was released). Stop the work it protected.
-    #[schema(example = json!({"type": "/problems/lost", "title": "Lease lost", "status": 404,
-        "detail": "No lease exists any more (it expired or was released). Stop the work it protected.", "outcome": "lost", "reason": "absent"}))]
+    #[schema(example = json!(example(ProblemType::Lost, json!({"reason": "absent"}))))]
     LostAbsentProblem, LostTag, 404 ..= 404 {
         #[schema(inline)]
         reason: AbsentReason,
@@ -322,8 +346,7 @@ problem! {
 problem! {
     /// `lost` with `reason: not_owner` (409): someone else holds the lease
     /// now. Stop the work it protected.
-    #[schema(example = json!({"type": "/problems/lost", "title": "Lease lost", "status": 409,
-        "detail": "Someone else holds the lease now. Stop the work it protected.", "outcome": "lost", "reason": "not_owner"}))]
+    #[schema(example = json!(example_with(ProblemType::Lost, LOST_NOT_OWNER, 409, json!({"reason": "not_owner"}))))]
     LostNotOwnerProblem, LostTag, 409 ..= 409 {
         #[schema(inline)]
         reason: NotOwnerReason,
@@ -332,8 +355,7 @@ problem! {
 
 problem! {
     /// `not_owner` (409): someone else holds the lease; nothing was changed.
-    #[schema(example = json!({"type": "/problems/not-owner", "title": "Not the owner", "status": 409,
-        "detail": "Someone else holds this lease; nothing was changed.", "outcome": "not_owner"}))]
+    #[schema(example = json!(example(ProblemType::NotOwner, json!({}))))]
     NotOwnerProblem, NotOwnerTag, 409 ..= 409 {}
 }
 
@@ -341,9 +363,7 @@ problem! {
     /// `unavailable` (503): definitely not applied. The store could not be
     /// reached or refused the command (no connection, pool empty before
     /// send, READONLY/LOADING/MASTERDOWN/CLUSTERDOWN/OOM). Retry later.
-    #[schema(example = json!({"type": "/problems/unavailable", "title": "Store unavailable", "status": 503,
-        "detail": "The lease store could not be reached or refused the command; nothing was applied. Retry later.",
-        "outcome": "unavailable", "retryAfterMs": 1000}))]
+    #[schema(example = json!(example(ProblemType::Unavailable, json!({"retryAfterMs": 1000}))))]
     UnavailableProblem, UnavailableTag, 503 ..= 503 {
         /// When to try again.
         #[schema(minimum = 1, maximum = 604800000)]
@@ -355,9 +375,7 @@ problem! {
     /// `overloaded` (503): shed by the service's own admission limit (store
     /// calls in flight, or server-side waiters) before touching the store;
     /// nothing was applied.
-    #[schema(example = json!({"type": "/problems/overloaded", "title": "Overloaded", "status": 503,
-        "detail": "The service shed this request before touching the store; nothing was applied. Retry later.",
-        "outcome": "overloaded", "retryAfterMs": 50}))]
+    #[schema(example = json!(example(ProblemType::Overloaded, json!({"retryAfterMs": 50}))))]
     OverloadedProblem, OverloadedTag, 503 ..= 503 {
         /// When to try again.
         #[schema(minimum = 1, maximum = 604800000)]
@@ -370,8 +388,7 @@ problem! {
     /// per-request timeout (the wait bound plus the store command timeout).
     /// For a lease verb, the effect is unknown: inspect, or retry with the
     /// same attempt.
-    #[schema(example = json!({"type": "/problems/request-timeout", "title": "Request timed out", "status": 503,
-        "detail": "The request exceeded the service's request timeout.", "outcome": "request_timeout"}))]
+    #[schema(example = json!(example(ProblemType::RequestTimeout, json!({}))))]
     RequestTimeoutProblem, RequestTimeoutTag, 503 ..= 503 {}
 }
 
@@ -379,8 +396,7 @@ problem! {
     /// `request_timeout` (408): the request body did not arrive within the
     /// service's request timeout (less half a second), so nothing reached
     /// the store and nothing was done: send it again.
-    #[schema(example = json!({"type": "/problems/request-timeout", "title": "Request body timed out", "status": 408,
-        "detail": "The request body did not arrive within the service's request timeout; nothing was done.", "outcome": "request_timeout"}))]
+    #[schema(example = json!(example_with(ProblemType::RequestTimeout, BODY_TIMEOUT, 408, json!({}))))]
     BodyTimeoutProblem, RequestTimeoutTag, 408 ..= 408 {}
 }
 
@@ -405,9 +421,7 @@ problem! {
     /// `indeterminate` (504): the command was sent but no certain reply came;
     /// it may or may not have been applied. Inspect, or retry with the same
     /// attempt (a retry answers `replayed_same_operation` if it was applied).
-    #[schema(example = json!({"type": "/problems/indeterminate", "title": "Outcome unknown", "status": 504,
-        "detail": "The command was sent but no certain reply came: it may or may not have been applied. Inspect, or retry with the same attempt.",
-        "outcome": "indeterminate", "operationId": "export-2026-12-02"}))]
+    #[schema(example = json!(example(ProblemType::Indeterminate, json!({"operationId": "export-2026-12-02"}))))]
     IndeterminateProblem, IndeterminateTag, 504 ..= 504 {
         /// The operation whose effect is unknown.
         #[schema(pattern = "^[A-Za-z0-9._~-]{1,128}$", min_length = 1, max_length = 128)]
@@ -420,9 +434,9 @@ problem! {
     /// parameters, attempt headers, JSON syntax; 422 when well-formed JSON
     /// holds invalid values: bounds, types, unknown or missing members).
     /// `errors` names each invalid field.
-    #[schema(example = json!({"type": "/problems/invalid-request", "title": "Invalid request", "status": 422,
-        "detail": "ttlMs: must be between 20 and 3600000 milliseconds", "outcome": "invalid_request",
-        "errors": [{"field": "ttlMs", "message": "must be between 20 and 3600000 milliseconds"}]}))]
+    #[schema(example = json!(example_with(ProblemType::InvalidRequest, ProblemType::InvalidRequest.words(), 422, json!({
+        "detail": "ttlMs: must be between 20 and 3600000 milliseconds",
+        "errors": [{"field": "ttlMs", "message": "must be between 20 and 3600000 milliseconds"}]}))))]
     InvalidRequestProblem, InvalidRequestTag, 400 ..= 422 {
         /// Each invalid field, at least one.
         #[schema(min_items = 1)]
@@ -432,45 +446,39 @@ problem! {
 
 problem! {
     /// `payload_too_large` (413): the request body is over the limit (16 KiB by default).
-    #[schema(example = json!({"type": "/problems/payload-too-large", "title": "Request body too large", "status": 413,
-        "detail": "The request body is limited to 16384 bytes.", "outcome": "payload_too_large"}))]
+    #[schema(example = json!(example(ProblemType::PayloadTooLarge, json!({"detail": limited(ProblemType::PayloadTooLarge)}))))]
     PayloadTooLargeProblem, PayloadTooLargeTag, 413 ..= 413 {}
 }
 
 problem! {
     /// `headers_too_large` (431): the request's header block (names and
     /// values) is over 16 KiB.
-    #[schema(example = json!({"type": "/problems/headers-too-large", "title": "Request headers too large", "status": 431,
-        "detail": "The request's headers are limited to 16384 bytes in all.", "outcome": "headers_too_large"}))]
+    #[schema(example = json!(example(ProblemType::HeadersTooLarge, json!({"detail": limited(ProblemType::HeadersTooLarge)}))))]
     HeadersTooLargeProblem, HeadersTooLargeTag, 431 ..= 431 {}
 }
 
 problem! {
     /// `unsupported_media_type` (415): the body is not `application/json`.
-    #[schema(example = json!({"type": "/problems/unsupported-media-type", "title": "Unsupported media type", "status": 415,
-        "detail": "Send the body as application/json.", "outcome": "unsupported_media_type"}))]
+    #[schema(example = json!(example(ProblemType::UnsupportedMediaType, json!({}))))]
     UnsupportedMediaTypeProblem, UnsupportedMediaTypeTag, 415 ..= 415 {}
 }
 
 problem! {
     /// `unauthorized` (401): API keys are configured and no valid
     /// `Authorization: Bearer <key>` was sent.
-    #[schema(example = json!({"type": "/problems/unauthorized", "title": "Unauthorized", "status": 401,
-        "detail": "Send a valid API key as 'Authorization: Bearer <key>'.", "outcome": "unauthorized"}))]
+    #[schema(example = json!(example(ProblemType::Unauthorized, json!({}))))]
     UnauthorizedProblem, UnauthorizedTag, 401 ..= 401 {}
 }
 
 problem! {
     /// `forbidden` (403): the API key may not use this purpose.
-    #[schema(example = json!({"type": "/problems/forbidden", "title": "Forbidden", "status": 403,
-        "detail": "This API key may not use this purpose.", "outcome": "forbidden"}))]
+    #[schema(example = json!(example(ProblemType::Forbidden, json!({}))))]
     ForbiddenProblem, ForbiddenTag, 403 ..= 403 {}
 }
 
 problem! {
     /// `not_found` (404): no such route, e.g. an empty path segment.
-    #[schema(example = json!({"type": "/problems/not-found", "title": "Not found", "status": 404,
-        "detail": "No such route. See /openapi.json.", "outcome": "not_found"}))]
+    #[schema(example = json!(example(ProblemType::NotFound, json!({}))))]
     NotFoundProblem, NotFoundTag, 404 ..= 404 {}
 }
 
@@ -492,8 +500,8 @@ pub enum LeaseNotFound {
 problem! {
     /// `not_ready` (503): the store did not answer as a writable primary
     /// within the command timeout.
-    #[schema(example = json!({"type": "/problems/not-ready", "title": "Not ready", "status": 503,
-        "detail": "connection refused", "outcome": "not_ready", "topology": "standalone", "writable": false, "waiters": 0}))]
+    #[schema(example = json!(example(ProblemType::NotReady, json!({
+        "detail": "connection refused", "topology": "standalone", "writable": false, "waiters": 0}))))]
     NotReadyProblem, NotReadyTag, 503 ..= 503 {
         /// `memory`, `standalone`, `cluster` or `sentinel`.
         topology: String,

@@ -500,7 +500,7 @@ fn no_parameter_is_nullable() {
 /// Every problem the document declares has a page at its `type`.
 #[test]
 fn every_documented_problem_type_has_a_page() {
-    use crate::http::problems::ProblemType;
+    use crate::http::problem_table::ProblemType;
     let doc: Value = serde_json::from_str(&super::document_json()).expect("document");
     let mut problems = 0;
     for (name, schema) in doc["components"]["schemas"].as_object().expect("schemas") {
@@ -515,7 +515,7 @@ fn every_documented_problem_type_has_a_page() {
             let slug = outcome.as_str().expect("string").replace('_', "-");
             assert!(
                 ProblemType::from_slug(&slug).is_some(),
-                "{name}: no page for outcome {outcome}: add it to ProblemType (src/http/problems.rs)"
+                "{name}: no page for outcome {outcome}: add it to ProblemType (src/http/problem_table.rs)"
             );
             let example = &schema["example"]["type"];
             assert_eq!(
