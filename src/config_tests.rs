@@ -50,3 +50,92 @@ fn tls_files_come_in_pairs_naming_the_missing_setting() {
     assert!(both.tls_files().is_some());
     assert!(parse(&[]).tls_files().is_none());
 }
+
+/// `leasehold <subcommand> --help` (`long`) or `-h` as the binary prints it, with any
+/// `LEASEHOLD_*` value the test's environment happens to hold blanked.
+fn help_of(subcommand: &str, long: bool) -> String {
+    use clap::CommandFactory;
+    let mut cli = Cli::command();
+    cli.build();
+    let command = cli.find_subcommand_mut(subcommand).expect("subcommand");
+    let text = if long {
+        command.render_long_help()
+    } else {
+        command.render_help()
+    }
+    .to_string();
+    text.lines()
+        .map(|line| match line.trim_start().strip_prefix("[env: ") {
+            Some(rest) if rest.contains('=') => {
+                let name = rest.split('=').next().unwrap_or("");
+                format!(
+                    "{}[env: {name}=]",
+                    &line[..line.len() - line.trim_start().len()]
+                )
+            }
+            _ => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_help_text_is_unchanged() {
+    // Every flag, variable, default and description, in order: a change
+    // here is a change operators see (and docs/configuration.md lists).
+    assert_eq!(
+        help_of("serve", true).trim_end(),
+        include_str!("config/serve_help.txt").trim_end()
+    );
+    assert_eq!(
+        help_of("serve", false).trim_end(),
+        include_str!("config/serve_help_short.txt").trim_end()
+    );
+    assert_eq!(
+        help_of("healthcheck", false).trim_end(),
+        include_str!("config/healthcheck_help.txt").trim_end()
+    );
+}
+
+/// Every `LEASEHOLD_*` variable `leasehold serve` reads, hidden ones included.
+fn serve_env_names() -> std::collections::BTreeSet<String> {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let serve = cli.find_subcommand("serve").expect("serve");
+    serve
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|v| v.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn every_documented_variable_is_read_and_every_variable_documented() {
+    let read = serve_env_names();
+    let docs = [
+        include_str!("../docs/configuration.md"),
+        include_str!("../docs/topologies.md"),
+    ];
+    let mut documented = std::collections::BTreeSet::new();
+    for text in docs {
+        for (at, _) in text.match_indices("LEASEHOLD_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            documented.insert(name);
+        }
+    }
+    let unread: Vec<_> = documented.difference(&read).collect();
+    assert!(unread.is_empty(), "documented but not read: {unread:?}");
+    // The one internal (hidden) setting is for tests only.
+    let undocumented: Vec<_> = read
+        .difference(&documented)
+        .filter(|n| *n != "LEASEHOLD_SSE_KEEPALIVE_MS")
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "read but not documented: {undocumented:?}"
+    );
+    assert_eq!(read.len(), 39, "{read:?}");
+}
