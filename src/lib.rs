@@ -36,8 +36,9 @@
 //! certificate is re-read when its files change.
 //!
 //! [`startup::run`] takes an already-bound listener and a shutdown future, so tests
-//! start many instances on port 0 in one process. `main.rs` only parses
-//! settings, sets up logging and binds.
+//! start many instances on port 0 in one process, from a
+//! [`config::ValidConfig`]. `main.rs` only parses and validates the settings
+//! (once), sets up logging and binds.
 //!
 //! ## The other side
 //!

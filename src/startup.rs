@@ -1,4 +1,5 @@
-//! Startup: the settings turned into a running service. [`run`] takes an
+//! Startup: validated settings turned into a running service, each
+//! component built from its own settings group. [`run`] takes an
 //! already-bound listener and a shutdown future (tests start many instances
 //! on port 0 in one process); [`build_store`] picks and connects the store;
 //! [`shutdown_signal`] is SIGTERM or Ctrl-C.
@@ -10,7 +11,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, ConfigError, ServeArgs};
+use crate::config::{
+    AuthArgs, ConfigError, HttpArgs, LimitsArgs, StoreArgs, TelemetryArgs, TlsArgs, ValidConfig,
+};
 use crate::domain::Bounds;
 use crate::http::auth::ApiKeys;
 use crate::notify::WaitRegistry;
@@ -56,10 +59,10 @@ fn read_secret_file(
     }
 }
 
-/// Builds the store the settings ask for.
-pub fn build_store(args: &ServeArgs, waiters: Arc<WaitRegistry>) -> Result<Store, ConfigError> {
-    let nodes = config::non_empty(&args.redis_cluster_nodes);
-    let sentinels = config::non_empty(&args.redis_sentinels);
+/// Builds the store the store settings ask for.
+pub fn build_store(args: &StoreArgs, waiters: Arc<WaitRegistry>) -> Result<Store, ConfigError> {
+    let nodes = args.cluster_nodes();
+    let sentinels = args.sentinels();
     let topology = match (&args.redis_url, nodes.is_empty(), sentinels.is_empty()) {
         (Some(url), _, _) => Topology::Standalone { url: url.clone() },
         (None, false, _) => Topology::Cluster {
@@ -87,9 +90,9 @@ pub fn build_store(args: &ServeArgs, waiters: Arc<WaitRegistry>) -> Result<Store
         username: args.redis_username.clone(),
         password,
         tls: TlsFiles {
-            ca_file: args.redis_ca_file.clone(),
-            client_cert: args.redis_client_cert.clone(),
-            client_key: args.redis_client_key.clone(),
+            ca_file: args.tls.redis_ca_file.clone(),
+            client_cert: args.tls.redis_client_cert.clone(),
+            client_key: args.tls.redis_client_key.clone(),
         },
         replica_acks: (args.redis_min_replicas > 0).then(|| ReplicaAcks {
             min_replicas: args.redis_min_replicas,
@@ -109,15 +112,14 @@ pub fn build_store(args: &ServeArgs, waiters: Arc<WaitRegistry>) -> Result<Store
 /// requests finish, and returns within the configured grace period.
 pub async fn run(
     listener: TcpListener,
-    args: ServeArgs,
+    config: ValidConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    args.validate()?;
-    let metrics_listener = match args.metrics_listen {
+    let metrics_listener = match config.http.metrics_listen {
         Some(addr) => Some(TcpListener::bind(addr).await?),
         None => None,
     };
-    run_with(listener, metrics_listener, args, shutdown).await
+    run_with(listener, metrics_listener, config, shutdown).await
 }
 
 /// Like [`run`], with an already-bound metrics listener (`None`: `/metrics`
@@ -125,75 +127,39 @@ pub async fn run(
 pub async fn run_with(
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
-    args: ServeArgs,
+    config: ValidConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    args.validate()?;
     // First: metric handles created from here on (and cached) are live ones.
     let metrics = telemetry::install_metrics();
-    let api_keys = match &args.api_keys_file {
-        None => ApiKeys::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                ConfigError::new(
-                    "LEASEHOLD_API_KEYS_FILE",
-                    format!("cannot be read: {}", e.kind()),
-                )
-            })?;
-            ApiKeys::parse(&text)
-                .map_err(|e| ConfigError::new("LEASEHOLD_API_KEYS_FILE", e.to_string()))?
-        }
-    };
-    if !api_keys.enabled() {
-        if args.api_keys_required {
-            return Err(ConfigError::new(
-                "LEASEHOLD_API_KEYS_REQUIRED",
-                "is true but no LEASEHOLD_API_KEYS_FILE is set".to_owned(),
-            )
-            .into());
-        }
-        tracing::warn!(
-            "NO API KEYS: the API is open to anyone who can reach it (every purpose, every \
-             verb, /metrics). Set LEASEHOLD_API_KEYS_FILE, and LEASEHOLD_API_KEYS_REQUIRED=true \
-             to refuse to start without it."
-        );
-    }
+    let api_keys = read_api_keys(&config.auth)?;
     // HTTPS: every file read and checked now, so a bad one stops the start
     // naming its setting; from here on a bad replacement only logs a warning.
-    let tls = args
-        .tls_files()
+    let tls = server_tls_files(&config.http.tls)
         .map(|files| http::tls::ServerTls::load(&files))
         .transpose()?;
     let token = CancellationToken::new();
-    let waiters = Arc::new(WaitRegistry::new(args.max_waiters));
-    let store = build_store(&args, Arc::clone(&waiters))?;
+    let waiters = Arc::new(WaitRegistry::new(config.limits.max_waiters));
+    let store = build_store(&config.store, Arc::clone(&waiters))?;
     store.start_background(token.clone());
     let service = LeaseService::new(
         store,
-        ServiceSettings {
-            bounds: Bounds::new(args.drift_budget_ms, args.max_ttl_ms, args.max_wait_ms),
-            retry_after_ms: args.retry_after_ms,
-            unavailable_retry_after_ms: 1000,
-            max_in_flight: args.max_in_flight,
-            max_purpose_labels: args.max_purpose_labels,
-            labelled_purposes: api_keys.named_purposes(),
-            release_abandoned: args.release_abandoned,
-        },
+        service_settings(&config.limits, &config.telemetry, &api_keys),
         waiters,
         token.clone(),
     );
     let app = Arc::new(http::App {
         service,
-        body_limit: args.body_limit_bytes,
+        body_limit: config.http.body_limit_bytes,
         metrics,
         api_keys,
-        request_timeout: Duration::from_millis(args.max_wait_ms)
-            + 3 * args.command_timeout()
+        request_timeout: Duration::from_millis(config.limits.max_wait_ms)
+            + 3 * config.store.command_timeout()
             + Duration::from_secs(1),
         http_meters: telemetry::Handles::new(),
         watch: http::watch::WatchSettings {
-            max_watchers: args.max_watchers,
-            keepalive: Duration::from_millis(args.sse_keepalive_ms),
+            max_watchers: config.limits.max_watchers,
+            keepalive: Duration::from_millis(config.limits.sse_keepalive_ms),
         },
     });
     // Histogram samples are buffered until a scrape or an upkeep drains them:
@@ -215,16 +181,13 @@ pub async fn run_with(
     let acceptor = tls.map(|tls| {
         http::tls::spawn_reloader(
             tls.reloader,
-            Duration::from_millis(args.tls_reload_interval_ms),
+            Duration::from_millis(config.http.tls.tls_reload_interval_ms),
             token.clone(),
         );
         tls.acceptor
     });
     let router = http::service(Arc::clone(&app), metrics_listener.is_none());
-    let limits = http::server::Limits {
-        max_connections: args.max_connections,
-        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
-    };
+    let limits = server_limits(&config.http);
     if let Some(listener) = metrics_listener {
         let metrics = http::metrics_router(Arc::clone(&app));
         let stop = token.clone();
@@ -250,7 +213,7 @@ pub async fn run_with(
         stop.cancel();
     });
     let mut server = tokio::spawn(server);
-    let grace = Duration::from_millis(args.shutdown_grace_ms);
+    let grace = Duration::from_millis(config.http.shutdown_grace_ms);
     tokio::select! {
         result = &mut server => {
             token.cancel();
@@ -259,11 +222,82 @@ pub async fn run_with(
             }
         }
         _ = async { token.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(grace_ms = args.shutdown_grace_ms, "grace period over; dropping remaining connections");
+            tracing::warn!(grace_ms = config.http.shutdown_grace_ms, "grace period over; dropping remaining connections");
             server.abort();
         }
     }
     Ok(())
+}
+
+/// The API keys the auth settings name (none: an open API, with a loud
+/// warning, unless keys are required).
+fn read_api_keys(auth: &AuthArgs) -> Result<ApiKeys, ConfigError> {
+    let api_keys = match &auth.api_keys_file {
+        None => ApiKeys::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::new(
+                    "LEASEHOLD_API_KEYS_FILE",
+                    format!("cannot be read: {}", e.kind()),
+                )
+            })?;
+            ApiKeys::parse(&text)
+                .map_err(|e| ConfigError::new("LEASEHOLD_API_KEYS_FILE", e.to_string()))?
+        }
+    };
+    if !api_keys.enabled() {
+        if auth.api_keys_required {
+            return Err(ConfigError::new(
+                "LEASEHOLD_API_KEYS_REQUIRED",
+                "is true but no LEASEHOLD_API_KEYS_FILE is set".to_owned(),
+            ));
+        }
+        tracing::warn!(
+            "NO API KEYS: the API is open to anyone who can reach it (every purpose, every \
+             verb, /metrics). Set LEASEHOLD_API_KEYS_FILE, and LEASEHOLD_API_KEYS_REQUIRED=true \
+             to refuse to start without it."
+        );
+    }
+    Ok(api_keys)
+}
+
+/// The HTTPS files, when HTTPS is on.
+fn server_tls_files(tls: &TlsArgs) -> Option<http::tls::TlsFiles> {
+    tls.cert_and_key().map(|(cert, key)| http::tls::TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+        client_ca: tls.tls_client_ca_file.clone(),
+    })
+}
+
+/// The lease service's settings: the limits group, metric labels from the
+/// telemetry group, and the purposes the API keys name.
+fn service_settings(
+    limits: &LimitsArgs,
+    telemetry: &TelemetryArgs,
+    api_keys: &ApiKeys,
+) -> ServiceSettings {
+    ServiceSettings {
+        bounds: Bounds::new(
+            limits.drift_budget_ms,
+            limits.max_ttl_ms,
+            limits.max_wait_ms,
+        ),
+        retry_after_ms: limits.retry_after_ms,
+        unavailable_retry_after_ms: 1000,
+        max_in_flight: limits.max_in_flight,
+        max_purpose_labels: telemetry.max_purpose_labels,
+        labelled_purposes: api_keys.named_purposes(),
+        release_abandoned: limits.release_abandoned,
+    }
+}
+
+/// Each listener's connection limits.
+fn server_limits(http: &HttpArgs) -> http::server::Limits {
+    http::server::Limits {
+        max_connections: http.max_connections,
+        idle_timeout: Duration::from_millis(http.idle_timeout_ms),
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

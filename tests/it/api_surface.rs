@@ -1554,7 +1554,12 @@ async fn start_error(flags: &[&str]) -> Option<String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    match leasehold::run(listener, args(&Backend::Memory, flags), async {}).await {
+    // A setting out of bounds is refused by the one validation, before `run`.
+    let config = match args(&Backend::Memory, flags).validate() {
+        Ok(config) => config,
+        Err(err) => return Some(err.to_string()),
+    };
+    match leasehold::run(listener, config, async {}).await {
         Ok(()) => None,
         Err(err) => Some(err.to_string()),
     }

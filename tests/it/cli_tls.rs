@@ -259,7 +259,9 @@ async fn https_service(tls: &TlsMaterial, client_ca: bool) -> (String, oneshot::
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
-    let settings = args(&Backend::Memory, &flags);
+    let settings = args(&Backend::Memory, &flags)
+        .validate()
+        .expect("valid settings");
     tokio::spawn(async move {
         leasehold::run(listener, settings, async move {
             let _ = stopped.await;

@@ -590,7 +590,9 @@ async fn metrics_can_move_to_their_own_listener() {
     let server = tokio::spawn(leasehold::run_with(
         api,
         Some(metrics),
-        args(&Backend::Memory, &[]),
+        args(&Backend::Memory, &[])
+            .validate()
+            .expect("valid settings"),
         async move {
             let _ = stopped.await;
         },

@@ -280,7 +280,7 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
     // Instance B (same namespace, all seeds) waits; instance A releases.
     // One resource per master, so the wake-up crosses shards.
     let mut b_args = topology_args(&["--redis-cluster-nodes", &cluster_flag(&cluster)]);
-    b_args.namespace = a.namespace.clone();
+    b_args.store.namespace = a.namespace.clone();
     let b = Arc::new(spawn_with(b_args).await);
     let mut per_master: BTreeMap<u16, String> = BTreeMap::new();
     while per_master.len() < 3 {
@@ -1007,7 +1007,7 @@ async fn acl_rules_from_the_docs_are_enough() {
         "--redis-password-file",
         &file.display().to_string(),
     ]);
-    settings.namespace = namespace.clone();
+    settings.store.namespace = namespace.clone();
     let app = Arc::new(spawn_with(settings).await);
     contract_basics(&app, "standalone").await;
     // The wake-up subscription works too: a waiter is woken by the release.
@@ -1104,8 +1104,8 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
             "--redis-replica-timeout-ms",
             timeout_ms,
         ]);
-        args.validate().expect("valid");
-        leasehold::build_store(&args, Arc::new(WaitRegistry::new(10))).expect("store")
+        let config = args.validate().expect("valid");
+        leasehold::build_store(&config.store, Arc::new(WaitRegistry::new(10))).expect("store")
     };
     let resource = || ResourceId {
         purpose: Purpose::parse(P).expect("purpose"),
@@ -1266,8 +1266,10 @@ async fn conflicting_topology_settings_are_start_up_errors() {
 
     // A URL that does not parse is not quoted back: it may hold a password.
     let args = topology_args(&["--redis-cluster-nodes", "redis://user:hunter2-Secret@[::1"]);
-    let err = match leasehold::build_store(&args, Arc::new(leasehold::notify::WaitRegistry::new(1)))
-    {
+    let err = match leasehold::build_store(
+        &args.store,
+        Arc::new(leasehold::notify::WaitRegistry::new(1)),
+    ) {
         Err(err) => err.to_string(),
         Ok(_) => panic!("a broken URL must be refused"),
     };
@@ -1282,8 +1284,10 @@ async fn conflicting_topology_settings_are_start_up_errors() {
         "--redis-ca-file",
         "/nonexistent/ca.pem",
     ]);
-    let err = match leasehold::build_store(&args, Arc::new(leasehold::notify::WaitRegistry::new(1)))
-    {
+    let err = match leasehold::build_store(
+        &args.store,
+        Arc::new(leasehold::notify::WaitRegistry::new(1)),
+    ) {
         Err(err) => err.to_string(),
         Ok(_) => panic!("a missing CA file must be refused"),
     };

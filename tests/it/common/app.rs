@@ -137,9 +137,10 @@ impl TestApp {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let namespace = args.namespace.clone();
+        let namespace = args.store.namespace.clone();
+        let config = args.validate().expect("valid test settings");
         let task = tokio::spawn(async move {
-            leasehold::run(listener, args, async move {
+            leasehold::run(listener, config, async move {
                 let _ = rx.await;
             })
             .await

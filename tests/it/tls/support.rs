@@ -177,7 +177,9 @@ impl TlsApp {
         let task = tokio::spawn(leasehold::run_with(
             api,
             Some(metrics),
-            args(&Backend::Memory, extra),
+            args(&Backend::Memory, extra)
+                .validate()
+                .expect("valid settings"),
             async move {
                 let _ = stopped.await;
             },
