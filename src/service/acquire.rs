@@ -72,7 +72,7 @@ impl LeaseService {
         let clean_up = self.settings.release_abandoned;
         tokio::spawn(async move {
             let result = store
-                .acquire_replicated(&resource, &attempt, &request.spec(member.as_deref()))
+                .acquire(&resource, &attempt, &request.spec(member.as_deref()))
                 .await;
             if let Err(Ok(abandoned)) = tx.send(result) {
                 if !matches!(abandoned.value, StoreAcquire::Acquired(_)) {
@@ -105,11 +105,8 @@ impl LeaseService {
             self.admitted(self.acquire_for_waiter(resource, attempt, request, member))
                 .await?
         } else {
-            self.admitted(
-                self.store
-                    .acquire_replicated(resource, attempt, &request.spec(member)),
-            )
-            .await?
+            self.admitted(self.store.acquire(resource, attempt, &request.spec(member)))
+                .await?
         };
         let fallback = self.settings.retry_after_ms;
         let replication = result.as_ref().ok().and_then(|r| r.replication);

@@ -171,7 +171,7 @@ impl LeaseService {
     ) -> Result<RenewOutcome, Failure> {
         let started = Instant::now();
         let answer = self
-            .admitted(self.store.renew_replicated(resource, attempt, ttl, holder))
+            .admitted(self.store.renew(resource, attempt, ttl, holder))
             .await
             .map(|r| r.map(|r| (r.value, r.replication)));
         let result = match answer {
@@ -198,7 +198,12 @@ impl LeaseService {
         attempt: &Attempt,
     ) -> Result<ReleaseOutcome, Failure> {
         let started = Instant::now();
-        let result = match self.admitted(self.store.release(resource, attempt)).await {
+        // A release's answer carries no replication (its WAIT still runs).
+        let answer = self
+            .admitted(self.store.release(resource, attempt))
+            .await
+            .map(|r| r.map(|r| r.value));
+        let result = match answer {
             Err(failure) => Err(failure),
             Ok(Ok(StoreRelease::Released)) => Ok(ReleaseOutcome::Released),
             Ok(Ok(StoreRelease::AlreadyAbsent)) => Ok(ReleaseOutcome::AlreadyAbsent),

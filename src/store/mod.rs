@@ -305,20 +305,10 @@ macro_rules! dispatch {
 }
 
 impl Store {
-    /// Acquires `resource` for `attempt` if it is free.
+    /// Acquires `resource` for `attempt` if it is free. With replica acks
+    /// configured (Redis), a write is followed by `WAIT` and the answer
+    /// says how many replicas have it; otherwise `replication` is `None`.
     pub async fn acquire(
-        &self,
-        resource: &ResourceId,
-        attempt: &Attempt,
-        spec: &AcquireSpec<'_>,
-    ) -> Result<StoreAcquire, StoreError> {
-        self.acquire_replicated(resource, attempt, spec)
-            .await
-            .map(|r| r.value)
-    }
-
-    /// [`Store::acquire`], with the replica acknowledgement of the write.
-    pub async fn acquire_replicated(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
@@ -334,20 +324,8 @@ impl Store {
     }
 
     /// Resets the TTL of the caller's lease; `holder` replaces its label.
+    /// Replication as for [`Store::acquire`].
     pub async fn renew(
-        &self,
-        resource: &ResourceId,
-        attempt: &Attempt,
-        ttl: Ttl,
-        holder: Option<&HolderLabel>,
-    ) -> Result<StoreRenew, StoreError> {
-        self.renew_replicated(resource, attempt, ttl, holder)
-            .await
-            .map(|r| r.value)
-    }
-
-    /// [`Store::renew`], with the replica acknowledgement of the write.
-    pub async fn renew_replicated(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
@@ -364,18 +342,8 @@ impl Store {
     }
 
     /// Deletes the caller's lease and wakes the resource's waiters.
+    /// Replication as for [`Store::acquire`].
     pub async fn release(
-        &self,
-        resource: &ResourceId,
-        attempt: &Attempt,
-    ) -> Result<StoreRelease, StoreError> {
-        self.release_replicated(resource, attempt)
-            .await
-            .map(|r| r.value)
-    }
-
-    /// [`Store::release`], with the replica acknowledgement of the write.
-    pub async fn release_replicated(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,

@@ -1127,7 +1127,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     let patient = store("1", "10000");
     let (r, a) = (resource(), attempt());
     let got = patient
-        .acquire_replicated(&r, &a, &AcquireSpec::plain(ttl))
+        .acquire(&r, &a, &AcquireSpec::plain(ttl))
         .await
         .expect("answer");
     assert!(
@@ -1137,21 +1137,18 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     assert_eq!(got.replication, acked(1));
     // A replay writes nothing: no WAIT, nothing to report.
     let again = patient
-        .acquire_replicated(&r, &a, &AcquireSpec::plain(ttl))
+        .acquire(&r, &a, &AcquireSpec::plain(ttl))
         .await
         .expect("answer");
     assert!(matches!(again.value, StoreAcquire::Replayed { .. }));
     assert_eq!(again.replication, None);
-    let renewed = patient
-        .renew_replicated(&r, &a, ttl, None)
-        .await
-        .expect("answer");
+    let renewed = patient.renew(&r, &a, ttl, None).await.expect("answer");
     assert!(matches!(renewed.value, StoreRenew::Renewed { .. }));
     assert_eq!(renewed.replication, acked(1));
-    let released = patient.release_replicated(&r, &a).await.expect("answer");
+    let released = patient.release(&r, &a).await.expect("answer");
     assert_eq!(released.value, StoreRelease::Released);
     assert_eq!(released.replication, acked(1));
-    let absent = patient.release_replicated(&r, &a).await.expect("answer");
+    let absent = patient.release(&r, &a).await.expect("answer");
     assert_eq!(
         (absent.value, absent.replication),
         (StoreRelease::AlreadyAbsent, None)
@@ -1160,7 +1157,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     // More replicas asked for than exist: the write stands, the answer says 1 of 2.
     let greedy = store("2", "200");
     let got = greedy
-        .acquire_replicated(&resource(), &attempt(), &AcquireSpec::plain(ttl))
+        .acquire(&resource(), &attempt(), &AcquireSpec::plain(ttl))
         .await
         .expect("answer");
     assert!(matches!(got.value, StoreAcquire::Acquired { .. }));
@@ -1173,7 +1170,7 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     replica.freeze();
     let started = Instant::now();
     let got = hasty
-        .acquire_replicated(&resource(), &attempt(), &AcquireSpec::plain(ttl))
+        .acquire(&resource(), &attempt(), &AcquireSpec::plain(ttl))
         .await;
     replica.thaw();
     let got = got.expect("answer");

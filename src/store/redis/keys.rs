@@ -37,3 +37,9 @@ pub(super) const WATCH_MARK_MS: &str = "30000";
 /// How far ahead a heartbeat keeps this instance's queue entries alive; a
 /// SIGKILLed instance's waiters stop holding up a queue within this.
 pub(super) const QUEUE_HORIZON_MS: &str = "2000";
+
+/// The `KEYS` of the scripts of one lease record (acquire, renew, release,
+/// inspect), as their headers name them: the record and its sequence.
+pub(super) fn record_keys<'a>(lease: &'a str, seq: &'a str) -> [(&'static str, &'a str); 2] {
+    [("record", lease), ("sequence", seq)]
+}

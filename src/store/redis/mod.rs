@@ -1,7 +1,8 @@
-//! The Redis store: one Lua script per verb, run with EVALSHA on a pooled
-//! connection to the right master, every call bounded by the command timeout
-//! and classified as answered, `Unavailable` (definitely not applied) or
-//! `Indeterminate` (written, no certain reply).
+//! The Redis store: one Lua script per verb (`script/`: its arguments and
+//! reply by name), run with EVALSHA on a pooled connection to the right
+//! master, every call bounded by the command timeout and classified as
+//! answered, `Unavailable` (definitely not applied) or `Indeterminate`
+//! (written, no certain reply).
 //!
 //! Three topologies share everything but "which master": standalone (one
 //! pool), Redis Cluster (`cluster.rs`: the master of the resource's slot) and
@@ -13,19 +14,17 @@
 
 mod call;
 mod cluster;
-mod decode;
 mod exec;
 mod keys;
 mod list;
 mod node;
 mod pool;
 mod reply;
-mod scripts;
+mod script;
 mod sentinel;
 mod sentinel_logic;
 mod settings;
 mod store;
-mod verbs;
 mod wakeups;
 
 pub use self::keys::{lease_key, seq_key};

@@ -155,37 +155,6 @@ pub fn open(reply: Value, nonce: &Nonce) -> Result<Opened, ()> {
     Ok(Opened::Answer(items))
 }
 
-/// The leading integers of a script answer (`N` of them at least).
-pub fn ints<const N: usize>(items: &[Value]) -> Result<[i64; N], StoreError> {
-    if items.len() < N {
-        return Err(bad_reply());
-    }
-    let mut out = [0i64; N];
-    for (slot, item) in out.iter_mut().zip(items) {
-        *slot = match item {
-            Value::Int(v) => *v,
-            _ => return Err(bad_reply()),
-        };
-    }
-    Ok(out)
-}
-
-/// The holder label at `items[at]`: `''` is none; anything that is not a
-/// label the service could have written is a bad reply.
-pub fn label(items: &[Value], at: usize) -> Result<Option<crate::domain::HolderLabel>, StoreError> {
-    let text = match items.get(at) {
-        Some(Value::BulkString(b)) => std::str::from_utf8(b).map_err(|_| bad_reply())?,
-        Some(Value::SimpleString(s)) => s.as_str(),
-        _ => return Err(bad_reply()),
-    };
-    if text.is_empty() {
-        return Ok(None);
-    }
-    crate::domain::HolderLabel::parse(text)
-        .map(Some)
-        .map_err(|_| bad_reply())
-}
-
 /// A tagged reply of a shape no script returns.
 pub fn bad_reply() -> StoreError {
     StoreError::Indeterminate("unexpected reply shape from a lease script")
@@ -262,26 +231,6 @@ mod tests {
         assert_ne!(a.as_str(), b.as_str());
     }
 
-    #[test]
-    fn labels_are_empty_or_valid() {
-        assert_eq!(label(&[bulk("")], 0), Ok(None));
-        assert_eq!(
-            label(&[bulk("pod-1|a")], 0).map(|l| l.map(|l| l.as_str().to_owned())),
-            Ok(Some("pod-1|a".to_owned()))
-        );
-        assert!(label(&[bulk("a\nb")], 0).is_err());
-        assert!(label(&[Value::Int(1)], 0).is_err());
-        assert!(label(&[], 0).is_err());
-    }
-
-    #[test]
-    fn ints_need_enough_integers() {
-        let items = [Value::Int(1), Value::Int(2)];
-        assert_eq!(ints::<2>(&items), Ok([1, 2]));
-        assert!(ints::<3>(&items).is_err());
-        assert!(ints::<1>(&[bulk("x")]).is_err());
-    }
-
     mod properties {
         use super::super::*;
         use proptest::prelude::*;
@@ -324,7 +273,6 @@ mod tests {
                     want.extend(rest.iter().cloned());
                     prop_assert_eq!(opened, Ok(Opened::Answer(want)));
                 }
-                let _ = ints::<3>(&rest);
             }
         }
     }

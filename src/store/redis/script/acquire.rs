@@ -1,0 +1,228 @@
+//! `lua/acquire.lua` from the Rust side: its keys and arguments by the
+//! names its header gives them, in the header's order, the call, and its
+//! reply decoded by named positions.
+
+use std::sync::LazyLock;
+
+use super::super::call::Call;
+use super::super::keys::{lease_key, record_keys, seq_key};
+use super::super::reply::bad_reply;
+use super::super::store::RedisStore;
+use super::decode::{int, label, non_negative, store_time, token_of, STATUS};
+use super::evalsha::{values, Named, Script};
+use crate::domain::{Attempt, HolderLabel, ResourceId};
+use crate::store::{AcquireSpec, Contention, Replicated, StoreAcquire, StoreError, StoreLease};
+
+/// The script, hashed once.
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", include_str!("../../../../lua/acquire.lua")));
+
+/// An acquire writes a permit: with replica acks configured, `WAIT` follows.
+const WAITS_FOR_REPLICAS: bool = true;
+
+/// The script's `ARGV` (the nonce, last, is added per call).
+#[derive(Default)]
+struct Args<'a> {
+    owner_token: &'a str,
+    operation_id: &'a str,
+    ttl_ms: &'a str,
+    holder_label: &'a str,
+    /// `''` for a plain lease not queued, else
+    /// `<limit>:<mode>:<lock-delay ms>:<queue member or ''>`.
+    shape: &'a str,
+}
+
+impl<'a> Args<'a> {
+    /// Each argument with its header name, in `ARGV` order.
+    fn named(&self) -> Named<'a, 5> {
+        [
+            ("owner token", self.owner_token),
+            ("operation id", self.operation_id),
+            ("ttl ms", self.ttl_ms),
+            ("holder label", self.holder_label),
+            ("shape", self.shape),
+        ]
+    }
+}
+
+/// The script's `shape` argument: empty for the common case, so the
+/// uncontended plain acquire sends (and Redis parses) no more than it must.
+fn shape_arg(spec: &AcquireSpec<'_>) -> String {
+    let shape = spec.shape;
+    if shape.is_plain() && shape.lock_delay_ms == 0 && spec.queued_as.is_none() {
+        return String::new();
+    }
+    format!(
+        "{}:{}:{}:{}",
+        shape.limit,
+        shape.mode.code(),
+        shape.lock_delay_ms,
+        spec.queued_as.unwrap_or("")
+    )
+}
+
+/// Positions in the reply, by status (the header's `Returns:`).
+mod at {
+    /// `{tag(1), fence, now}`: acquired.
+    pub mod acquired {
+        pub const FENCE: usize = 1;
+        pub const NOW: usize = 2;
+    }
+    /// `{tag(2), remaining, fence, acquiredAt, renewedAt, ttlMs, holder}`:
+    /// the same attempt already holds a permit.
+    pub mod replayed {
+        pub const REMAINING: usize = 1;
+        pub const FENCE: usize = 2;
+        pub const ACQUIRED_AT: usize = 3;
+        pub const RENEWED_AT: usize = 4;
+        pub const TTL_MS: usize = 5;
+        pub const HOLDER: usize = 6;
+    }
+    /// `{tag(3), remaining}`: the owner token holds it for another operation.
+    pub mod other_operation {
+        pub const REMAINING: usize = 1;
+    }
+    /// `{tag(0), retry, why}`: contended.
+    pub mod contended {
+        pub const RETRY: usize = 1;
+        pub const WHY: usize = 2;
+    }
+    /// `{tag(4), limit}`: live holders agreed on another limit.
+    pub mod limit_mismatch {
+        pub const LIMIT: usize = 1;
+    }
+}
+
+/// Decodes an answer (`{status, ...}`); `spec` is what was asked (an
+/// acquisition answers with the granted TTL and the label sent).
+fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire, StoreError> {
+    let ttl_ms = spec.ttl.ms();
+    Ok(match int(items, STATUS)? {
+        1 => {
+            use at::acquired::*;
+            let now = store_time(int(items, NOW)?)?;
+            StoreAcquire::Acquired(StoreLease {
+                fencing_token: token_of(int(items, FENCE)?)?,
+                remaining_ms: ttl_ms,
+                ttl_ms,
+                acquired_at: now,
+                renewed_at: now,
+                holder: spec.holder.cloned(),
+            })
+        }
+        2 => {
+            use at::replayed::*;
+            StoreAcquire::Replayed(StoreLease {
+                fencing_token: token_of(int(items, FENCE)?)?,
+                remaining_ms: non_negative(int(items, REMAINING)?).unwrap_or(0),
+                ttl_ms: non_negative(int(items, TTL_MS)?).ok_or_else(bad_reply)?,
+                acquired_at: store_time(int(items, ACQUIRED_AT)?)?,
+                renewed_at: store_time(int(items, RENEWED_AT)?)?,
+                holder: label(items, HOLDER)?,
+            })
+        }
+        3 => StoreAcquire::OwnerOperationConflict {
+            remaining_ms: non_negative(int(items, at::other_operation::REMAINING)?),
+        },
+        0 => {
+            use at::contended::*;
+            StoreAcquire::Contended {
+                remaining_ms: non_negative(int(items, RETRY)?),
+                why: match int(items, WHY)? {
+                    0 => Contention::Held,
+                    1 => Contention::LockDelay,
+                    2 => Contention::Queued,
+                    3 => Contention::Requeue,
+                    _ => return Err(bad_reply()),
+                },
+            }
+        }
+        4 => StoreAcquire::LimitMismatch {
+            limit: u32::try_from(int(items, at::limit_mismatch::LIMIT)?)
+                .map_err(|_| bad_reply())?,
+        },
+        _ => return Err(bad_reply()),
+    })
+}
+
+impl RedisStore {
+    /// `acquire.lua` for `attempt`, with the replica acknowledgement of a
+    /// write when acks are configured.
+    pub(in crate::store) async fn acquire(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        spec: &AcquireSpec<'_>,
+    ) -> Result<Replicated<StoreAcquire>, StoreError> {
+        let (lease, seq) = (
+            lease_key(&self.namespace, resource),
+            seq_key(&self.namespace, resource),
+        );
+        let tag = resource.tag();
+        let (ttl_ms, shape) = (spec.ttl.ms().to_string(), shape_arg(spec));
+        let args = Args {
+            owner_token: attempt.owner_token.expose(),
+            operation_id: attempt.operation_id.as_str(),
+            ttl_ms: &ttl_ms,
+            holder_label: spec.holder.map_or("", HolderLabel::as_str),
+            shape: &shape,
+        };
+        let done = self
+            .run(Call {
+                script: &SCRIPT,
+                tag: &tag,
+                keys: &values(&record_keys(&lease, &seq)),
+                args: &values(&args.named()),
+                acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
+            })
+            .await?;
+        Ok(Replicated {
+            value: decode(&done.value, spec)?,
+            replication: done.replication,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::super::evalsha::{names, NONCE_ARG};
+    use super::super::header;
+    use super::*;
+    use crate::domain::Bounds;
+
+    #[test]
+    fn the_header_lists_the_arguments_rust_passes() {
+        let source = SCRIPT.source;
+        assert_eq!(header::names(source, "KEYS"), names(&record_keys("", "")));
+        let mut argv = names(&Args::default().named());
+        argv.push(NONCE_ARG.to_owned());
+        assert_eq!(header::names(source, "ARGV"), argv);
+    }
+
+    #[test]
+    fn replies_decode_by_status() {
+        let ttl = Bounds::new(10, 3_600_000, 30_000).ttl(5000).expect("ttl");
+        let spec = AcquireSpec::plain(ttl);
+        let acquired = decode(&[Value::Int(1), Value::Int(7), Value::Int(100)], &spec);
+        assert!(
+            matches!(acquired, Ok(StoreAcquire::Acquired(l)) if l.fencing_token == 7
+            && l.acquired_at.0 == 100 && l.ttl_ms == 5000)
+        );
+        let contended = decode(&[Value::Int(0), Value::Int(30), Value::Int(2)], &spec);
+        assert_eq!(
+            contended,
+            Ok(StoreAcquire::Contended {
+                remaining_ms: Some(30),
+                why: Contention::Queued
+            })
+        );
+        assert!(decode(&[Value::Int(0), Value::Int(30), Value::Int(9)], &spec).is_err());
+        assert!(decode(&[Value::Int(1), Value::Int(0), Value::Int(100)], &spec).is_err());
+        assert_eq!(
+            decode(&[Value::Int(4), Value::Int(3)], &spec),
+            Ok(StoreAcquire::LimitMismatch { limit: 3 })
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! `lua/release.lua` from the Rust side: its keys and arguments by the
+//! names its header gives them, in the header's order, the call in either
+//! mode (the caller's release, the clean-up of an abandoned acquisition),
+//! and its status read.
+
+use std::sync::LazyLock;
+
+use super::super::call::Call;
+use super::super::keys::{lease_key, record_keys, seq_key};
+use super::super::reply::bad_reply;
+use super::super::store::RedisStore;
+use super::decode::{int, STATUS};
+use super::evalsha::{values, Named, Script};
+use crate::domain::{Attempt, ResourceId};
+use crate::store::{Replicated, StoreError, StoreRelease};
+
+/// The script, hashed once.
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", include_str!("../../../../lua/release.lua")));
+
+/// A release deletes a permit: with replica acks configured, `WAIT` follows.
+const WAITS_FOR_REPLICAS: bool = true;
+
+/// The script's `mode` argument.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// `''`: the caller's release.
+    Caller,
+    /// `'a'`: the clean-up of an acquisition whose waiter left before
+    /// hearing of it; the permit goes only if nobody was told it is held.
+    Abandoned,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::Caller => "",
+            Mode::Abandoned => "a",
+        }
+    }
+}
+
+/// The script's `ARGV` (the nonce, last, is added per call).
+#[derive(Default)]
+struct Args<'a> {
+    owner_token: &'a str,
+    operation_id: &'a str,
+    event_channel: &'a str,
+    resource_tag: &'a str,
+    mode: &'a str,
+}
+
+impl<'a> Args<'a> {
+    /// Each argument with its header name, in `ARGV` order.
+    fn named(&self) -> Named<'a, 5> {
+        [
+            ("owner token", self.owner_token),
+            ("operation id", self.operation_id),
+            ("event channel", self.event_channel),
+            ("resource tag", self.resource_tag),
+            ("mode", self.mode),
+        ]
+    }
+}
+
+/// The statuses of the header's `Returns` (every answer is the status alone).
+mod status {
+    pub const RELEASED: i64 = 1;
+    pub const ABSENT: i64 = 0;
+    pub const NOT_OWNER: i64 = -1;
+    /// Mode `'a'` only: the permit was claimed or renewed (untouched).
+    pub const CLAIMED: i64 = 2;
+}
+
+/// The caller's release.
+fn decode(status: i64) -> Result<StoreRelease, StoreError> {
+    match status {
+        status::RELEASED => Ok(StoreRelease::Released),
+        status::ABSENT => Ok(StoreRelease::AlreadyAbsent),
+        status::NOT_OWNER => Ok(StoreRelease::NotOwner),
+        _ => Err(bad_reply()),
+    }
+}
+
+/// The clean-up: true when the permit went.
+fn decode_abandoned(status: i64) -> Result<bool, StoreError> {
+    match status {
+        status::RELEASED => Ok(true),
+        status::ABSENT | status::NOT_OWNER | status::CLAIMED => Ok(false),
+        _ => Err(bad_reply()),
+    }
+}
+
+impl RedisStore {
+    /// `release.lua` for `attempt`, with the replica acknowledgement of a
+    /// write when acks are configured.
+    pub(in crate::store) async fn release(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<Replicated<StoreRelease>, StoreError> {
+        let done = self.release_as(resource, attempt, Mode::Caller).await?;
+        Ok(Replicated {
+            value: decode(done.value)?,
+            replication: done.replication,
+        })
+    }
+
+    /// The clean-up release of an acquisition whose waiter left: true when
+    /// the permit went, false when it was claimed by a replay or renewed
+    /// since (or is gone already).
+    pub(in crate::store) async fn release_abandoned(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<bool, StoreError> {
+        let done = self.release_as(resource, attempt, Mode::Abandoned).await?;
+        decode_abandoned(done.value)
+    }
+
+    /// `release.lua` in `mode`: its status and replication.
+    async fn release_as(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        mode: Mode,
+    ) -> Result<Replicated<i64>, StoreError> {
+        let (lease, seq) = (
+            lease_key(&self.namespace, resource),
+            seq_key(&self.namespace, resource),
+        );
+        let tag = resource.tag();
+        let args = Args {
+            owner_token: attempt.owner_token.expose(),
+            operation_id: attempt.operation_id.as_str(),
+            event_channel: &self.wake_channel,
+            resource_tag: &tag,
+            mode: mode.arg(),
+        };
+        let done = self
+            .run(Call {
+                script: &SCRIPT,
+                tag: &tag,
+                keys: &values(&record_keys(&lease, &seq)),
+                args: &values(&args.named()),
+                acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
+            })
+            .await?;
+        Ok(Replicated {
+            value: int(&done.value, STATUS)?,
+            replication: done.replication,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::evalsha::{names, NONCE_ARG};
+    use super::super::header;
+    use super::*;
+
+    #[test]
+    fn the_header_lists_the_arguments_rust_passes() {
+        let source = SCRIPT.source;
+        assert_eq!(header::names(source, "KEYS"), names(&record_keys("", "")));
+        let mut argv = names(&Args::default().named());
+        argv.push(NONCE_ARG.to_owned());
+        assert_eq!(header::names(source, "ARGV"), argv);
+    }
+
+    #[test]
+    fn statuses_decode_by_mode() {
+        assert_eq!(decode(1), Ok(StoreRelease::Released));
+        assert_eq!(decode(0), Ok(StoreRelease::AlreadyAbsent));
+        assert_eq!(decode(-1), Ok(StoreRelease::NotOwner));
+        assert!(decode(2).is_err());
+        assert_eq!(decode_abandoned(1), Ok(true));
+        for gone_or_kept in [0, -1, 2] {
+            assert_eq!(decode_abandoned(gone_or_kept), Ok(false));
+        }
+        assert!(decode_abandoned(3).is_err());
+    }
+}

@@ -1,0 +1,154 @@
+//! `lua/renew.lua` from the Rust side: its keys and arguments by the names
+//! its header gives them, in the header's order, the call, and its reply
+//! decoded by named positions.
+
+use std::sync::LazyLock;
+
+use super::super::call::Call;
+use super::super::keys::{lease_key, record_keys, seq_key, SEQ_KEY_TTL_MS};
+use super::super::reply::bad_reply;
+use super::super::store::RedisStore;
+use super::decode::{int, label, store_time, token_of, STATUS};
+use super::evalsha::{values, Named, Script};
+use crate::domain::{Attempt, HolderLabel, ResourceId, Ttl};
+use crate::store::{Replicated, StoreError, StoreLease, StoreRenew};
+
+/// The script, hashed once.
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new("renew", include_str!("../../../../lua/renew.lua")));
+
+/// A renew rewrites the permit: with replica acks configured, `WAIT` follows.
+const WAITS_FOR_REPLICAS: bool = true;
+
+/// The script's `ARGV` (the nonce, last, is added per call).
+#[derive(Default)]
+struct Args<'a> {
+    owner_token: &'a str,
+    operation_id: &'a str,
+    ttl_ms: &'a str,
+    /// `''`: keep the label.
+    new_holder_label: &'a str,
+    seq_ttl_ms: &'a str,
+    event_channel: &'a str,
+    resource_tag: &'a str,
+}
+
+impl<'a> Args<'a> {
+    /// Each argument with its header name, in `ARGV` order.
+    fn named(&self) -> Named<'a, 7> {
+        [
+            ("owner token", self.owner_token),
+            ("operation id", self.operation_id),
+            ("ttl ms", self.ttl_ms),
+            ("new holder label", self.new_holder_label),
+            ("sequence key ttl ms", self.seq_ttl_ms),
+            ("event channel", self.event_channel),
+            ("resource tag", self.resource_tag),
+        ]
+    }
+}
+
+/// Positions in `{tag(1), fence, acquiredAt, now, holder}`: renewed (the
+/// other answers are the status alone).
+mod renewed {
+    pub const FENCE: usize = 1;
+    pub const ACQUIRED_AT: usize = 2;
+    pub const NOW: usize = 3;
+    pub const HOLDER: usize = 4;
+}
+
+/// Decodes an answer (`{status, ...}`); a renewal lives for `ttl` from now.
+fn decode(items: &[redis::Value], ttl: Ttl) -> Result<StoreRenew, StoreError> {
+    use renewed::*;
+    Ok(match int(items, STATUS)? {
+        // The label sent or not, the script answers the label now held.
+        1 => StoreRenew::Renewed(StoreLease {
+            fencing_token: token_of(int(items, FENCE)?)?,
+            remaining_ms: ttl.ms(),
+            ttl_ms: ttl.ms(),
+            acquired_at: store_time(int(items, ACQUIRED_AT)?)?,
+            renewed_at: store_time(int(items, NOW)?)?,
+            holder: label(items, HOLDER)?,
+        }),
+        0 => StoreRenew::Absent,
+        -1 => StoreRenew::NotOwner,
+        _ => return Err(bad_reply()),
+    })
+}
+
+impl RedisStore {
+    /// `renew.lua` for `attempt`; `holder` replaces the label. With the
+    /// replica acknowledgement of a write when acks are configured.
+    pub(in crate::store) async fn renew(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        ttl: Ttl,
+        holder: Option<&HolderLabel>,
+    ) -> Result<Replicated<StoreRenew>, StoreError> {
+        let (lease, seq) = (
+            lease_key(&self.namespace, resource),
+            seq_key(&self.namespace, resource),
+        );
+        let tag = resource.tag();
+        let ttl_ms = ttl.ms().to_string();
+        let seq_ttl_ms = SEQ_KEY_TTL_MS.max(ttl.ms()).to_string();
+        let args = Args {
+            owner_token: attempt.owner_token.expose(),
+            operation_id: attempt.operation_id.as_str(),
+            ttl_ms: &ttl_ms,
+            new_holder_label: holder.map_or("", HolderLabel::as_str),
+            seq_ttl_ms: &seq_ttl_ms,
+            event_channel: &self.wake_channel,
+            resource_tag: &tag,
+        };
+        let done = self
+            .run(Call {
+                script: &SCRIPT,
+                tag: &tag,
+                keys: &values(&record_keys(&lease, &seq)),
+                args: &values(&args.named()),
+                acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
+            })
+            .await?;
+        Ok(Replicated {
+            value: decode(&done.value, ttl)?,
+            replication: done.replication,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::super::evalsha::{names, NONCE_ARG};
+    use super::super::header;
+    use super::*;
+    use crate::domain::Bounds;
+
+    #[test]
+    fn the_header_lists_the_arguments_rust_passes() {
+        let source = SCRIPT.source;
+        assert_eq!(header::names(source, "KEYS"), names(&record_keys("", "")));
+        let mut argv = names(&Args::default().named());
+        argv.push(NONCE_ARG.to_owned());
+        assert_eq!(header::names(source, "ARGV"), argv);
+    }
+
+    #[test]
+    fn replies_decode_by_status() {
+        let ttl = Bounds::new(10, 3_600_000, 30_000).ttl(5000).expect("ttl");
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let items = [1, 9, 100, 200].map(Value::Int);
+        let mut renewed = items.to_vec();
+        renewed.push(bulk("pod-1"));
+        assert!(matches!(decode(&renewed, ttl), Ok(StoreRenew::Renewed(l))
+            if l.fencing_token == 9 && l.acquired_at.0 == 100 && l.renewed_at.0 == 200
+                && l.holder.as_ref().is_some_and(|h| h.as_str() == "pod-1")));
+        assert!(decode(&items, ttl).is_err());
+        assert_eq!(decode(&[Value::Int(0)], ttl), Ok(StoreRenew::Absent));
+        assert_eq!(decode(&[Value::Int(-1)], ttl), Ok(StoreRenew::NotOwner));
+        assert!(decode(&[Value::Int(5)], ttl).is_err());
+    }
+}
