@@ -124,9 +124,11 @@ pub(super) fn service_error(what: &str, url: &str, error: &client::Error) -> Exi
     match error {
         client::Error::Rejected(r) if r.status == 401 || r.status == 403 => Exit::new(
             EXIT_NOPERM,
+            // The service's detail names the missing scope (`write`, ...)
+            // and purpose; it never quotes the key.
             format!(
-                "{what}: the service refused the API key ({} {})",
-                r.status, r.outcome
+                "{what}: the service refused the API key ({} {}): {}",
+                r.status, r.outcome, r.detail
             ),
         ),
         client::Error::Rejected(r) => {

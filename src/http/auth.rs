@@ -1,5 +1,7 @@
 //! Optional API keys: `Authorization: Bearer <key>`, each key allowed a set
-//! of purposes. Keys are kept only as SHA-256 digests, never logged.
+//! of purposes with a role on them (`read`, `write`, `admin`) and,
+//! optionally, the `metrics` scope. Keys are kept only as SHA-256 digests,
+//! never logged.
 
 use std::collections::{HashMap, HashSet};
 
@@ -9,18 +11,44 @@ use sha2::{Digest, Sha256};
 use super::problem::ApiError;
 use crate::domain::Purpose;
 
-/// Which purposes a key may use.
-#[derive(Debug, Clone)]
-enum Allowed {
-    Any,
-    Only(HashSet<String>),
+/// What a key may do on its purposes; each role implies the ones before it
+/// (`admin` ⊇ `write` ⊇ `read`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Inspect (long-poll included), list and watch.
+    Read,
+    /// Acquire, renew and release, and everything `read` may do.
+    Write,
+    /// Everything `write` may do; no verb needs it yet (break will).
+    Admin,
 }
 
-/// One key's grants: its purposes and whether it may read `/metrics`.
-#[derive(Debug, Clone)]
+impl Role {
+    /// The scope's name in the keys file and in a `forbidden` answer.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Admin => "admin",
+        }
+    }
+}
+
+/// One key's grants, merged over every line that names it: its role on
+/// every purpose (`*`) and on named ones, and whether it may read
+/// `/metrics`.
+#[derive(Debug, Clone, Default)]
 struct Grant {
-    purposes: Allowed,
+    any: Option<Role>,
+    named: HashMap<String, Role>,
     metrics: bool,
+}
+
+impl Grant {
+    /// The key's role on `purpose`, if it may use it at all.
+    fn role(&self, purpose: &str) -> Option<Role> {
+        self.any.max(self.named.get(purpose).copied())
+    }
 }
 
 /// The configured keys.
@@ -50,19 +78,24 @@ impl std::fmt::Display for ApiKeysError {
 impl std::error::Error for ApiKeysError {}
 
 /// The line format, for error messages.
-const FORMAT: &str = "expected '<key> <purpose>[,<purpose>...]|*|- [write|metrics[,...]]'";
+const FORMAT: &str =
+    "expected '<key> <purpose>[,<purpose>...]|*|- [read|write|admin|metrics[,...]]'";
 
 impl ApiKeys {
     /// Parses one key per line: `<key> <purposes> [<scopes>]`. `<purposes>`
     /// is a comma-separated list, `*` (every purpose) or `-` (none);
-    /// `<scopes>` a comma-separated list of `write` (acquire, renew,
-    /// release, inspect, list, watch on its purposes: the default, and what
-    /// every line without scopes means) and `metrics` (`/metrics` on the API
-    /// listener). A `#` at the start of a line or after white space starts a
-    /// comment; inside a key it is part of the key. A file that holds no
-    /// key is an error (it would open the API by accident).
+    /// `<scopes>` a comma-separated list of `read` (inspect, list, watch on
+    /// its purposes), `write` (those, plus acquire, renew, release),
+    /// `admin` (those, plus the verbs for operators to come) and `metrics`
+    /// (`/metrics` on the API listener). A line that names none of `read`,
+    /// `write` and `admin` (no scopes, or `metrics` alone) means `write` on
+    /// its purposes, as every line did before roles. A key on several
+    /// lines gets the strongest role each line gives each purpose. A `#`
+    /// at the start of a line or after white space starts a comment; inside
+    /// a key it is part of the key. A file that holds no key is an error
+    /// (it would open the API by accident).
     pub fn parse(text: &str) -> Result<Self, ApiKeysError> {
-        let mut keys = HashMap::new();
+        let mut keys: HashMap<[u8; 32], Grant> = HashMap::new();
         for (i, line) in text.lines().enumerate() {
             let line = strip_comment(line).trim();
             if line.is_empty() {
@@ -81,27 +114,31 @@ impl ApiKeys {
             if key.len() < 16 {
                 return Err(err("keys must be at least 16 characters"));
             }
-            let purposes = match purposes {
-                "*" => Allowed::Any,
-                "-" => Allowed::Only(HashSet::new()),
-                list => {
-                    let mut set = HashSet::new();
-                    for p in list.split(',') {
-                        Purpose::parse(p).map_err(|_| err("invalid purpose"))?;
-                        set.insert(p.to_owned());
-                    }
-                    Allowed::Only(set)
-                }
-            };
+            let mut role = None;
             let mut metrics = false;
             for scope in scopes.unwrap_or("write").split(',') {
                 match scope {
-                    "write" => {}
+                    "read" => role = role.max(Some(Role::Read)),
+                    "write" => role = role.max(Some(Role::Write)),
+                    "admin" => role = role.max(Some(Role::Admin)),
                     "metrics" => metrics = true,
-                    _ => return Err(err("unknown scope (known: write, metrics)")),
+                    _ => return Err(err("unknown scope (known: read, write, admin, metrics)")),
                 }
             }
-            keys.insert(hash(key), Grant { purposes, metrics });
+            let role = role.unwrap_or(Role::Write);
+            let grant = keys.entry(hash(key)).or_default();
+            grant.metrics |= metrics;
+            match purposes {
+                "*" => grant.any = grant.any.max(Some(role)),
+                "-" => {}
+                list => {
+                    for p in list.split(',') {
+                        Purpose::parse(p).map_err(|_| err("invalid purpose"))?;
+                        let held = grant.named.entry(p.to_owned()).or_insert(role);
+                        *held = (*held).max(role);
+                    }
+                }
+            }
         }
         if keys.is_empty() {
             return Err(ApiKeysError {
@@ -136,9 +173,7 @@ impl ApiKeys {
         }
         let mut named = HashSet::new();
         for grant in self.keys.values() {
-            if let Allowed::Only(set) = &grant.purposes {
-                named.extend(set.iter().cloned());
-            }
+            named.extend(grant.named.keys().cloned());
         }
         Some(named)
     }
@@ -158,17 +193,31 @@ impl ApiKeys {
             .ok_or(ApiError::Unauthorized)
     }
 
-    /// 401 unless a valid key is sent (when keys are configured).
+    /// 401 unless a valid key is sent (when keys are configured), whatever
+    /// its purposes and scopes.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         self.lookup(headers).map(|_| ())
     }
 
-    /// 401/403 unless the key may use `purpose`.
-    pub fn authorize(&self, headers: &HeaderMap, purpose: &Purpose) -> Result<(), ApiError> {
-        match self.lookup(headers)?.map(|g| &g.purposes) {
-            None | Some(Allowed::Any) => Ok(()),
-            Some(Allowed::Only(set)) if set.contains(purpose.as_str()) => Ok(()),
-            Some(Allowed::Only(_)) => Err(ApiError::Forbidden),
+    /// 401 without a valid key; 403 `forbidden` when the key may not use
+    /// `purpose` at all, or (naming the scope) when its role there is
+    /// weaker than `need`.
+    pub fn authorize(
+        &self,
+        headers: &HeaderMap,
+        purpose: &Purpose,
+        need: Role,
+    ) -> Result<(), ApiError> {
+        let Some(grant) = self.lookup(headers)? else {
+            return Ok(());
+        };
+        match grant.role(purpose.as_str()) {
+            None => Err(ApiError::Forbidden),
+            Some(role) if role >= need => Ok(()),
+            Some(_) => Err(ApiError::MissingPurposeScope {
+                scope: need.as_str(),
+                purpose: purpose.clone(),
+            }),
         }
     }
 
@@ -222,23 +271,29 @@ mod tests {
         .expect("parse");
         let p = Purpose::parse("invoice-export").expect("purpose");
         let q = Purpose::parse("other").expect("purpose");
-        assert!(keys.authorize(&bearer("export-key-0123456789"), &p).is_ok());
+        assert!(keys
+            .authorize(&bearer("export-key-0123456789"), &p, Role::Write)
+            .is_ok());
         assert!(matches!(
-            keys.authorize(&bearer("export-key-0123456789"), &q),
+            keys.authorize(&bearer("export-key-0123456789"), &q, Role::Write),
             Err(ApiError::Forbidden)
         ));
-        assert!(keys.authorize(&bearer("admin-key-0123456789"), &q).is_ok());
+        assert!(keys
+            .authorize(&bearer("admin-key-0123456789"), &q, Role::Write)
+            .is_ok());
         assert!(matches!(
-            keys.authorize(&bearer("wrong-key-0123456789"), &p),
+            keys.authorize(&bearer("wrong-key-0123456789"), &p, Role::Write),
             Err(ApiError::Unauthorized)
         ));
         assert!(matches!(
-            keys.authorize(&HeaderMap::new(), &p),
+            keys.authorize(&HeaderMap::new(), &p, Role::Write),
             Err(ApiError::Unauthorized)
         ));
         assert!(ApiKeys::parse("short p").is_err());
-        assert!(ApiKeys::parse("k-0123456789abcdef p read").is_err());
-        assert!(ApiKeys::default().authorize(&HeaderMap::new(), &p).is_ok());
+        assert!(ApiKeys::parse("k-0123456789abcdef p owner").is_err());
+        assert!(ApiKeys::default()
+            .authorize(&HeaderMap::new(), &p, Role::Write)
+            .is_ok());
     }
 
     #[test]
@@ -253,9 +308,11 @@ mod tests {
     fn a_hash_inside_a_key_is_part_of_it() {
         let keys = ApiKeys::parse("abc#def-0123456789 p # a comment\n").expect("parse");
         let p = Purpose::parse("p").expect("purpose");
-        assert!(keys.authorize(&bearer("abc#def-0123456789"), &p).is_ok());
+        assert!(keys
+            .authorize(&bearer("abc#def-0123456789"), &p, Role::Write)
+            .is_ok());
         assert!(matches!(
-            keys.authorize(&bearer("abc"), &p),
+            keys.authorize(&bearer("abc"), &p, Role::Write),
             Err(ApiError::Unauthorized)
         ));
     }
@@ -282,7 +339,7 @@ mod tests {
         ));
         let p1 = Purpose::parse("p1").expect("purpose");
         assert!(matches!(
-            keys.authorize(&bearer("scraper-0123456789ab"), &p1),
+            keys.authorize(&bearer("scraper-0123456789ab"), &p1, Role::Write),
             Err(ApiError::Forbidden)
         ));
         let named = keys.named_purposes().expect("keys configured");
@@ -292,5 +349,120 @@ mod tests {
         assert!(ApiKeys::default()
             .authorize_metrics(&HeaderMap::new())
             .is_ok());
+    }
+
+    fn forbidden_scope(result: Result<(), ApiError>) -> Option<(&'static str, String)> {
+        match result {
+            Err(ApiError::MissingPurposeScope { scope, purpose }) => {
+                Some((scope, purpose.as_str().to_owned()))
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn roles_imply_the_weaker_ones() {
+        let keys = ApiKeys::parse(
+            "reader-0123456789abc p1 read\n\
+             writer-0123456789abc p1 write\n\
+             admin-0123456789abcd p1 admin\n\
+             old-0123456789abcdef p1\n",
+        )
+        .expect("parse");
+        let p1 = Purpose::parse("p1").expect("purpose");
+        let may = |key: &str, need| keys.authorize(&bearer(key), &p1, need).is_ok();
+        assert!(may("reader-0123456789abc", Role::Read));
+        assert!(!may("reader-0123456789abc", Role::Write));
+        assert!(!may("reader-0123456789abc", Role::Admin));
+        for key in ["writer-0123456789abc", "old-0123456789abcdef"] {
+            assert!(may(key, Role::Read) && may(key, Role::Write), "{key}");
+            assert!(!may(key, Role::Admin), "{key}");
+        }
+        for need in [Role::Read, Role::Write, Role::Admin] {
+            assert!(may("admin-0123456789abcd", need));
+        }
+        assert_eq!(
+            forbidden_scope(keys.authorize(&bearer("reader-0123456789abc"), &p1, Role::Write)),
+            Some(("write", "p1".to_owned()))
+        );
+        assert_eq!(
+            forbidden_scope(keys.authorize(&bearer("writer-0123456789abc"), &p1, Role::Admin)),
+            Some(("admin", "p1".to_owned()))
+        );
+        // A purpose the key may not use at all is still the plain 403.
+        let p2 = Purpose::parse("p2").expect("purpose");
+        assert!(matches!(
+            keys.authorize(&bearer("admin-0123456789abcd"), &p2, Role::Read),
+            Err(ApiError::Forbidden)
+        ));
+        // Open API: every role.
+        assert!(ApiKeys::default()
+            .authorize(&HeaderMap::new(), &p1, Role::Admin)
+            .is_ok());
+    }
+
+    #[test]
+    fn scopes_combine_and_old_lines_mean_write() {
+        let keys = ApiKeys::parse(
+            "a-0123456789abcdefgh p1 read,metrics\n\
+             b-0123456789abcdefgh p1 metrics\n\
+             c-0123456789abcdefgh * read,write\n\
+             d-0123456789abcdefgh p1,p2 read # a comment\n\
+             d-0123456789abcdefgh p2 write\n\
+             e-0123456789abcdefgh * read\n\
+             e-0123456789abcdefgh p3 admin\n",
+        )
+        .expect("parse");
+        let (p1, p2, p3) = (
+            Purpose::parse("p1").expect("purpose"),
+            Purpose::parse("p2").expect("purpose"),
+            Purpose::parse("p3").expect("purpose"),
+        );
+        let may = |key: &str, p: &Purpose, need| keys.authorize(&bearer(key), p, need).is_ok();
+        // `read,metrics`: reads and scrapes, does not write.
+        assert!(may("a-0123456789abcdefgh", &p1, Role::Read));
+        assert!(!may("a-0123456789abcdefgh", &p1, Role::Write));
+        assert!(keys
+            .authorize_metrics(&bearer("a-0123456789abcdefgh"))
+            .is_ok());
+        // `metrics` alone names no role: `write`, as before roles.
+        assert!(may("b-0123456789abcdefgh", &p1, Role::Write));
+        assert!(keys
+            .authorize_metrics(&bearer("b-0123456789abcdefgh"))
+            .is_ok());
+        // The strongest named role wins.
+        assert!(may("c-0123456789abcdefgh", &p3, Role::Write));
+        assert!(!may("c-0123456789abcdefgh", &p3, Role::Admin));
+        // A key on several lines: per purpose, the strongest role given.
+        assert!(may("d-0123456789abcdefgh", &p1, Role::Read));
+        assert!(!may("d-0123456789abcdefgh", &p1, Role::Write));
+        assert!(may("d-0123456789abcdefgh", &p2, Role::Write));
+        assert!(!may("d-0123456789abcdefgh", &p3, Role::Read));
+        assert!(may("e-0123456789abcdefgh", &p1, Role::Read));
+        assert!(!may("e-0123456789abcdefgh", &p1, Role::Write));
+        assert!(may("e-0123456789abcdefgh", &p3, Role::Admin));
+    }
+
+    #[test]
+    fn unknown_scopes_are_refused_with_their_line() {
+        for (text, line) in [
+            ("k-0123456789abcdefgh p1 reader\n", 1),
+            (
+                "# c\nk-0123456789abcdefgh p1 read\nk-0123456789abcdefgz p1 read,Write\n",
+                3,
+            ),
+            ("k-0123456789abcdefgh p1 read,\n", 1),
+        ] {
+            let err = ApiKeys::parse(text).expect_err("an unknown scope");
+            let message = err.to_string();
+            assert!(
+                message.starts_with(&format!("line {line}: unknown scope")),
+                "{message}"
+            );
+            assert!(
+                !message.contains("k-0123456789"),
+                "the key is never quoted: {message}"
+            );
+        }
     }
 }

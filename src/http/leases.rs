@@ -11,6 +11,7 @@ use axum::Router;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::auth::Role;
 use super::extract::{self, Headers, HeadersAndBody, Problems};
 use super::extract::{path_resource, RawPath};
 use super::problem::{respond, ApiError};
@@ -186,7 +187,7 @@ fn parsed<T>(value: Option<T>) -> Result<T, ApiError> {
         (status = 200, description = "`replayed_same_operation`: the same attempt already holds the lease; its TTL was not extended.", body = ReplayedSameOperation),
         (status = 400, description = "`invalid_request`: a malformed path parameter, attempt header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose, or lacks the `write` scope on it (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
         (status = 409, description = "`owner_operation_conflict` (the same owner token holds it for another operation), `contended` (someone else holds it, or every permit, or a lock-delay runs, or earlier waiters go first: `reason`) or `limit_mismatch` (held with another `limit`).",
             body = AcquireConflict, content_type = "application/problem+json",
@@ -252,7 +253,7 @@ pub async fn acquire(
             parsed(wait)?,
             parsed(shape)?,
         );
-        app.authorize(&headers, &resource)?;
+        app.authorize(&headers, &resource, Role::Write)?;
         let request = AcquireRequest {
             ttl,
             wait,
@@ -297,7 +298,7 @@ pub async fn acquire(
             ))))),
         (status = 400, description = "`invalid_request`: a malformed path parameter, attempt header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose, or lacks the `write` scope on it (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`lost` with `reason: absent`: no lease exists any more; or `not_found`: the path matched no route.", body = LeaseNotFound, content_type = "application/problem+json"),
         (status = 409, description = "`lost` with `reason: not_owner`: someone else holds the lease now.", body = LostNotOwnerProblem, content_type = "application/problem+json"),
         (status = 408, description = "`request_timeout`: the body did not arrive in time; nothing was done.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
@@ -335,7 +336,7 @@ pub async fn renew(
     let result = async {
         problems.finish()?;
         let (resource, attempt, ttl) = (parsed(resource)?, parsed(attempt)?, parsed(ttl)?);
-        app.authorize(&headers, &resource)?;
+        app.authorize(&headers, &resource, Role::Write)?;
         let holder = body.as_ref().and_then(|b| b.holder.as_ref());
         Ok::<_, ApiError>(respond(
             &app.service.renew(&resource, &attempt, ttl, holder).await,
@@ -378,6 +379,7 @@ fn resource_and_attempt(
     path: RawPath,
     headers: &HeaderMap,
     required: bool,
+    need: Role,
 ) -> Result<(ResourceId, Option<Attempt>), ApiError> {
     app.authenticate(headers)?;
     let mut problems = Problems::default();
@@ -385,7 +387,7 @@ fn resource_and_attempt(
     let attempt = extract::attempt(headers, required, &mut problems);
     problems.finish()?;
     let resource = parsed(resource)?;
-    app.authorize(headers, &resource)?;
+    app.authorize(headers, &resource, need)?;
     Ok((resource, attempt))
 }
 
@@ -415,7 +417,7 @@ fn resource_and_attempt(
             example = json!({"outcome": "released"})),
         (status = 400, description = "`invalid_request`: a malformed path parameter or attempt header.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose, or lacks the `write` scope on it (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
         (status = 409, description = "`not_owner`: someone else holds the lease; nothing was changed.", body = NotOwnerProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
@@ -431,7 +433,7 @@ pub async fn release(
     Headers(headers): Headers,
 ) -> Response {
     let result = async {
-        let (resource, attempt) = resource_and_attempt(&app, path, &headers, true)?;
+        let (resource, attempt) = resource_and_attempt(&app, path, &headers, true, Role::Write)?;
         let attempt = parsed(attempt)?;
         Ok::<_, ApiError>(respond(&app.service.release(&resource, &attempt).await))
     };
@@ -477,7 +479,7 @@ pub async fn release(
         (status = 200, description = "`inspected`.", body = Inspected),
         (status = 400, description = "`invalid_request`: a malformed path parameter, attempt header or query parameter (a missing one is fine).", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose, or lacks the `read` scope on it (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable`, or `overloaded` (too many requests in flight, or the watch cap is reached): not applied.", body = ServiceUnavailable, content_type = "application/problem+json",
@@ -500,7 +502,7 @@ pub async fn inspect(
         let poll = watch::long_poll(query.as_deref(), app.service.bounds(), &mut problems);
         problems.finish()?;
         let (resource, asker) = (parsed(resource)?, parsed(asker)?);
-        app.authorize(&headers, &resource)?;
+        app.authorize(&headers, &resource, Role::Read)?;
         let answer = match poll {
             None => watch::inspect_as(&app, &resource, &asker).await,
             Some(poll) => watch::wait_for_change(&app, &resource, &asker, poll).await,

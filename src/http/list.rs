@@ -8,6 +8,7 @@ use axum::Router;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::auth::Role;
 use super::extract::{Headers, Problems};
 use super::problem::{respond, Answer, ApiError};
 use super::AppState;
@@ -103,7 +104,7 @@ struct ListQuery {
         (status = 200, description = "`listed`: one page of leases.", body = Listed),
         (status = 400, description = "`invalid_request`: a malformed purpose, `limit` or `cursor`.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose, or lacks the `read` scope on it (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`: nothing was read. Retry later with the same cursor.", body = ServiceUnavailable, content_type = "application/problem+json",
@@ -148,7 +149,7 @@ pub async fn list(
         }
         problems.finish()?;
         let purpose = purpose.ok_or(ApiError::Internal)?;
-        app.authorize_purpose(&headers, &purpose)?;
+        app.authorize_purpose(&headers, &purpose, Role::Read)?;
         let limit = query.limit.unwrap_or(ListLimit::DEFAULT);
         Ok::<_, ApiError>(respond(
             &app.service

@@ -38,7 +38,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tower::{Layer as _, Service};
 use tracing::Instrument as _;
 
-use self::auth::ApiKeys;
+use self::auth::{ApiKeys, Role};
 use self::problem::ApiError;
 use crate::domain::{Purpose, ResourceId};
 use crate::service::LeaseService;
@@ -71,18 +71,25 @@ impl App {
         self.api_keys.authenticate(headers)
     }
 
-    /// 401/403 unless the caller may use the resource's purpose.
-    pub fn authorize(&self, headers: &HeaderMap, resource: &ResourceId) -> Result<(), ApiError> {
-        self.api_keys.authorize(headers, &resource.purpose)
+    /// 401/403 unless the caller may use the resource's purpose with
+    /// `need` (`read` or `write`).
+    pub fn authorize(
+        &self,
+        headers: &HeaderMap,
+        resource: &ResourceId,
+        need: Role,
+    ) -> Result<(), ApiError> {
+        self.api_keys.authorize(headers, &resource.purpose, need)
     }
 
-    /// 401/403 unless the caller may use `purpose` (listing).
+    /// 401/403 unless the caller may use `purpose` with `need` (listing).
     pub fn authorize_purpose(
         &self,
         headers: &HeaderMap,
         purpose: &Purpose,
+        need: Role,
     ) -> Result<(), ApiError> {
-        self.api_keys.authorize(headers, purpose)
+        self.api_keys.authorize(headers, purpose, need)
     }
 }
 

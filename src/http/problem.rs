@@ -10,11 +10,11 @@ use serde_json::{Map, Value};
 
 use super::problem_table::{
     ProblemType, Words, BODY_TIMEOUT, CONTENDED_LOCK_DELAY, CONTENDED_QUEUED, LIMIT,
-    LOST_NOT_OWNER, MISSING_SCOPE, SCOPE,
+    LOST_NOT_OWNER, MISSING_PURPOSE_SCOPE, MISSING_SCOPE, PURPOSE, SCOPE,
 };
 use crate::domain::{
-    AcquireOutcome, ContendedReason, Failure, Inspection, LostReason, OutcomeName, ReleaseOutcome,
-    RenewOutcome,
+    AcquireOutcome, ContendedReason, Failure, Inspection, LostReason, OutcomeName, Purpose,
+    ReleaseOutcome, RenewOutcome,
 };
 
 /// The media type of problem answers.
@@ -256,6 +256,14 @@ pub enum ApiError {
     Forbidden,
     /// The API key lacks the named scope (403).
     MissingScope(&'static str),
+    /// The API key may use the purpose, but lacks the named scope on it
+    /// (403).
+    MissingPurposeScope {
+        /// `read`, `write` or `admin`.
+        scope: &'static str,
+        /// The purpose (already validated: safe to echo).
+        purpose: Purpose,
+    },
     /// The request took longer than the per-request timeout (503).
     RequestTimeout,
     /// A bug: answered without internal text (500).
@@ -302,6 +310,21 @@ impl IntoResponse for ApiError {
                     &ProblemType::Forbidden.outcome(),
                     MISSING_SCOPE.title,
                     &MISSING_SCOPE.detail.replace(SCOPE, scope),
+                    members,
+                )
+            }
+            Self::MissingPurposeScope { scope, purpose } => {
+                let mut members = Map::new();
+                members.insert("scope".into(), Value::from(scope));
+                members.insert("purpose".into(), Value::from(purpose.as_str()));
+                problem_response(
+                    ProblemType::Forbidden.status(),
+                    &ProblemType::Forbidden.outcome(),
+                    MISSING_PURPOSE_SCOPE.title,
+                    &MISSING_PURPOSE_SCOPE
+                        .detail
+                        .replace(SCOPE, scope)
+                        .replace(PURPOSE, purpose.as_str()),
                     members,
                 )
             }

@@ -17,8 +17,8 @@ use utoipa::ToSchema;
 pub struct Words {
     /// The `title` member.
     pub title: &'static str,
-    /// The `detail` member. [`LIMIT`] or [`SCOPE`] in it stand for the
-    /// occurrence's value.
+    /// The `detail` member. [`LIMIT`], [`SCOPE`] or [`PURPOSE`] in it
+    /// stand for the occurrence's value.
     pub detail: &'static str,
 }
 
@@ -35,6 +35,9 @@ pub const LIMIT: &str = "{limit}";
 
 /// In a `detail`: the scope the API key lacks.
 pub const SCOPE: &str = "{scope}";
+
+/// In a `detail`: the purpose the request named.
+pub const PURPOSE: &str = "{purpose}";
 
 /// One problem type: what its answers say and what its page says.
 #[derive(Debug, Clone, Copy)]
@@ -180,7 +183,7 @@ impl ProblemType {
                 statuses: &[403],
                 title: "Forbidden",
                 detail: "This API key may not use this purpose.",
-                meaning: "The API key is valid but may not use this lease's purpose, or lacks the scope the route needs (the problem's <code>scope</code> member names it, e.g. <code>metrics</code>).",
+                meaning: "The API key is valid but may not use this lease's purpose, or lacks the scope the route needs: <code>read</code> to inspect, list or watch, <code>write</code> to acquire, renew or release, <code>metrics</code> for <code>/metrics</code> (the problem's <code>scope</code> member names it, and <code>purpose</code> the purpose when there is one).",
                 action: "Use a key allowed this purpose or scope, or ask the operator to grant it in the keys file.",
             },
             Self::NotFound => Row {
@@ -339,6 +342,13 @@ pub const LOST_NOT_OWNER: Words = Words {
 pub const MISSING_SCOPE: Words = Words {
     title: ProblemType::Forbidden.row().title,
     detail: "This API key lacks the '{scope}' scope.",
+};
+
+/// `forbidden` for a lease verb that needs a scope (`read`, `write`) the key
+/// lacks on the purpose it may otherwise use.
+pub const MISSING_PURPOSE_SCOPE: Words = Words {
+    title: ProblemType::Forbidden.row().title,
+    detail: "This API key lacks the '{scope}' scope for purpose '{purpose}'.",
 };
 
 /// `request_timeout` (408) when the request body did not arrive in time.

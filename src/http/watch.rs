@@ -270,7 +270,7 @@ async fn answer(
             example = "event: state\nid: 12.1\ndata: {\"outcome\":\"inspected\",\"held\":true,\"version\":\"12.1\",\"remainingMs\":29998,\"fencingToken\":1764686400000000,\"holder\":\"worker-7:8080\",\"ttlMs\":30000,\"acquiredAt\":\"2026-12-03T14:55:00.123Z\",\"renewedAt\":\"2026-12-03T14:55:00.123Z\"}\n\n"),
         (status = 400, description = "`invalid_request`: a malformed path parameter.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: the API key may not use this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key may not use this purpose, or lacks the `read` scope on it (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`overloaded` (the watch cap is reached) or `unavailable` (the first read failed).", body = ServiceUnavailable, content_type = "application/problem+json",
@@ -289,7 +289,7 @@ pub async fn events(
         let resource = path_resource(path, &mut problems);
         problems.finish()?;
         let resource = resource.ok_or(ApiError::Internal)?;
-        app.authorize(&headers, &resource)?;
+        app.authorize(&headers, &resource, super::auth::Role::Read)?;
         let last_event_id = headers
             .get("last-event-id")
             .and_then(|v| v.to_str().ok())

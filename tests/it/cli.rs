@@ -372,7 +372,11 @@ async fn inspect_shows_the_lease_as_json_and_as_a_table() {
 async fn api_keys_come_from_a_file_and_a_refused_key_exits_77() {
     let dir = temp_dir();
     let keys = dir.join("keys");
-    std::fs::write(&keys, "cli-test-key-0123456789 export\n").expect("keys");
+    std::fs::write(
+        &keys,
+        "cli-test-key-0123456789 export\ncli-read-key-0123456789 export read\n",
+    )
+    .expect("keys");
     let app = TestApp::spawn_with(args(
         &Backend::Memory,
         &["--api-keys-file", keys.to_str().expect("utf-8 path")],
@@ -422,6 +426,46 @@ async fn api_keys_come_from_a_file_and_a_refused_key_exits_77() {
     ])
     .await;
     assert_eq!(out.code(), 64, "stderr: {}", out.stderr);
+    // A read-only key inspects, and may not lock: 77, naming the scope.
+    let reader = dir.join("reader");
+    std::fs::write(&reader, "cli-read-key-0123456789\n").expect("key");
+    let reader_arg = reader.to_str().expect("utf-8 path");
+    let out = run(&[
+        "inspect",
+        "--url",
+        &app.base,
+        "--api-key-file",
+        reader_arg,
+        "export",
+        "x",
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = run(&[
+        "lock",
+        "--url",
+        &app.base,
+        "--api-key-file",
+        reader_arg,
+        "export",
+        "x",
+        "--",
+        "true",
+    ])
+    .await;
+    assert_eq!(out.code(), 77, "stderr: {}", out.stderr);
+    assert!(
+        out.stderr.contains("403 forbidden")
+            && out
+                .stderr
+                .contains("lacks the 'write' scope for purpose 'export'"),
+        "stderr: {}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("cli-read-key"),
+        "the key is never printed"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -31,6 +31,7 @@ mod parsers_prop;
 mod permits;
 mod redis_failures;
 mod refusals;
+mod roles;
 mod soak;
 mod tls;
 mod topologies;

@@ -44,6 +44,15 @@ fn answers() -> Vec<(ProblemType, bool, Response)> {
             false,
             ApiError::MissingScope("metrics").into_response(),
         ),
+        (
+            P::Forbidden,
+            false,
+            ApiError::MissingPurposeScope {
+                scope: "write",
+                purpose: crate::domain::Purpose::parse("invoice-export").expect("purpose"),
+            }
+            .into_response(),
+        ),
         (P::NotFound, true, ApiError::NotFound.into_response()),
         (
             P::MethodNotAllowed,

@@ -471,9 +471,18 @@ problem! {
 }
 
 problem! {
-    /// `forbidden` (403): the API key may not use this purpose.
+    /// `forbidden` (403): the API key may not use this purpose, or lacks
+    /// the scope the route needs (`scope` names it).
     #[schema(example = json!(example(ProblemType::Forbidden, json!({}))))]
-    ForbiddenProblem, ForbiddenTag, 403 ..= 403 {}
+    ForbiddenProblem, ForbiddenTag, 403 ..= 403 {
+        /// The scope the key lacks (`read`, `write`, `admin` or `metrics`);
+        /// absent when the key may not use the purpose at all.
+        #[schema(nullable = false, pattern = "^(read|write|admin|metrics)$")]
+        scope: Option<String>,
+        /// The purpose the key lacks `scope` on; absent for `metrics`.
+        #[schema(nullable = false, pattern = r"^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63)]
+        purpose: Option<String>,
+    }
 }
 
 problem! {

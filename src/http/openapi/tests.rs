@@ -133,6 +133,15 @@ fn validate(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), 
     Ok(())
 }
 
+/// A `forbidden` answer naming the scope the key lacks on a purpose.
+fn missing_scope(scope: &'static str) -> Response {
+    ApiError::MissingPurposeScope {
+        scope,
+        purpose: Purpose::parse("invoice-export").expect("purpose"),
+    }
+    .into_response()
+}
+
 async fn check(doc: &Value, path: &str, method: &str, response: Response) -> (StatusCode, Value) {
     let status = response.status();
     let content_type = response.headers()["content-type"]
@@ -336,6 +345,7 @@ async fn every_outcome_conforms_to_its_documented_response() {
     for list in [&mut acquire, &mut renew, &mut release, &mut inspect] {
         list.extend(failures());
         list.push(ApiError::Forbidden.into_response());
+        list.push(missing_scope("write"));
         list.push(ApiError::NotFound.into_response());
     }
     acquire.extend(refusals(true));
@@ -421,6 +431,7 @@ async fn every_outcome_conforms_to_its_documented_response() {
         listed(None, None),
         listed(Some("pod-1"), Some("aW52b2ljZS1leHBvcnQvYS92MQ")),
         ApiError::Forbidden.into_response(),
+        missing_scope("read"),
         ApiError::NotFound.into_response(),
     ];
     list.extend(failures().into_iter().skip(3));
