@@ -43,6 +43,15 @@ pub fn names(source: &str, kind: &str) -> Vec<String> {
     found.into_iter().map(|(_, name)| name).collect()
 }
 
+/// Asserts that the header of `source` names the `keys` and, after them,
+/// the `argv` (the trailing nonce appended here) that Rust passes, in
+/// order: each script module's test of its argument list.
+pub fn assert_lists(source: &str, keys: Vec<String>, mut argv: Vec<String>) {
+    assert_eq!(names(source, "KEYS"), keys, "KEYS in the header vs Rust");
+    argv.push(super::evalsha::NONCE_ARG.to_owned());
+    assert_eq!(names(source, "ARGV"), argv, "ARGV in the header vs Rust");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
