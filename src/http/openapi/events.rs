@@ -40,6 +40,22 @@ pub fn lease_events() -> Vec<(&'static str, &'static str)> {
     events
 }
 
+/// A title for the events named `name` (`holder_changed`:
+/// `HolderChangedEvent`), apart from the answers' schema names, which
+/// code generators use for classes too.
+fn event_title(name: &str) -> String {
+    let words: String = name
+        .split('_')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect();
+    format!("{words}Event")
+}
+
 /// The schema of the events named `name`.
 fn event_schema(name: &str, what: &str) -> Schema {
     let data = ObjectBuilder::new()
@@ -59,7 +75,7 @@ fn event_schema(name: &str, what: &str) -> Schema {
     };
     ObjectBuilder::new()
         .schema_type(Type::Object)
-        .title(Some(name))
+        .title(Some(event_title(name)))
         .description(Some(description))
         .property(
             "event",
