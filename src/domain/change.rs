@@ -17,6 +17,14 @@ pub enum Change {
 }
 
 impl Change {
+    /// Every change, in the order the document lists their events.
+    pub const ALL: [Change; 4] = [
+        Change::Acquired,
+        Change::Released,
+        Change::Expired,
+        Change::HolderChanged,
+    ];
+
     /// The event name (`acquired`, `released`, `expired`, `holder_changed`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -36,5 +44,25 @@ impl Change {
             "holder_changed" => Change::HolderChanged,
             _ => return None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Change;
+
+    #[test]
+    fn all_lists_every_change_once_and_names_parse_back() {
+        for change in Change::ALL {
+            // A new variant fails to compile here until it is listed.
+            let index = match change {
+                Change::Acquired => 0,
+                Change::Released => 1,
+                Change::Expired => 2,
+                Change::HolderChanged => 3,
+            };
+            assert_eq!(Change::ALL[index], change);
+            assert_eq!(Change::parse(change.as_str()), Some(change));
+        }
     }
 }

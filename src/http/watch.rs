@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -22,9 +22,10 @@ use super::extract::{Asker, Headers, Problems};
 use super::problem::{respond, respond_one, ApiError};
 use super::AppState;
 use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
+use crate::http::openapi::STATE_EVENT;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::{
-    ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
+    ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, LeaseEvent, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };
 use crate::notify::{newer, Read, Snapshot, Watcher};
@@ -108,6 +109,59 @@ pub fn long_poll(query: Option<&str>, bounds: Bounds, problems: &mut Problems) -
             wait,
         }),
         _ => None,
+    }
+}
+
+/// Most events `maxEvents` may ask for.
+pub const MAX_STREAM_EVENTS: u32 = 10_000;
+
+/// Longest `maxMs`: an hour.
+pub const MAX_STREAM_MS: u64 = 3_600_000;
+
+/// Where a stream ends on its own: after `maxEvents` events (comments not
+/// counted) or `maxMs` milliseconds, whichever comes first. Neither: at
+/// shutdown, or when the client goes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StreamBounds {
+    /// `maxEvents`.
+    pub max_events: Option<u32>,
+    /// `maxMs`.
+    pub max_ms: Option<u64>,
+}
+
+/// Parses `maxEvents` and `maxMs` (both optional; other parameters are
+/// ignored), naming each that is malformed, out of range or repeated.
+pub fn stream_bounds(query: Option<&str>, problems: &mut Problems) -> StreamBounds {
+    let (mut events, mut ms): (Option<String>, Option<String>) = (None, None);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let slot = match name {
+            "maxEvents" => &mut events,
+            "maxMs" => &mut ms,
+            _ => continue,
+        };
+        let Some(value) = percent_decoded(value) else {
+            problems.shape(name, "must be valid percent-encoded UTF-8");
+            continue;
+        };
+        if slot.replace(value).is_some() {
+            problems.shape(name, "must be given at most once");
+        }
+    }
+    let mut bounded = |name: &str, value: Option<String>, max: u64, unit: &str| {
+        let value = value?;
+        match value.parse::<u64>() {
+            Ok(n) if (1..=max).contains(&n) => Some(n),
+            _ => {
+                problems.shape(name, format!("must be an integer from 1 to {max}{unit}"));
+                None
+            }
+        }
+    };
+    StreamBounds {
+        max_events: bounded("maxEvents", events, u64::from(MAX_STREAM_EVENTS), "")
+            .and_then(|n| u32::try_from(n).ok()),
+        max_ms: bounded("maxMs", ms, MAX_STREAM_MS, " (milliseconds)"),
     }
 }
 
@@ -249,8 +303,14 @@ async fn answer(
 /// `heldBy`; `remainingMs` as of the event). Changes that come faster than
 /// the service reads them coalesce into one event, named after the latest.
 /// A comment line (`: keepalive`) comes at least every 15 s. The stream
-/// ends at shutdown; resume with `Last-Event-ID`. Counts against the
-/// service's watch cap (`overloaded` beyond it).
+/// ends at shutdown; resume with `Last-Event-ID`. With `maxEvents` and/or
+/// `maxMs` it also ends (the body finishes) after that many events
+/// (comment lines not counted) or that much time, whichever comes first:
+/// a bounded read for scripts and checkers. Counts against the service's
+/// watch cap (`overloaded` beyond it).
+///
+/// On the wire each event is `event:`, `id:` and `data:` lines and a blank
+/// line; the schema below describes one event as a parser reads it.
 #[utoipa::path(
     get,
     path = ROUTE,
@@ -261,14 +321,17 @@ async fn answer(
             pattern = r"^[a-z][a-z0-9-]{0,62}$", min_length = 1, max_length = 63, example = "invoice-export"),
         ("digest" = String, Path, description = "The resource digest.",
             pattern = r"^v1\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("maxEvents" = Option<u32>, Query, nullable = false, description = "Optional: end the stream after this many events (`state` included, comment lines not), 1 to 10000. Left out: no bound on events.",
+            minimum = 1, maximum = 10000, example = 2),
+        ("maxMs" = Option<u64>, Query, nullable = false, description = "Optional: end the stream this many milliseconds after it opens, 1 to 3600000 (an hour). Left out: no bound on time.",
+            minimum = 1, maximum = 3600000, example = 5000),
         ("Last-Event-ID" = Option<String>, Header, nullable = false, description = "Optional: the `id` of the last event received; the first `state` event is sent only when the version differs from it.",
             max_length = 64, example = "12.1"),
     ),
     responses(
-        (status = 200, description = "The event stream: `state`, then `acquired`, `released`, `expired` and `holder_changed` events, each with `id` the version and `data` the inspect answer.",
-            content_type = "text/event-stream", body = String,
-            example = "event: state\nid: 12.1\ndata: {\"outcome\":\"inspected\",\"held\":true,\"version\":\"12.1\",\"remainingMs\":29998,\"fencingToken\":1764686400000000,\"holder\":\"worker-7:8080\",\"ttlMs\":30000,\"acquiredAt\":\"2026-12-03T14:55:00.123Z\",\"renewedAt\":\"2026-12-03T14:55:00.123Z\"}\n\n"),
-        (status = 400, description = "`invalid_request`: a malformed path parameter.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 200, description = "The event stream: `state`, then `acquired`, `released`, `expired` and `holder_changed` events, each with `id` the version and `data` the inspect answer as JSON. The schema is one event's.",
+            content_type = "text/event-stream", body = LeaseEvent),
+        (status = 400, description = "`invalid_request`: a malformed path parameter, `maxEvents`, `maxMs` or `Last-Event-ID` (over 64 characters).", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the API key may not use this purpose, or lacks the `read` scope on it (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: the path matched no route.", body = NotFoundProblem, content_type = "application/problem+json"),
@@ -281,17 +344,25 @@ async fn answer(
 pub async fn events(
     State(app): State<AppState>,
     path: RawPath,
+    RawQuery(query): RawQuery,
     Headers(headers): Headers,
 ) -> Response {
     let result = async {
         app.authenticate(&headers)?;
         let mut problems = Problems::default();
         let resource = path_resource(path, &mut problems);
+        let bounds = stream_bounds(query.as_deref(), &mut problems);
+        let last_event_id = headers.get("last-event-id");
+        if last_event_id.is_some_and(|v| v.len() > MAX_VERSION_LEN) {
+            problems.shape(
+                "Last-Event-ID",
+                "must be an event id from this stream (at most 64 characters)",
+            );
+        }
         problems.finish()?;
         let resource = resource.ok_or(ApiError::Internal)?;
         app.authorize(&headers, &resource, super::auth::Role::Read)?;
-        let last_event_id = headers
-            .get("last-event-id")
+        let last_event_id = last_event_id
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let mut watcher = match join(&app, &resource) {
@@ -307,6 +378,7 @@ pub async fn events(
         Ok::<_, ApiError>(stream(
             watcher,
             first,
+            bounds,
             app.watch.keepalive,
             app.service.shutdown_token().clone(),
         ))
@@ -326,7 +398,7 @@ fn event(kind: &str, snapshot: &Snapshot, data: &str) -> Bytes {
 /// countdown is brought up to now.
 fn state_event(snapshot: &Snapshot) -> Bytes {
     let data = serde_json::to_string(&snapshot.now()).unwrap_or_default();
-    event("state", snapshot, &data)
+    event(STATE_EVENT, snapshot, &data)
 }
 
 /// What the stream body keeps between events.
@@ -335,35 +407,67 @@ struct Stream {
     first: Option<Bytes>,
     keepalive: tokio::time::Interval,
     shutdown: CancellationToken,
+    /// Events still to send (`maxEvents`); `None`: no bound.
+    left: Option<u32>,
+    /// When the stream ends (`maxMs`); `None`: no bound.
+    deadline: Option<tokio::time::Instant>,
 }
 
-/// The 200 answer: events until shutdown (the body then ends cleanly) or
-/// until the client goes (the body is dropped, and the watcher with it).
+impl Stream {
+    /// `event` to send, counted against `maxEvents`.
+    fn sent(&mut self, event: Bytes) -> Bytes {
+        if let Some(left) = &mut self.left {
+            *left = left.saturating_sub(1);
+        }
+        event
+    }
+}
+
+/// Until `deadline`, or forever without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The 200 answer: events until shutdown or a bound of `bounds` (the body
+/// then ends cleanly) or until the client goes (the body is dropped, and
+/// the watcher with it).
 fn stream(
     watcher: Watcher,
     first: Option<Bytes>,
+    bounds: StreamBounds,
     keepalive: Duration,
     shutdown: CancellationToken,
 ) -> Response {
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+    let now = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(now + keepalive, keepalive);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let state = Stream {
         watcher,
         first,
         keepalive: tick,
         shutdown,
+        left: bounds.max_events,
+        deadline: bounds.max_ms.map(|ms| now + Duration::from_millis(ms)),
     };
     let body = futures_util::stream::unfold(state, |mut s| async move {
+        if s.left == Some(0) {
+            return None;
+        }
         if let Some(first) = s.first.take() {
+            let first = s.sent(first);
             return Some((Ok::<_, Infallible>(first), s));
         }
         let chunk = tokio::select! {
             biased;
             () = s.shutdown.cancelled() => return None,
+            () = until(s.deadline) => return None,
             next = s.watcher.next() => {
                 // Just read: the JSON rendered once for every watcher.
                 let (change, snapshot) = next?;
-                event(change.as_str(), &snapshot, snapshot.json())
+                s.sent(event(change.as_str(), &snapshot, snapshot.json()))
             }
             _ = s.keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
         };
@@ -389,4 +493,49 @@ fn is_version(v: &str) -> bool {
     };
     let digits = |p: &str| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit());
     digits(changes) && digits(live)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(query: &str) -> (StreamBounds, Vec<String>) {
+        let mut problems = Problems::default();
+        let bounds = stream_bounds(Some(query), &mut problems);
+        let named = match problems.finish() {
+            Ok(()) => Vec::new(),
+            Err(ApiError::Invalid { errors, .. }) => errors.into_iter().map(|e| e.field).collect(),
+            Err(other) => panic!("{query}: {other:?}"),
+        };
+        (bounds, named)
+    }
+
+    #[test]
+    fn stream_bounds_are_parsed_and_each_bad_one_named() {
+        assert_eq!(parsed(""), (StreamBounds::default(), vec![]));
+        assert_eq!(
+            parsed("maxEvents=2&maxMs=3600000&other=x"),
+            (
+                StreamBounds {
+                    max_events: Some(2),
+                    max_ms: Some(3_600_000)
+                },
+                vec![]
+            )
+        );
+        for (query, field) in [
+            ("maxEvents=0", "maxEvents"),
+            ("maxEvents=10001", "maxEvents"),
+            ("maxEvents=-1", "maxEvents"),
+            ("maxEvents=", "maxEvents"),
+            ("maxEvents=1&maxEvents=2", "maxEvents"),
+            ("maxMs=0", "maxMs"),
+            ("maxMs=3600001", "maxMs"),
+            ("maxMs=1.5", "maxMs"),
+            ("maxMs=%ZZ", "maxMs"),
+            ("maxMs=99999999999999999999999", "maxMs"),
+        ] {
+            assert_eq!(parsed(query).1, vec![field.to_owned()], "{query}");
+        }
+    }
 }

@@ -27,6 +27,9 @@ both_stores!(
     stream_sends_the_state_then_every_change_in_order,
     stream_resumes_from_last_event_id,
     stream_follows_every_permit_of_a_counting_lease,
+    stream_ends_after_max_events_with_events_the_document_lists,
+    stream_ends_after_max_ms,
+    stream_refuses_bad_bounds_naming_them,
     watches_beyond_the_cap_are_overloaded,
     a_client_that_leaves_leaves_no_watcher_behind,
     shutdown_ends_streams_and_long_polls,
@@ -127,7 +130,22 @@ struct Stream {
 
 impl Stream {
     async fn open(app: &TestApp, d: &str, last_event_id: Option<&str>) -> Stream {
-        let mut rb = app.http.get(format!("{}/events", lease_url(app, d)));
+        Stream::open_query(app, d, "", last_event_id).await
+    }
+
+    /// A stream with a query string (`maxEvents=2`), or none when empty.
+    async fn open_query(
+        app: &TestApp,
+        d: &str,
+        query: &str,
+        last_event_id: Option<&str>,
+    ) -> Stream {
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        let mut rb = app.http.get(format!("{}/events{query}", lease_url(app, d)));
         if let Some(id) = last_event_id {
             rb = rb.header("Last-Event-ID", id);
         }
@@ -420,6 +438,109 @@ async fn stream_resumes_from_last_event_id(backend: Backend) {
     assert_eq!(e.kind, "state", "{e:?}");
     assert_eq!(e.data["held"], true);
     check_ids(&app, &d, &e).await;
+}
+
+/// The event names the document lists for the stream, and the members
+/// every event's `data` must carry.
+async fn documented_events(app: &TestApp) -> (Vec<String>, Vec<String>) {
+    let doc = app.get("/openapi.json").await.body;
+    let op = &doc["paths"]["/leases/{purpose}/{digest}/events"]["get"];
+    assert_eq!(
+        op["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"],
+        "#/components/schemas/LeaseEvent"
+    );
+    let names = doc["components"]["schemas"]["LeaseEvent"]["oneOf"]
+        .as_array()
+        .expect("one schema per event")
+        .iter()
+        .map(|e| {
+            let data = &e["properties"]["data"];
+            assert_eq!(data["contentMediaType"], "application/json", "{e}");
+            assert_eq!(
+                data["contentSchema"]["$ref"],
+                "#/components/schemas/Inspected"
+            );
+            e["properties"]["event"]["enum"][0]
+                .as_str()
+                .expect("name")
+                .to_owned()
+        })
+        .collect();
+    let required = doc["components"]["schemas"]["Inspected"]["required"]
+        .as_array()
+        .expect("required")
+        .iter()
+        .map(|m| m.as_str().expect("member").to_owned())
+        .collect();
+    (names, required)
+}
+
+async fn stream_ends_after_max_events_with_events_the_document_lists(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let (names, required) = documented_events(&app).await;
+    let d = digest();
+    let a = app.attempt().await;
+    let mut s = Stream::open_query(&app, &d, "maxEvents=2", None).await;
+    let state = s.next().await;
+    assert_eq!(state.kind, "state");
+    acquire_as(&app, &d, &a, 30_000, "worker-1").await;
+    let acquired = s.next().await;
+    assert_eq!(acquired.kind, "acquired");
+    // A third change: never sent, the body has ended after two events.
+    relabel(&app, &d, &a, "worker-2").await;
+    while let Some(e) = s.next_any().await {
+        assert_eq!(e.kind, ":", "an event after maxEvents=2: {e:?}");
+    }
+    for e in [&state, &acquired] {
+        assert!(names.contains(&e.kind), "{} not in {names:?}", e.kind);
+        for member in &required {
+            assert!(e.data.get(member).is_some(), "{member} missing: {e:?}");
+        }
+    }
+    until_watchers(&app, 0).await;
+}
+
+async fn stream_ends_after_max_ms(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let d = digest();
+    let opened = Instant::now();
+    let mut s = Stream::open_query(&app, &d, "maxMs=300&maxEvents=5", None).await;
+    assert_eq!(s.next().await.kind, "state");
+    while let Some(e) = s.next_any().await {
+        assert_eq!(e.kind, ":", "no change, no event: {e:?}");
+    }
+    let after = opened.elapsed();
+    assert!(after >= Duration::from_millis(300), "ended after {after:?}");
+    println!("a maxMs=300 stream ended after {after:?}");
+    until_watchers(&app, 0).await;
+}
+
+async fn stream_refuses_bad_bounds_naming_them(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let url = format!("{}/events", lease_url(&app, &digest()));
+    let long_id = "1".repeat(65);
+    for (query, last_event_id, field) in [
+        ("maxEvents=0", None, "maxEvents"),
+        ("maxEvents=10001", None, "maxEvents"),
+        ("maxEvents=two", None, "maxEvents"),
+        ("maxEvents=1&maxEvents=2", None, "maxEvents"),
+        ("maxMs=0", None, "maxMs"),
+        ("maxMs=3600001", None, "maxMs"),
+        ("maxMs=-5", None, "maxMs"),
+        ("", Some(long_id.as_str()), "Last-Event-ID"),
+    ] {
+        let mut rb = app.http.get(format!("{url}?{query}"));
+        if let Some(id) = last_event_id {
+            rb = rb.header("Last-Event-ID", id);
+        }
+        let r = TestApp::reply(rb.send().await.expect("send")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{query}: {:?}", r.body);
+        assert_eq!(r.content_type(), "application/problem+json");
+        assert_eq!(r.outcome(), "invalid_request", "{query}");
+        assert_eq!(r.body["errors"][0]["field"], field, "{query}: {:?}", r.body);
+    }
+    // No watcher was registered for a refused stream.
+    assert_eq!(readyz_watchers(&app).await, 0);
 }
 
 async fn watches_beyond_the_cap_are_overloaded(backend: Backend) {

@@ -10,6 +10,7 @@
 //! copy that a test keeps equal to it.
 
 mod document;
+mod events;
 #[cfg(test)]
 mod same_words;
 mod schemas;
@@ -18,4 +19,5 @@ mod tests;
 
 pub(super) use self::document::routes;
 pub use self::document::{document_json, openapi_json, ApiDoc, REGENERATE, ROUTE};
+pub use self::events::{lease_events, LeaseEvent, STATE_EVENT};
 pub use self::schemas::*;
