@@ -24,12 +24,16 @@ import sys
 import yaml
 
 # The LEASEHOLD_* settings the binary really reads: every `env = "..."` in
-# src/config.rs, so a new setting needs no second list here.
-_CONFIG_RS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "config.rs")
-with open(_CONFIG_RS, encoding="utf-8") as _f:
-    KNOWN_ENV = set(re.findall(r'env = "(LEASEHOLD_[A-Z0-9_]+)"', _f.read()))
+# src/config/ (one file per component's settings), so a new setting needs no
+# second list here.
+_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "config")
+KNOWN_ENV: set[str] = set()
+for _name in sorted(os.listdir(_CONFIG_DIR)):
+    if _name.endswith(".rs"):
+        with open(os.path.join(_CONFIG_DIR, _name), encoding="utf-8") as _f:
+            KNOWN_ENV |= set(re.findall(r'env = "(LEASEHOLD_[A-Z0-9_]+)"', _f.read()))
 if len(KNOWN_ENV) < 10:
-    sys.exit(f"check_deploy_refs: found only {len(KNOWN_ENV)} settings in {_CONFIG_RS}")
+    sys.exit(f"check_deploy_refs: found only {len(KNOWN_ENV)} settings in {_CONFIG_DIR}")
 DEFAULT_MAX_WAIT_MS = 30000
 DEFAULT_GRACE_MS = 10000
 

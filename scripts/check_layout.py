@@ -8,7 +8,7 @@
 2. No file in src/ or benches/ over 600 lines.
 3. Every .rs file in src/ opens with a `//!` comment saying its one job.
 4. Layers point down: domain <- notify <- store <- service <- http <-
-   startup (lib.rs, main.rs, config.rs, telemetry.rs, healthcheck.rs);
+   startup (lib.rs, main.rs, config/, telemetry.rs, healthcheck.rs);
    client/ and cli/ use domain (and the client) only.
 
 Prints every violation and exits 1 if there is any. Usage:
