@@ -8,7 +8,8 @@
 --         never renewed and no replay claimed it (acquire.lua's claim key).
 -- ARGV[6] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
--- Returns {tag(1)} released, {tag(0)} already absent, {tag(-1)} someone
+-- Returns {tag(1), heldMs} released (heldMs = now - the permit's acquiredAt,
+-- for the hold-time histogram), {tag(0)} already absent, {tag(-1)} someone
 -- else holds it (untouched), {tag(2)} mode 'a' and the permit was claimed
 -- or renewed (untouched), {tag(-9), error} Redis refused.
 -- The event "<tag>\t<version>\treleased" is published before the delete: an
@@ -80,6 +81,7 @@ local held, live, rest, latest, renewed = false, extra, extra, 0, false
 -- most STALE_SWEEP a call, as in acquire.lua.
 local STALE_SWEEP = 256
 local stale
+local acquired_at = now -- the caller's permit's acquiredAt, read below
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
@@ -91,6 +93,7 @@ for i = 1, #rec, 2 do
     if field == mine then
       held = exp > now
       renewed = acq ~= ren
+      acquired_at = tonumber(acq)
     else
       local ends = exp + tonumber(ld)
       if ends > now then
@@ -151,4 +154,4 @@ end
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
-return {tag + 1}
+return {tag + 1, now - acquired_at}

@@ -22,6 +22,10 @@ pub const POOL_WAIT: &str = "leasehold_store_pool_wait_seconds";
 pub const WAITERS: &str = "leasehold_waiters";
 /// Acquires answered `contended`, by why (`held`, `lock_delay`, `queued`).
 pub const CONTENDED: &str = "leasehold_lease_contended_total";
+/// How long acquires that asked to wait waited, by purpose and outcome.
+pub const LEASE_WAIT: &str = "leasehold_lease_wait_seconds";
+/// How long permits were held (acquire to release), by purpose and end.
+pub const LEASE_HOLD: &str = "leasehold_lease_hold_seconds";
 /// HTTP requests by method, route template and status.
 pub const HTTP_REQUESTS: &str = "leasehold_http_requests_total";
 /// HTTP request latency by method and route template.
@@ -45,14 +49,31 @@ const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0,
 ];
 
+/// Server-side waits: 1 ms (the lease came free at once) to 30 s.
+const WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0,
+];
+
+/// Hold times: 10 ms (a short critical section) to 1 h (a long job).
+const HOLD_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
 /// Installs the process-wide Prometheus recorder (once; later calls reuse
 /// it, so tests can start many services in one process).
 pub fn install_metrics() -> PrometheusHandle {
     static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| {
+            // A full name is matched before a suffix.
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(LEASE_WAIT.into()), WAIT_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(LEASE_HOLD.into()), HOLD_BUCKETS)
+                })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let handle = match builder.install_recorder() {
                 Ok(handle) => handle,
@@ -121,6 +142,16 @@ fn describe() {
         CONTENDED,
         Unit::Count,
         "Acquires answered contended, by reason: held (every permit taken, or the other mode holds it), lock_delay (a lock-delay after an expiry runs), queued (waiters that started earlier go first)."
+    );
+    describe_histogram!(
+        LEASE_WAIT,
+        Unit::Seconds,
+        "How long acquires that asked to wait (waitMs > 0) waited server-side, by purpose (capped as in leasehold_lease_operations_total) and outcome (acquired, contended)."
+    );
+    describe_histogram!(
+        LEASE_HOLD,
+        Unit::Seconds,
+        "How long permits were held, acquire to end, by purpose (capped as in leasehold_lease_operations_total) and end; only end=released is observed: no script sees an expiry or a break as it happens, so those holds are not counted."
     );
     describe_counter!(
         HTTP_REQUESTS,
@@ -250,6 +281,17 @@ pub struct OperationMeters {
     counters: Handles<(&'static str, &'static str, u32), Counter>,
     durations: Handles<&'static str, Histogram>,
     contended: Handles<&'static str, Counter>,
+    waits: Handles<(&'static str, u32), Histogram>,
+    holds: Handles<(&'static str, u32), Histogram>,
+}
+
+/// The `purpose` label value for `purpose`, admitted as `id`.
+fn purpose_label(id: u32, purpose: &str) -> String {
+    if id == OTHER_PURPOSE {
+        "other".to_owned()
+    } else {
+        purpose.to_owned()
+    }
 }
 
 impl OperationMeters {
@@ -260,7 +302,33 @@ impl OperationMeters {
             counters: Handles::new(),
             durations: Handles::new(),
             contended: Handles::new(),
+            waits: Handles::new(),
+            holds: Handles::new(),
         }
+    }
+
+    /// Records how long an acquire that asked to wait waited on `purpose`
+    /// before it was answered with `outcome` (`acquired` or `contended`).
+    pub fn waited(&self, outcome: &'static str, purpose: &str, secs: f64) {
+        let id = self.purposes.id(purpose);
+        self.waits
+            .get((outcome, id), || {
+                let label = purpose_label(id, purpose);
+                metrics::histogram!(LEASE_WAIT, "purpose" => label, "outcome" => outcome)
+            })
+            .record(secs);
+    }
+
+    /// Records how long a permit on `purpose` was held until it ended by
+    /// `end` (`released`: the only end a script sees as it happens).
+    pub fn held(&self, end: &'static str, purpose: &str, secs: f64) {
+        let id = self.purposes.id(purpose);
+        self.holds
+            .get((end, id), || {
+                let label = purpose_label(id, purpose);
+                metrics::histogram!(LEASE_HOLD, "purpose" => label, "end" => end)
+            })
+            .record(secs);
     }
 
     /// Counts one acquire answered `contended` for `reason` (`held`,
@@ -276,11 +344,7 @@ impl OperationMeters {
         let id = self.purposes.id(purpose);
         self.counters
             .get((verb, outcome, id), || {
-                let label = if id == OTHER_PURPOSE {
-                    "other".to_owned()
-                } else {
-                    purpose.to_owned()
-                };
+                let label = purpose_label(id, purpose);
                 metrics::counter!(OPERATIONS, "verb" => verb, "outcome" => outcome, "purpose" => label)
             })
             .increment(1);

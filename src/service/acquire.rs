@@ -183,6 +183,18 @@ impl LeaseService {
                 Some(ContendedReason::Queued) => "queued",
             });
         }
+        if request.wait.ms() > 0 {
+            // Answered at the first look: no `waitedMs`, nothing waited.
+            let waited = match &result {
+                Ok(AcquireOutcome::Acquired { waited_ms, .. }) => Some(("acquired", waited_ms)),
+                Ok(AcquireOutcome::Contended { waited_ms, .. }) => Some(("contended", waited_ms)),
+                _ => None,
+            };
+            if let Some((outcome, waited_ms)) = waited {
+                let secs = waited_ms.unwrap_or(0) as f64 / 1000.0;
+                self.meters.waited(outcome, resource.purpose.as_str(), secs);
+            }
+        }
         result
     }
 

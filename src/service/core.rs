@@ -205,7 +205,14 @@ impl LeaseService {
             .map(|r| r.map(|r| r.value));
         let result = match answer {
             Err(failure) => Err(failure),
-            Ok(Ok(StoreRelease::Released)) => Ok(ReleaseOutcome::Released),
+            Ok(Ok(StoreRelease::Released { held_ms })) => {
+                self.meters.held(
+                    "released",
+                    resource.purpose.as_str(),
+                    held_ms as f64 / 1000.0,
+                );
+                Ok(ReleaseOutcome::Released)
+            }
             Ok(Ok(StoreRelease::AlreadyAbsent)) => Ok(ReleaseOutcome::AlreadyAbsent),
             Ok(Ok(StoreRelease::NotOwner)) => Ok(ReleaseOutcome::NotOwner),
             Ok(Err(err)) => Err(self.failure(err, Some(attempt))),

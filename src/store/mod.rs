@@ -136,7 +136,12 @@ pub enum StoreRenew {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreRelease {
     /// The caller's lease was deleted.
-    Released,
+    Released {
+        /// How long the permit was held: the store's clock at the release
+        /// minus the permit's `acquiredAt`, in ms (for the hold-time
+        /// histogram; not part of the API's answer).
+        held_ms: u64,
+    },
     /// There was no lease.
     AlreadyAbsent,
     /// Someone else's lease; untouched.

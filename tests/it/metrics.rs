@@ -16,6 +16,8 @@ use common::redis::RedisServer;
 use reqwest::StatusCode;
 use serde_json::json;
 
+mod contention;
+
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One scrape: every sample by name and labels.

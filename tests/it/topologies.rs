@@ -1146,7 +1146,11 @@ async fn replica_acks_say_how_many_replicas_have_the_write() {
     assert!(matches!(renewed.value, StoreRenew::Renewed { .. }));
     assert_eq!(renewed.replication, acked(1));
     let released = patient.release(&r, &a).await.expect("answer");
-    assert_eq!(released.value, StoreRelease::Released);
+    assert!(
+        matches!(released.value, StoreRelease::Released { held_ms } if held_ms < 60_000),
+        "{:?}",
+        released.value
+    );
     assert_eq!(released.replication, acked(1));
     let absent = patient.release(&r, &a).await.expect("answer");
     assert_eq!(

@@ -302,7 +302,10 @@ impl MemoryStore {
         resource: &ResourceId,
         attempt: &Attempt,
     ) -> Result<bool, StoreError> {
-        Ok(self.release_as(resource, attempt, true).await? == StoreRelease::Released)
+        Ok(matches!(
+            self.release_as(resource, attempt, true).await?,
+            StoreRelease::Released { .. }
+        ))
     }
 
     async fn release_as(
@@ -318,12 +321,18 @@ impl MemoryStore {
             let (outcome, empty) = match Self::entry(&mut state, &key, now) {
                 None => (StoreRelease::AlreadyAbsent, false),
                 Some(entry) => {
-                    let before = entry.permits.len();
-                    entry
-                        .permits
-                        .retain(|p| !(p.is(attempt) && p.live(now) && !(abandoned && p.claimed)));
-                    if entry.permits.len() < before {
-                        (StoreRelease::Released, entry.permits.is_empty())
+                    // The released permit's acquiredAt, for its hold time.
+                    let mut acquired_at = None;
+                    entry.permits.retain(|p| {
+                        let goes = p.is(attempt) && p.live(now) && !(abandoned && p.claimed);
+                        if goes {
+                            acquired_at = Some(p.acquired_at);
+                        }
+                        !goes
+                    });
+                    if let Some(acquired_at) = acquired_at {
+                        let held_ms = wall_ms().0.saturating_sub(acquired_at.0);
+                        (StoreRelease::Released { held_ms }, entry.permits.is_empty())
                     } else if entry.live_count(now) > 0 {
                         (StoreRelease::NotOwner, false)
                     } else {
@@ -336,7 +345,7 @@ impl MemoryStore {
             }
             outcome
         };
-        if outcome == StoreRelease::Released {
+        if matches!(outcome, StoreRelease::Released { .. }) {
             self.waiters.changed(&key, Change::Released);
         }
         Ok(outcome)

@@ -1,7 +1,7 @@
 //! `lua/release.lua` from the Rust side: its keys and arguments by the
 //! names its header gives them, in the header's order, the call in either
 //! mode (the caller's release, the clean-up of an abandoned acquisition),
-//! and its status read.
+//! and its answer read by the positions the header's `Returns` gives.
 
 use std::sync::LazyLock;
 
@@ -9,7 +9,7 @@ use super::super::call::Call;
 use super::super::keys::{lease_key, record_keys, seq_key};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, STATUS};
+use super::decode::{int, non_negative, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, ResourceId};
 use crate::store::{Replicated, StoreError, StoreRelease};
@@ -63,7 +63,7 @@ impl<'a> Args<'a> {
     }
 }
 
-/// The statuses of the header's `Returns` (every answer is the status alone).
+/// The statuses of the header's `Returns`.
 mod status {
     pub const RELEASED: i64 = 1;
     pub const ABSENT: i64 = 0;
@@ -72,10 +72,23 @@ mod status {
     pub const CLAIMED: i64 = 2;
 }
 
-/// The caller's release.
-fn decode(status: i64) -> Result<StoreRelease, StoreError> {
-    match status {
-        status::RELEASED => Ok(StoreRelease::Released),
+/// Positions in the reply, by status (the header's `Returns`; the other
+/// statuses are the status alone).
+mod at {
+    /// `{tag(1), heldMs}`: released.
+    pub mod released {
+        pub const HELD_MS: usize = 1;
+    }
+}
+
+/// The caller's release (`{status, ...}`, the nonce tag already replaced).
+fn decode(items: &[redis::Value]) -> Result<StoreRelease, StoreError> {
+    match int(items, STATUS)? {
+        status::RELEASED => Ok(StoreRelease::Released {
+            // Below zero only if the server's clock stepped back since
+            // the acquire: nothing held, as far as it can tell.
+            held_ms: non_negative(int(items, at::released::HELD_MS)?).unwrap_or(0),
+        }),
         status::ABSENT => Ok(StoreRelease::AlreadyAbsent),
         status::NOT_OWNER => Ok(StoreRelease::NotOwner),
         _ => Err(bad_reply()),
@@ -83,8 +96,8 @@ fn decode(status: i64) -> Result<StoreRelease, StoreError> {
 }
 
 /// The clean-up: true when the permit went.
-fn decode_abandoned(status: i64) -> Result<bool, StoreError> {
-    match status {
+fn decode_abandoned(items: &[redis::Value]) -> Result<bool, StoreError> {
+    match int(items, STATUS)? {
         status::RELEASED => Ok(true),
         status::ABSENT | status::NOT_OWNER | status::CLAIMED => Ok(false),
         _ => Err(bad_reply()),
@@ -101,7 +114,7 @@ impl RedisStore {
     ) -> Result<Replicated<StoreRelease>, StoreError> {
         let done = self.release_as(resource, attempt, Mode::Caller).await?;
         Ok(Replicated {
-            value: decode(done.value)?,
+            value: decode(&done.value)?,
             replication: done.replication,
         })
     }
@@ -115,16 +128,16 @@ impl RedisStore {
         attempt: &Attempt,
     ) -> Result<bool, StoreError> {
         let done = self.release_as(resource, attempt, Mode::Abandoned).await?;
-        decode_abandoned(done.value)
+        decode_abandoned(&done.value)
     }
 
-    /// `release.lua` in `mode`: its status and replication.
+    /// `release.lua` in `mode`: its answer and replication.
     async fn release_as(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
         mode: Mode,
-    ) -> Result<Replicated<i64>, StoreError> {
+    ) -> Result<Replicated<Vec<redis::Value>>, StoreError> {
         let (lease, seq) = (
             lease_key(&self.namespace, resource),
             seq_key(&self.namespace, resource),
@@ -147,7 +160,7 @@ impl RedisStore {
             })
             .await?;
         Ok(Replicated {
-            value: int(&done.value, STATUS)?,
+            value: done.value,
             replication: done.replication,
         })
     }
@@ -168,16 +181,33 @@ mod tests {
         );
     }
 
+    use redis::Value;
+
+    fn reply(items: &[i64]) -> Vec<Value> {
+        items.iter().map(|v| Value::Int(*v)).collect()
+    }
+
     #[test]
     fn statuses_decode_by_mode() {
-        assert_eq!(decode(1), Ok(StoreRelease::Released));
-        assert_eq!(decode(0), Ok(StoreRelease::AlreadyAbsent));
-        assert_eq!(decode(-1), Ok(StoreRelease::NotOwner));
-        assert!(decode(2).is_err());
-        assert_eq!(decode_abandoned(1), Ok(true));
+        assert_eq!(
+            decode(&reply(&[1, 1500])),
+            Ok(StoreRelease::Released { held_ms: 1500 })
+        );
+        // A clock that stepped back holds for nothing, not for ever.
+        assert_eq!(
+            decode(&reply(&[1, -3])),
+            Ok(StoreRelease::Released { held_ms: 0 })
+        );
+        // Released without its hold time is not a reply the script gives.
+        assert!(decode(&reply(&[1])).is_err());
+        assert_eq!(decode(&reply(&[0])), Ok(StoreRelease::AlreadyAbsent));
+        assert_eq!(decode(&reply(&[-1])), Ok(StoreRelease::NotOwner));
+        assert!(decode(&reply(&[2])).is_err());
+        assert!(decode(&[]).is_err());
+        assert_eq!(decode_abandoned(&reply(&[1, 20])), Ok(true));
         for gone_or_kept in [0, -1, 2] {
-            assert_eq!(decode_abandoned(gone_or_kept), Ok(false));
+            assert_eq!(decode_abandoned(&reply(&[gone_or_kept])), Ok(false));
         }
-        assert!(decode_abandoned(3).is_err());
+        assert!(decode_abandoned(&reply(&[3])).is_err());
     }
 }
