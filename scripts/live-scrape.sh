@@ -42,7 +42,9 @@ H=(-H "Lease-Owner-Token: $TOKEN" -H "Lease-Operation-Id: scrape-1" -H 'content-
 curl -sN --max-time 20 "$BASE/leases/scrape/$D/events" >"$WORK/events" 2>/dev/null &
 EV_PID=$!
 for _ in $(seq 1 200); do grep -q '^event: state' "$WORK/events" 2>/dev/null && break; sleep 0.05; done
-curl -s -o /dev/null -XPUT "$BASE/leases/scrape/$D" "${H[@]}" -d '{"ttlMs":30000,"holder":"live-scrape"}'
+# The first acquire asks to wait (it need not: the wait histogram), the
+# second replays it; the release ends the hold (the hold histogram).
+curl -s -o /dev/null -XPUT "$BASE/leases/scrape/$D" "${H[@]}" -d '{"ttlMs":30000,"waitMs":1000,"holder":"live-scrape"}'
 curl -s -o /dev/null -XPUT "$BASE/leases/scrape/$D" "${H[@]}" -d '{"ttlMs":30000,"holder":"live-scrape"}'
 curl -s -o /dev/null -XPATCH "$BASE/leases/scrape/$D" "${H[@]}" -d '{"ttlMs":30000}'
 curl -s -o /dev/null "$BASE/leases/scrape/$D" "${H[@]}"
