@@ -4,8 +4,6 @@
 
 use std::sync::LazyLock;
 
-use super::super::call::Call;
-use super::super::keys::{lease_key, record_keys, seq_key};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, label, non_negative, store_time, token_of, STATUS};
@@ -154,10 +152,6 @@ impl RedisStore {
         attempt: &Attempt,
         spec: &AcquireSpec<'_>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
-        let (lease, seq) = (
-            lease_key(&self.namespace, resource),
-            seq_key(&self.namespace, resource),
-        );
         let tag = resource.tag();
         let (ttl_ms, shape) = (spec.ttl.ms().to_string(), shape_arg(spec));
         let args = Args {
@@ -168,13 +162,13 @@ impl RedisStore {
             shape: &shape,
         };
         let done = self
-            .run(Call {
-                script: &SCRIPT,
-                tag: &tag,
-                keys: &values(&record_keys(&lease, &seq)),
-                args: &values(&args.named()),
-                acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
-            })
+            .run_on_record(
+                &SCRIPT,
+                resource,
+                &tag,
+                &values(&args.named()),
+                WAITS_FOR_REPLICAS,
+            )
             .await?;
         Ok(Replicated {
             value: decode(&done.value, spec)?,
@@ -187,6 +181,7 @@ impl RedisStore {
 mod tests {
     use redis::Value;
 
+    use super::super::super::keys::record_keys;
     use super::super::evalsha::names;
     use super::super::header;
     use super::*;

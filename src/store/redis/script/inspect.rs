@@ -7,8 +7,7 @@ use std::sync::LazyLock;
 
 use redis::Value;
 
-use super::super::call::Call;
-use super::super::keys::{lease_key, record_keys, seq_key, SEQ_KEY_TTL_TEXT, WATCH_MARK_MS};
+use super::super::keys::{SEQ_KEY_TTL_TEXT, WATCH_MARK_MS};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, label, non_negative, store_time, token_of, STATUS};
@@ -153,10 +152,6 @@ impl RedisStore {
         probe: Probe<'_>,
         watching: bool,
     ) -> Result<StoreInspect, StoreError> {
-        let (lease, seq) = (
-            lease_key(&self.namespace, resource),
-            seq_key(&self.namespace, resource),
-        );
         let tag = resource.tag();
         let (owner_token, operation_id) = match probe {
             Probe::Anyone => ("", ""),
@@ -170,13 +165,13 @@ impl RedisStore {
             seq_ttl_ms: SEQ_KEY_TTL_TEXT,
         };
         let done = self
-            .run(Call {
-                script: &SCRIPT,
-                tag: &tag,
-                keys: &values(&record_keys(&lease, &seq)),
-                args: &values(&args.named()),
-                acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
-            })
+            .run_on_record(
+                &SCRIPT,
+                resource,
+                &tag,
+                &values(&args.named()),
+                WAITS_FOR_REPLICAS,
+            )
             .await?;
         decode(&done.value)
     }
@@ -184,6 +179,7 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::keys::record_keys;
     use super::super::evalsha::names;
     use super::super::header;
     use super::*;

@@ -5,8 +5,6 @@
 
 use std::sync::LazyLock;
 
-use super::super::call::Call;
-use super::super::keys::{lease_key, record_keys, seq_key};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, non_negative, STATUS};
@@ -138,10 +136,6 @@ impl RedisStore {
         attempt: &Attempt,
         mode: Mode,
     ) -> Result<Replicated<Vec<redis::Value>>, StoreError> {
-        let (lease, seq) = (
-            lease_key(&self.namespace, resource),
-            seq_key(&self.namespace, resource),
-        );
         let tag = resource.tag();
         let args = Args {
             owner_token: attempt.owner_token.expose(),
@@ -151,13 +145,13 @@ impl RedisStore {
             mode: mode.arg(),
         };
         let done = self
-            .run(Call {
-                script: &SCRIPT,
-                tag: &tag,
-                keys: &values(&record_keys(&lease, &seq)),
-                args: &values(&args.named()),
-                acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
-            })
+            .run_on_record(
+                &SCRIPT,
+                resource,
+                &tag,
+                &values(&args.named()),
+                WAITS_FOR_REPLICAS,
+            )
             .await?;
         Ok(Replicated {
             value: done.value,
@@ -168,6 +162,7 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::keys::record_keys;
     use super::super::evalsha::names;
     use super::super::header;
     use super::*;

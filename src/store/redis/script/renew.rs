@@ -4,8 +4,7 @@
 
 use std::sync::LazyLock;
 
-use super::super::call::Call;
-use super::super::keys::{lease_key, record_keys, seq_key, SEQ_KEY_TTL_MS};
+use super::super::keys::SEQ_KEY_TTL_MS;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, label, store_time, token_of, STATUS};
@@ -86,10 +85,6 @@ impl RedisStore {
         ttl: Ttl,
         holder: Option<&HolderLabel>,
     ) -> Result<Replicated<StoreRenew>, StoreError> {
-        let (lease, seq) = (
-            lease_key(&self.namespace, resource),
-            seq_key(&self.namespace, resource),
-        );
         let tag = resource.tag();
         let ttl_ms = ttl.ms().to_string();
         let seq_ttl_ms = SEQ_KEY_TTL_MS.max(ttl.ms()).to_string();
@@ -103,13 +98,13 @@ impl RedisStore {
             resource_tag: &tag,
         };
         let done = self
-            .run(Call {
-                script: &SCRIPT,
-                tag: &tag,
-                keys: &values(&record_keys(&lease, &seq)),
-                args: &values(&args.named()),
-                acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
-            })
+            .run_on_record(
+                &SCRIPT,
+                resource,
+                &tag,
+                &values(&args.named()),
+                WAITS_FOR_REPLICAS,
+            )
             .await?;
         Ok(Replicated {
             value: decode(&done.value, ttl)?,
@@ -122,6 +117,7 @@ impl RedisStore {
 mod tests {
     use redis::Value;
 
+    use super::super::super::keys::record_keys;
     use super::super::evalsha::names;
     use super::super::header;
     use super::*;
