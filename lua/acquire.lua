@@ -126,6 +126,8 @@ local rec, hashed = nil, false
 -- script, evicted): the whole hash is read, as before, and the index
 -- written anew from it.
 local IDX, INDEX_DUE = nil, 256
+-- Records of at most this many fields are read whole (below).
+local SMALL_RECORD = 32
 local extra, extra_soonest, extra_latest, rebuild = 0, nil, 0, false
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 if type(cur) == 'string' then
@@ -134,8 +136,21 @@ if type(cur) == 'string' then
 elseif cur then
   hashed = true
   IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
-  local own = redis.call('HGET', KEYS[1], mine)
-  if own and tonumber(string.match(own, '^%d+|(%d+)|')) > now then
+  local fields = redis.call('HLEN', KEYS[1])
+  local own = fields > SMALL_RECORD and redis.call('HGET', KEYS[1], mine)
+  if fields <= SMALL_RECORD then
+    -- A small record: one read of all of it costs Redis less than the
+    -- index's reads. The index is only counted against it, and written
+    -- anew when they differ, so that it is right when the record grows.
+    rec = redis.call('HGETALL', KEYS[1])
+    local permits = 0
+    for i = 1, #rec, 2 do
+      if string.byte(rec[i], 1) == 112 then -- 'p'
+        permits = permits + 1
+      end
+    end
+    rebuild = redis.call('ZCARD', IDX) ~= permits
+  elseif own and tonumber(string.match(own, '^%d+|(%d+)|')) > now then
     -- The same attempt holds a permit: the loop answers the replay.
     rec = {mine, own}
   else
@@ -163,7 +178,7 @@ elseif cur then
         end
       end
       local members = redis.call('ZCARD', IDX) - (#due - found)
-      if redis.call('HLEN', KEYS[1]) - (lm[1] and 1 or 0) - (lm[2] and 1 or 0) ~= members then
+      if fields - (lm[1] and 1 or 0) - (lm[2] and 1 or 0) ~= members then
         rebuild = true
       else
         -- The live permits not due: counted, and read only when few (an
@@ -191,7 +206,7 @@ elseif cur then
       rebuild = true
     end
   end
-  if rebuild then
+  if rebuild and fields > SMALL_RECORD then
     rec = redis.call('HGETALL', KEYS[1])
   end
 end

@@ -35,8 +35,11 @@ if type(cur) == 'string' then
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif type(cur) == 'table' then
   IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
-  local due = redis.call('ZRANGEBYSCORE', IDX, '-inf', now, 'LIMIT', 0, 257)
-  if #due <= 256 then
+  -- A small record (32 fields at most) is read whole, as acquire.lua does:
+  -- one read costs Redis less than the index's reads.
+  local fields = redis.call('HLEN', KEYS[1])
+  local due = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, '-inf', now, 'LIMIT', 0, 257)
+  if due and #due <= 256 then
     local lm = redis.call('HMGET', KEYS[1], 'l', 'm')
     local part, found, has_mine = {}, 0, false
     for i = 1, #due do
@@ -51,7 +54,7 @@ elseif type(cur) == 'table' then
       end
     end
     local members = redis.call('ZCARD', IDX) - (#due - found)
-    if redis.call('HLEN', KEYS[1]) - (lm[1] and 1 or 0) - (lm[2] and 1 or 0) == members then
+    if fields - (lm[1] and 1 or 0) - (lm[2] and 1 or 0) == members then
       extra = redis.call('ZCOUNT', IDX, '(' .. now, '+inf')
       local own = not has_mine and redis.call('HGET', KEYS[1], mine)
       if own then
