@@ -83,6 +83,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::leases::release,
         crate::http::leases::inspect,
         crate::http::list::list,
+        crate::http::history::history,
         crate::http::watch::events,
         crate::http::health::livez,
         crate::http::health::readyz,
@@ -101,6 +102,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         PayloadTooLargeProblem, HeadersTooLargeProblem, UnsupportedMediaTypeProblem, UnauthorizedProblem, ForbiddenProblem,
         NotFoundProblem, LeaseNotFound, NotReadyProblem, Live, Ready, ProblemType,
         crate::http::list::Listed, crate::domain::ListedLease,
+        crate::http::history::HistoryAnswer, crate::domain::HistoryItem,
     )),
     modifiers(&Meta),
     tags(
