@@ -22,6 +22,7 @@ mod election;
 mod fairness;
 mod harness_selftest;
 mod history;
+mod history_api;
 mod honesty;
 mod list;
 mod logs;
