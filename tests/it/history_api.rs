@@ -408,3 +408,111 @@ async fn a_read_key_reads_the_history_and_another_purpose_may_not(backend: Backe
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{:#}", r.body);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `leasehold history` as a real process against a real service on Redis:
+/// JSON lines and a table, `--limit`, and its exit codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_the_history_as_json_lines_and_a_table() {
+    use crate::common::cli::run;
+    use leasehold::domain::ResourceDigest;
+    let redis = crate::common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(redis.url())).await;
+    let raw = unique("order-");
+    let d = ResourceDigest::of_raw_id(&raw);
+    let a = app.attempt().await;
+    let got = app
+        .acquire_body(
+            "export",
+            d.as_str(),
+            &a,
+            &json!({"ttlMs": 30_000, "holder": "pod-7"}),
+        )
+        .await;
+    assert_eq!(got.outcome(), "acquired");
+    assert_eq!(
+        app.release("export", d.as_str(), &a).await.outcome(),
+        "released"
+    );
+    let token = got.fencing_token();
+
+    let out = run(&["history", "--url", &app.base, "--json", "export", &raw]).await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    assert_eq!(
+        kinds(&lines),
+        [format!("released:{token}"), format!("acquired:{token}")]
+    );
+    assert_eq!(lines[1]["holder"], "pod-7");
+    assert!(!out.stdout.contains(&a.token), "never the owner token");
+
+    let out = run(&[
+        "history", "--url", &app.base, "--limit", "1", "export", &raw,
+    ])
+    .await;
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let rows: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(rows.len(), 2, "{}", out.stdout);
+    assert!(
+        rows[0].starts_with("AT") && rows[0].contains("FENCING TOKEN"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        rows[1].contains("released") && rows[1].contains(&token.to_string()),
+        "{}",
+        out.stdout
+    );
+    assert!(rows[1].ends_with("pod-7"), "{}", out.stdout);
+
+    // Never held: nothing printed, success.
+    let out = run(&[
+        "history",
+        "--url",
+        &app.base,
+        "--json",
+        "export",
+        "never-held",
+    ])
+    .await;
+    assert_eq!(
+        (out.code(), out.stdout.as_str()),
+        (0, ""),
+        "stderr: {}",
+        out.stderr
+    );
+    // Over what the service keeps: the service's 400, a usage error.
+    let out = run(&[
+        "history", "--url", &app.base, "--limit", "101", "export", &raw,
+    ])
+    .await;
+    assert_eq!(out.code(), 64, "stderr: {}", out.stderr);
+    assert!(out.stderr.contains("limit"), "{}", out.stderr);
+    for bad in [
+        vec!["history", "--url", &app.base, "--limit", "0", "export", "x"],
+        vec!["history", "--url", &app.base, "Not-A-Purpose", "x"],
+        vec!["history", "--url", &app.base, "export"],
+    ] {
+        let out = run(&bad).await;
+        assert_eq!(out.code(), 64, "{bad:?}; stderr: {}", out.stderr);
+    }
+    let closed = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let out = run(&[
+        "history",
+        "--url",
+        &format!("http://{closed}"),
+        "export",
+        "x",
+    ])
+    .await;
+    assert_eq!(out.code(), 69, "stderr: {}", out.stderr);
+    drop(redis);
+}
