@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::common::{resource, service_error, Connection, Exit};
-use crate::client::HistoryRecord;
+use crate::domain::HistoryRecord;
 
 /// `leasehold history [OPTIONS] PURPOSE RAW_ID`
 #[derive(Debug, Args)]

@@ -2,41 +2,10 @@
 //! /leases/{purpose}/{digest}/history`), newest change first.
 
 use reqwest::Method;
-use serde::{Deserialize, Serialize};
 
 use super::error::{Cause, Error};
 use super::Client;
-use crate::domain::{HolderLabel, OperationId, ResourceId, StoreTime};
-
-/// One change of a resource, as the service answers it (docs/api.md).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HistoryRecord {
-    /// `acquired`, `released`, `expired`, `holder_changed`, `lock_delay` or
-    /// `revoked` (a later service may add others).
-    pub event: String,
-    /// When (the store's clock).
-    pub at: StoreTime,
-    /// `expired` only: `at` is when the store noticed, not the expiry.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub noticed: bool,
-    /// The permit's fencing token.
-    pub fencing_token: u64,
-    /// The resource's version after the change.
-    pub version: String,
-    /// The permit's holder label.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holder: Option<HolderLabel>,
-    /// `lock_delay` only: the delay in ms.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lock_delay_ms: Option<u64>,
-    /// `revoked` only: the reason given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// `revoked` only: the name of the API key that broke it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_name: Option<String>,
-}
+use crate::domain::{HistoryRecord, OperationId, ResourceId};
 
 impl Client {
     /// The newest changes of `resource`, newest first: `limit` at most

@@ -62,7 +62,6 @@ pub use self::api::{Client, ClientSettings};
 pub use self::election::Election;
 pub use self::error::{BuildError, Cause, Error, Rejection};
 pub use self::handle::LeaseHandle;
-pub use self::history::HistoryRecord;
 pub use self::leadership::{ElectionError, ElectionEvent, Leadership, StopReason};
 pub use self::machine::{HandleCore, LeaseState, Refused, ReleaseReply, RenewReply};
 pub use self::observe::{ElectionSettings, Leader, Observer};

@@ -43,7 +43,7 @@ pub(super) struct Wire {
     leases: Option<Vec<WireListed>>,
     pub(super) next_cursor: Option<String>,
     /// A `history` answer's entries.
-    pub(super) entries: Option<Vec<super::history::HistoryRecord>>,
+    pub(super) entries: Option<Vec<crate::domain::HistoryRecord>>,
 }
 
 /// One lease of a `listed` answer.

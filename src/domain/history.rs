@@ -65,16 +65,6 @@ pub struct HistoryEntry {
     pub holder: Option<HolderLabel>,
 }
 
-/// The event names, in the order the document lists them.
-pub const HISTORY_EVENTS: [&str; 6] = [
-    "acquired",
-    "released",
-    "expired",
-    "holder_changed",
-    "lock_delay",
-    "revoked",
-];
-
 /// `history` (200): the newest changes of a resource, newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename = "history", rename_all = "camelCase")]
@@ -168,6 +158,37 @@ impl From<HistoryEntry> for HistoryItem {
             key_name,
         }
     }
+}
+
+/// One change of a resource as a client reads it (docs/api.md): a
+/// [`HistoryItem`] with the event as text (a later service may add kinds).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryRecord {
+    /// `acquired`, `released`, `expired`, `holder_changed`, `lock_delay` or
+    /// `revoked` (a later service may add others).
+    pub event: String,
+    /// When (the store's clock).
+    pub at: StoreTime,
+    /// `expired` only: `at` is when the store noticed, not the expiry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub noticed: bool,
+    /// The permit's fencing token.
+    pub fencing_token: u64,
+    /// The resource's version after the change.
+    pub version: String,
+    /// The permit's holder label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<HolderLabel>,
+    /// `lock_delay` only: the delay in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
+    /// `revoked` only: the reason given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `revoked` only: the name of the API key that broke it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_name: Option<String>,
 }
 
 /// What a store keeps of each resource's history.

@@ -12,7 +12,7 @@ mod time;
 pub use bounds::{Bounds, LeaseShape, Mode, Ttl, WaitMs};
 pub use change::Change;
 pub use history::{
-    History, HistoryBound, HistoryEntry, HistoryEvent, HistoryItem, HistoryLimit, HISTORY_EVENTS,
+    History, HistoryBound, HistoryEntry, HistoryEvent, HistoryItem, HistoryLimit, HistoryRecord,
 };
 pub use list::{ListCursor, ListLimit, ListedLease, Listing, ScanPosition, NODE_ID_LEN};
 pub use names::{
