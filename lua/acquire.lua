@@ -61,14 +61,15 @@ local ttl = tonumber(ARGV[3])
 local cur = redis.pcall('GET', KEYS[1])
 local H, HMAX = nil, tonumber(ARGV[6])
 if not cur then
-  -- No record. When the newest history entry leaves holders open (an
-  -- acquire or holder change nothing closed), their permits ran out and
-  -- Redis dropped the record: their expiries are written now ('X').
-  -- One LINDEX on the fast path; the rest only then.
+  -- No record. When the newest history entry left holders live (its
+  -- version "<changes>.<live>" counts some), their permits ran out since
+  -- and Redis dropped the record: their expiries are written now ('X'),
+  -- for every acquire or holder change nothing closed. One LINDEX on the
+  -- fast path; the rest only then.
   H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
   local head = redis.call('LINDEX', H, 0)
-  local hb = head and string.byte(head, 1)
-  if hb == 97 or hb == 104 then -- 'a', 'h'
+  local left = head and string.match(head, '^%a|%d+|%d+|%d+%.(%d+)|')
+  if left and left ~= '0' then
     local all = redis.call('LRANGE', H, 0, -1)
     local open, order = {}, {}
     for i = #all, 1, -1 do

@@ -25,6 +25,7 @@ both_stores!(
     acquire_relabel_and_release_are_recorded_newest_first,
     an_expiry_is_written_by_the_next_call_that_finds_it,
     an_expiry_beside_a_live_permit_keeps_its_own_time,
+    a_holder_left_after_a_release_is_closed_when_it_lapses,
     a_lock_delay_follows_the_expiry_that_started_it,
     limit_and_the_bound_cut_the_history,
     bad_limits_and_paths_are_refused_by_name,
@@ -230,6 +231,51 @@ async fn an_expiry_beside_a_live_permit_keeps_its_own_time(backend: Backend) {
     assert!(
         epoch_ms(&expired["at"]).abs_diff(acquired_at + 100) <= 1,
         "{expired:#}"
+    );
+}
+
+async fn a_holder_left_after_a_release_is_closed_when_it_lapses(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let d = digest();
+    let (a, b, c) = (
+        app.attempt().await,
+        app.attempt().await,
+        app.attempt().await,
+    );
+    let long = app
+        .acquire_body(P, &d, &a, &json!({"ttlMs": 30_000, "limit": 2}))
+        .await;
+    assert_eq!(long.outcome(), "acquired", "{:#}", long.body);
+    let short = app
+        .acquire_body(P, &d, &b, &json!({"ttlMs": 300, "limit": 2}))
+        .await;
+    assert_eq!(short.outcome(), "acquired", "{:#}", short.body);
+    // The newest entry is now a release that left one holder live.
+    assert_eq!(app.release(P, &d, &a).await.outcome(), "released");
+    let version = app.inspect(P, &d, None).await.body["version"]
+        .as_str()
+        .expect("version")
+        .to_owned();
+    let free = until_changed(&app, &d, &version).await;
+    assert_eq!(free.body["held"], false, "{:#}", free.body);
+    let next = app.acquire(P, &d, &c, 30_000).await;
+    assert_eq!(next.outcome(), "acquired", "{:#}", next.body);
+    let (ta, tb, tc) = (
+        long.fencing_token(),
+        short.fencing_token(),
+        next.fencing_token(),
+    );
+    let e = entries(&history(&app, &d, "").await);
+    assert_eq!(
+        kinds(&e),
+        [
+            format!("acquired:{tc}"),
+            format!("expired:{tb}"),
+            format!("released:{ta}"),
+            format!("acquired:{tb}"),
+            format!("acquired:{ta}")
+        ],
+        "{e:#?}"
     );
 }
 
