@@ -13,8 +13,8 @@ use super::error::{BuildError, Cause, Error};
 use super::reply::Reply;
 use super::tls::{self, TlsSettings};
 use crate::domain::{
-    Attempt, HolderLabel, Inspection, LostReason, OperationId, OwnerToken, ReleaseOutcome,
-    RenewOutcome, ResourceId,
+    Attempt, EndedReason, HolderLabel, Inspection, LostReason, OperationId, OwnerToken,
+    ReleaseOutcome, RenewOutcome, ResourceId,
 };
 use crate::domain::{ListLimit, Listing, Purpose};
 
@@ -333,6 +333,9 @@ impl Client {
                 Some("not_owner") => Ok(RenewOutcome::Lost {
                     reason: LostReason::NotOwner,
                 }),
+                Some("revoked") => Ok(RenewOutcome::Lost {
+                    reason: LostReason::Revoked,
+                }),
                 _ => Err(reply.unexpected(op)),
             },
             _ => Err(reply.failure(op)),
@@ -359,7 +362,12 @@ impl Client {
             .await?;
         match reply.outcome() {
             "released" => Ok(ReleaseOutcome::Released),
-            "already_absent" => Ok(ReleaseOutcome::AlreadyAbsent),
+            "already_absent" => Ok(ReleaseOutcome::AlreadyAbsent {
+                reason: match reply.wire().reason.as_deref() {
+                    Some("revoked") => Some(EndedReason::Revoked),
+                    _ => None,
+                },
+            }),
             "not_owner" => Ok(ReleaseOutcome::NotOwner),
             _ => Err(reply.failure(op)),
         }
