@@ -27,6 +27,7 @@ mod list;
 mod logs;
 #[cfg(feature = "client")]
 mod mixed_history;
+mod operator;
 mod parsers_prop;
 mod permits;
 mod redis_failures;
