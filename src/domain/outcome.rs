@@ -223,6 +223,7 @@ pub enum BreakOutcome {
     /// These permits were removed (200).
     Broken {
         /// How many.
+        #[serde(rename = "permitsBroken")]
         permits: u32,
     },
     /// No live permit (with that fencing token, when one was given):

@@ -75,7 +75,7 @@ pub struct BreakBody {
     request_body(content = BreakBody, description = "Which permit (all when left out) and why.",
         example = json!({"reason": "stuck since the 03:00 deploy"})),
     responses(
-        (status = 200, description = "`broken`: `permits` live permits were removed.", body = Broken),
+        (status = 200, description = "`broken`: `permitsBroken` live permits were removed.", body = Broken),
         (status = 400, description = "`invalid_request`: a malformed path parameter or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the API key may not use this purpose, or lacks the `admin` scope on it (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),

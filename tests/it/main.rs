@@ -11,6 +11,8 @@ mod callers_leave;
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]
+mod cli_break;
+#[cfg(feature = "cli")]
 mod cli_tls;
 #[cfg(feature = "client")]
 mod client;

@@ -53,7 +53,7 @@ async fn break_removes_every_permit_and_then_finds_nothing(backend: Backend) {
     let before = app.inspect(P, &d, None).await.body["version"].clone();
     let r = break_lease(&app, &d, Some(json!({"reason": "stuck"})), None).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    assert_eq!(r.body, json!({"outcome": "broken", "permits": 2}));
+    assert_eq!(r.body, json!({"outcome": "broken", "permitsBroken": 2}));
     let seen = app.inspect(P, &d, None).await.body;
     assert_eq!(seen["held"], false, "{seen}");
     assert_ne!(seen["version"], before, "a break moves the version");
@@ -76,7 +76,7 @@ async fn break_by_fencing_token_removes_that_permit_only(backend: Backend) {
     let ta = take(&app, &d, &a, 2).await;
     let tb = take(&app, &d, &b, 2).await;
     let r = break_lease(&app, &d, Some(json!({"fencingToken": ta})), None).await;
-    assert_eq!(r.body, json!({"outcome": "broken", "permits": 1}));
+    assert_eq!(r.body, json!({"outcome": "broken", "permitsBroken": 1}));
     let seen = app.inspect(P, &d, None).await.body;
     assert_eq!(seen["holders"], 1, "{seen}");
     assert_eq!(seen["fencingToken"], tb, "{seen}");

@@ -146,15 +146,16 @@ pub struct AlreadyAbsent {
     pub reason: Option<crate::domain::EndedReason>,
 }
 
-/// `broken` (200): an operator's break removed `permits` live permits.
+/// `broken` (200): an operator's break removed `permitsBroken` live permits.
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"outcome": "broken", "permits": 1}))]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"outcome": "broken", "permitsBroken": 1}))]
 pub struct Broken {
     #[schema(inline)]
     pub outcome: BrokenTag,
     /// How many live permits were removed.
     #[schema(minimum = 1, maximum = 10000)]
-    pub permits: u32,
+    pub permits_broken: u32,
 }
 
 /// Who broke a lease and why: in a `revoked` event's data only.
