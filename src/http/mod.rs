@@ -11,6 +11,7 @@ pub mod health;
 pub mod leases;
 pub mod list;
 pub mod openapi;
+pub mod operator;
 pub mod problem;
 pub mod problem_table;
 pub mod problems;
@@ -216,6 +217,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(leases::routes())
         .merge(list::routes())
         .merge(watch::routes())
+        .merge(operator::routes())
         .merge(health::routes(metrics_on_api))
         .merge(openapi::routes())
         .merge(docs::routes())

@@ -5,6 +5,7 @@
 mod acquire;
 mod core;
 mod list;
+mod operator;
 mod place;
 
 pub use self::acquire::AcquireRequest;

@@ -84,6 +84,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::leases::inspect,
         crate::http::list::list,
         crate::http::watch::events,
+        crate::http::operator::break_lease,
         crate::http::health::livez,
         crate::http::health::readyz,
         crate::http::health::metrics_on_api,
@@ -101,6 +102,8 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         PayloadTooLargeProblem, HeadersTooLargeProblem, UnsupportedMediaTypeProblem, UnauthorizedProblem, ForbiddenProblem,
         NotFoundProblem, LeaseNotFound, NotReadyProblem, Live, Ready, ProblemType,
         crate::http::list::Listed, crate::domain::ListedLease,
+        crate::http::operator::BreakBody, Broken, NothingToBreakProblem, BreakNotFound, RevocationView,
+        crate::domain::EndedReason,
     )),
     modifiers(&Meta),
     tags(

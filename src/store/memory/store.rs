@@ -18,6 +18,9 @@ use crate::store::{
 };
 
 use super::records::{Entry, Permit};
+
+#[path = "operator.rs"]
+mod operator;
 /// Most shared holders at once (as on Redis).
 const SHARED_CAP: usize = 10_000;
 
@@ -33,6 +36,9 @@ struct State {
     /// worst makes a free resource's version `0.0`, still different from
     /// any held version).
     freed: HashMap<String, u64>,
+    /// Broken permits' tombstones by resource, until each would have
+    /// expired (see [`operator`]).
+    tombs: HashMap<String, Vec<operator::Tomb>>,
 }
 
 /// In-process lease store for a single instance.
@@ -60,6 +66,7 @@ impl MemoryStore {
                 last_fence: 0,
                 changes: 0,
                 freed: HashMap::new(),
+                tombs: HashMap::new(),
             }),
             max_leases,
             waiters,
@@ -280,6 +287,12 @@ impl MemoryStore {
         if relabelled {
             state.changes = stamp;
         }
+        let answer = match answer {
+            StoreRenew::Absent | StoreRenew::NotOwner if state.broken(&key, attempt, now) => {
+                StoreRenew::Revoked
+            }
+            answer => answer,
+        };
         drop(state);
         if relabelled {
             self.waiters.changed(&key, Change::HolderChanged);
@@ -343,7 +356,14 @@ impl MemoryStore {
             if empty {
                 Self::forget(&mut state, &key);
             }
-            outcome
+            match outcome {
+                StoreRelease::AlreadyAbsent | StoreRelease::NotOwner
+                    if state.broken(&key, attempt, now) =>
+                {
+                    StoreRelease::Revoked
+                }
+                outcome => outcome,
+            }
         };
         if matches!(outcome, StoreRelease::Released { .. }) {
             self.waiters.changed(&key, Change::Released);

@@ -14,6 +14,12 @@ pub fn seq_key(namespace: &str, resource: &ResourceId) -> String {
     key(namespace, "seq", resource)
 }
 
+/// The key of a resource's tombstones (break.lua):
+/// `<ns>:tomb:v2:{<purpose>:<digest>}`.
+pub fn tomb_key(namespace: &str, resource: &ResourceId) -> String {
+    key(namespace, "tomb", resource)
+}
+
 /// `<ns>:<kind>:v2:{<purpose>:<digest>}`, built in one allocation (keys are
 /// built on every request; `format!` grew each one several times).
 pub(super) fn key(namespace: &str, kind: &str, resource: &ResourceId) -> String {
