@@ -8,6 +8,7 @@ pub mod auth;
 pub mod docs;
 pub mod extract;
 pub mod health;
+pub mod history;
 pub mod leases;
 pub mod list;
 pub mod openapi;
@@ -164,6 +165,9 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             (Some(_purpose), Some(_digest), Some("events")) if segments.next().is_none() => {
                 watch::ROUTE
             }
+            (Some(_purpose), Some(_digest), Some("history")) if segments.next().is_none() => {
+                history::ROUTE
+            }
             _ => "unmatched",
         };
     }
@@ -216,6 +220,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(attempts::routes())
         .merge(leases::routes())
         .merge(list::routes())
+        .merge(history::routes())
         .merge(watch::routes())
         .merge(operator::routes())
         .merge(health::routes(metrics_on_api))
@@ -385,6 +390,10 @@ mod tests {
             ("/leases/p/v1.d", "/leases/{purpose}/{digest}"),
             ("/leases/p", "/leases/{purpose}"),
             ("/leases/p/v1.d/events", "/leases/{purpose}/{digest}/events"),
+            (
+                "/leases/p/v1.d/history",
+                "/leases/{purpose}/{digest}/history",
+            ),
             ("/livez", "/livez"),
             ("/readyz", "/readyz"),
             ("/openapi.json", "/openapi.json"),

@@ -24,6 +24,7 @@ mod election;
 mod fairness;
 mod harness_selftest;
 mod history;
+mod history_api;
 mod honesty;
 mod list;
 mod logs;

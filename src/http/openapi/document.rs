@@ -83,6 +83,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::leases::release,
         crate::http::leases::inspect,
         crate::http::list::list,
+        crate::http::history::history,
         crate::http::watch::events,
         crate::http::operator::break_lease,
         crate::http::health::livez,
@@ -104,6 +105,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::list::Listed, crate::domain::ListedLease,
         crate::http::operator::BreakBody, Broken, NothingToBreakProblem, BreakNotFound, RevocationView,
         crate::domain::EndedReason,
+        crate::http::history::HistoryAnswer, crate::domain::HistoryItem,
     )),
     modifiers(&Meta),
     tags(

@@ -11,6 +11,7 @@ mod decode;
 mod evalsha;
 #[cfg(test)]
 mod header;
+mod history;
 mod inspect;
 mod queue;
 mod release;
