@@ -14,7 +14,8 @@
 -- Returns {tag(1), heldMs} released (heldMs = now - the permit's acquiredAt,
 -- for the hold-time histogram), {tag(0)} already absent, {tag(-1)} someone
 -- else holds it (untouched), {tag(2)} mode 'a' and the permit was claimed
--- or renewed (untouched), {tag(-9), error} Redis refused.
+-- or renewed (untouched), {tag(-2), why} already absent and its tombstone
+-- (break.lua) says why ('revoked'), {tag(-9), error} Redis refused.
 -- The event "<tag>\t<version>\treleased" is published before the delete: an
 -- ACL that denies the channel refuses the release before anything is deleted
 -- (an event without a delete only costs waiters and watchers one look).
@@ -25,6 +26,15 @@ local tag = tonumber(ARGV[8]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+-- Only when the caller's permit is not found: its tombstone, if an
+-- operator broke it (break.lua), until it would have expired.
+local function tombstone()
+  local tomb = redis.call('HGET', (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1)), mine)
+  local ends, why = string.match(tomb or '', '^(%d+)|(.*)$')
+  if ends and tonumber(ends) > now then
+    return why
+  end
+end
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
 local cur = redis.pcall('GET', KEYS[1])
 local rec, IDX
@@ -80,6 +90,10 @@ elseif type(cur) == 'table' then
     rec = redis.call('HGETALL', KEYS[1])
   end
 else
+  local why = tombstone()
+  if why then
+    return {tag - 2, why}
+  end
   return {tag}
 end
 local held, live, rest, latest, renewed = false, extra, extra, 0, false
@@ -153,6 +167,10 @@ if seen then
   end
 end
 if not held then
+  local why = tombstone()
+  if why then
+    return {tag - 2, why}
+  end
   if live > 0 then
     return {tag - 1}
   end

@@ -2,7 +2,8 @@
 //! command while holding a lease, `leasehold inspect` shows a lease,
 //! `leasehold list` a purpose's leases, `leasehold history` a resource's
 //! changes, `leasehold watch` follows a lease;
-//! `leasehold acquire | renew | release` hold one across shell steps. All speak the HTTP API through
+//! `leasehold acquire | renew | release` hold one across shell steps;
+//! `leasehold break` removes one (operators). All speak the HTTP API through
 //! [`crate::client`].
 //!
 //! Exit codes follow BSD `sysexits.h`, as `flock`, `consul lock` and cron
@@ -11,6 +12,7 @@
 //! | code | meaning |
 //! | --- | --- |
 //! | the command's | `lock`: the command ran and exited (killed by signal N: 128+N) |
+//! | 1 | `break`: nothing to break (no live permit, or none with that token) |
 //! | 64 | bad usage or settings (flags, files, a request the service rejected) |
 //! | 69 | the service is unreachable or unavailable (refused, timed out, TLS not trusted, 503) |
 //! | 71 | an operating system error (signal handlers, randomness, waiting for the command) |
@@ -22,6 +24,7 @@ mod history;
 mod inspect;
 mod list;
 mod lock;
+mod operator;
 mod steps;
 mod watch;
 
@@ -37,6 +40,7 @@ pub use self::history::HistoryArgs;
 pub use self::inspect::InspectArgs;
 pub use self::list::ListArgs;
 pub use self::lock::LockArgs;
+pub use self::operator::BreakArgs;
 pub use self::steps::{AcquireArgs, ReleaseArgs, RenewArgs};
 pub use self::watch::WatchArgs;
 
@@ -80,6 +84,12 @@ pub enum ClientCommand {
     /// Exit codes: 0 released (or already gone), 64, 69, 75 someone else
     /// holds it now, 77.
     Release(ReleaseArgs),
+    /// Break a lease (an `admin` key): remove every permit of PURPOSE/RAW_ID,
+    /// or the one with --fencing-token; the holder's next renew answers
+    /// lost (revoked), watchers see --reason.
+    /// Exit codes: 0 broken, 1 nothing to break, 64 bad usage,
+    /// 69 service unreachable or no certain answer, 77 API key refused.
+    Break(BreakArgs),
 }
 
 impl ClientCommand {
@@ -105,6 +115,7 @@ impl ClientCommand {
                 Self::Acquire(args) => steps::run_acquire(args).await,
                 Self::Renew(args) => steps::run_renew(args).await,
                 Self::Release(args) => steps::run_release(args).await,
+                Self::Break(args) => operator::run(args).await,
             }
         })
     }
@@ -114,7 +125,15 @@ impl ClientCommand {
 pub fn is_client_command(name: &str) -> bool {
     matches!(
         name,
-        "lock" | "inspect" | "list" | "history" | "watch" | "acquire" | "renew" | "release"
+        "lock"
+            | "inspect"
+            | "list"
+            | "history"
+            | "watch"
+            | "acquire"
+            | "renew"
+            | "release"
+            | "break"
     )
 }
 

@@ -10,7 +10,7 @@ mod setting;
 mod time;
 
 pub use bounds::{Bounds, LeaseShape, Mode, Ttl, WaitMs};
-pub use change::Change;
+pub use change::{BreakReason, Change, Revocation};
 pub use history::{
     History, HistoryBound, HistoryEntry, HistoryEvent, HistoryItem, HistoryLimit, HistoryRecord,
 };
@@ -19,8 +19,9 @@ pub use names::{
     Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
 };
 pub use outcome::{
-    AcquireOutcome, ContendedReason, Failure, FieldError, Guarantee, HeldBy, Inspection, Lease,
-    LostReason, OutcomeName, PermitView, ReleaseOutcome, RenewOutcome, Replication,
+    AcquireOutcome, BreakOutcome, ContendedReason, EndedReason, Failure, FieldError, Guarantee,
+    HeldBy, Inspection, Lease, LostReason, OutcomeName, PermitView, ReleaseOutcome, RenewOutcome,
+    Replication,
 };
 pub use setting::ConfigError;
 pub use time::StoreTime;

@@ -12,6 +12,7 @@ pub mod history;
 pub mod leases;
 pub mod list;
 pub mod openapi;
+pub mod operator;
 pub mod problem;
 pub mod problem_table;
 pub mod problems;
@@ -221,6 +222,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(list::routes())
         .merge(history::routes())
         .merge(watch::routes())
+        .merge(operator::routes())
         .merge(health::routes(metrics_on_api))
         .merge(openapi::routes())
         .merge(docs::routes())

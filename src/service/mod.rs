@@ -6,6 +6,7 @@ mod acquire;
 mod core;
 mod history;
 mod list;
+mod operator;
 mod place;
 
 pub use self::acquire::AcquireRequest;

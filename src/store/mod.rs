@@ -130,6 +130,9 @@ pub enum StoreRenew {
     Absent,
     /// Someone else's lease.
     NotOwner,
+    /// The caller's permit was broken by an operator (its tombstone says
+    /// so until the permit would have expired).
+    Revoked,
 }
 
 /// What a release script found and did.
@@ -146,6 +149,17 @@ pub enum StoreRelease {
     AlreadyAbsent,
     /// Someone else's lease; untouched.
     NotOwner,
+    /// The caller's permit is gone: an operator broke it (tombstone).
+    Revoked,
+}
+
+/// What a break script found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreBreak {
+    /// This many live permits were removed, each leaving a tombstone.
+    Broken(u32),
+    /// No live permit (with that fencing token): nothing changed.
+    NothingToBreak,
 }
 
 /// Who asks an inspect, for `heldBy`.
@@ -359,6 +373,25 @@ impl Store {
                 .await
                 .map(Replicated::unreplicated),
             Store::Redis(s) => s.release(resource, attempt).await,
+        }
+    }
+
+    /// Removes every live permit of `resource`, or only the one with
+    /// `fencing_token`; wakes waiters, starts no lock-delay, leaves a
+    /// tombstone per permit (until it would have expired) and publishes
+    /// `revoked` with `revocation`. Replication as for [`Store::acquire`].
+    pub async fn break_lease(
+        &self,
+        resource: &ResourceId,
+        fencing_token: Option<u64>,
+        revocation: &crate::domain::Revocation,
+    ) -> Result<Replicated<StoreBreak>, StoreError> {
+        match self {
+            Store::Memory(s) => s
+                .break_lease(resource, fencing_token, revocation)
+                .await
+                .map(Replicated::unreplicated),
+            Store::Redis(s) => s.break_lease(resource, fencing_token, revocation).await,
         }
     }
 

@@ -11,6 +11,8 @@ mod callers_leave;
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]
+mod cli_break;
+#[cfg(feature = "cli")]
 mod cli_tls;
 #[cfg(feature = "client")]
 mod client;
@@ -28,6 +30,7 @@ mod list;
 mod logs;
 #[cfg(feature = "client")]
 mod mixed_history;
+mod operator;
 mod parsers_prop;
 mod permits;
 mod redis_failures;

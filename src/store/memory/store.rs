@@ -20,6 +20,9 @@ use crate::store::{
 
 use super::history::{of, Histories};
 use super::records::{Entry, Permit};
+
+#[path = "operator.rs"]
+mod operator;
 /// Most shared holders at once (as on Redis).
 const SHARED_CAP: usize = 10_000;
 
@@ -35,6 +38,9 @@ struct State {
     /// worst makes a free resource's version `0.0`, still different from
     /// any held version).
     freed: HashMap<String, u64>,
+    /// Broken permits' tombstones by resource, until each would have
+    /// expired (see [`operator`]).
+    tombs: HashMap<String, Vec<operator::Tomb>>,
     /// Each resource's history (docs/storage-v2.md, "History").
     history: Histories,
 }
@@ -65,6 +71,7 @@ impl MemoryStore {
                 last_fence: 0,
                 changes: 0,
                 freed: HashMap::new(),
+                tombs: HashMap::new(),
                 history: Histories::new(history, max_leases),
             }),
             max_leases,
@@ -291,6 +298,12 @@ impl MemoryStore {
             state.history.push(&key, e);
             true
         });
+        let answer = match answer {
+            StoreRenew::Absent | StoreRenew::NotOwner if state.broken(&key, attempt, now) => {
+                StoreRenew::Revoked
+            }
+            answer => answer,
+        };
         drop(state);
         if relabelled {
             self.waiters.changed(&key, Change::HolderChanged);
@@ -362,7 +375,14 @@ impl MemoryStore {
             if empty {
                 Self::forget(&mut state, &key);
             }
-            outcome
+            match outcome {
+                StoreRelease::AlreadyAbsent | StoreRelease::NotOwner
+                    if state.broken(&key, attempt, now) =>
+                {
+                    StoreRelease::Revoked
+                }
+                outcome => outcome,
+            }
         };
         if matches!(outcome, StoreRelease::Released { .. }) {
             self.waiters.changed(&key, Change::Released);

@@ -5,6 +5,8 @@
 //! touches its `.lua` file and its module here, nothing else.
 
 mod acquire;
+#[path = "break.rs"]
+mod breaking;
 mod decode;
 mod evalsha;
 #[cfg(test)]

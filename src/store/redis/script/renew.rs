@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use super::super::keys::SEQ_KEY_TTL_MS;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, label, store_time, token_of, STATUS};
+use super::decode::{int, label, revoked, store_time, token_of, ENDED_EARLY, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, HolderLabel, ResourceId, Ttl};
 use crate::store::{Replicated, StoreError, StoreLease, StoreRenew};
@@ -76,6 +76,10 @@ fn decode(items: &[redis::Value], ttl: Ttl) -> Result<StoreRenew, StoreError> {
         }),
         0 => StoreRenew::Absent,
         -1 => StoreRenew::NotOwner,
+        ENDED_EARLY => {
+            revoked(items)?;
+            StoreRenew::Revoked
+        }
         _ => return Err(bad_reply()),
     })
 }
@@ -153,5 +157,10 @@ mod tests {
         assert_eq!(decode(&[Value::Int(0)], ttl), Ok(StoreRenew::Absent));
         assert_eq!(decode(&[Value::Int(-1)], ttl), Ok(StoreRenew::NotOwner));
         assert!(decode(&[Value::Int(5)], ttl).is_err());
+        assert_eq!(
+            decode(&[Value::Int(-2), bulk("revoked")], ttl),
+            Ok(StoreRenew::Revoked)
+        );
+        assert!(decode(&[Value::Int(-2), bulk("later")], ttl).is_err());
     }
 }
