@@ -38,6 +38,7 @@ struct Service {
     child: Child,
     base: String,
     logs: Arc<Mutex<String>>,
+    logged: Arc<tokio::sync::Notify>,
 }
 
 impl Service {
@@ -61,9 +62,11 @@ impl Service {
         let mut child = cmd.spawn().expect("spawn leasehold");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let logs = Arc::new(Mutex::new(String::new()));
+        let logged = Arc::new(tokio::sync::Notify::new());
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn({
             let logs = Arc::clone(&logs);
+            let logged = Arc::clone(&logged);
             async move {
                 let mut tx = Some(tx);
                 while let Ok(Some(line)) = lines.next_line().await {
@@ -73,9 +76,12 @@ impl Service {
                             let _ = tx.send(addr.to_owned());
                         }
                     }
-                    let mut logs = logs.lock().expect("lock");
-                    logs.push_str(&line);
-                    logs.push('\n');
+                    {
+                        let mut logs = logs.lock().expect("lock");
+                        logs.push_str(&line);
+                        logs.push('\n');
+                    }
+                    logged.notify_waiters();
                 }
             }
         });
@@ -92,7 +98,42 @@ impl Service {
             child,
             base: format!("http://{addr}"),
             logs,
+            logged,
         }
+    }
+
+    /// Waits (at most 30 s) for a log line containing `needle`.
+    async fn until_logged(&self, needle: &str) {
+        let seen = async {
+            loop {
+                let next = self.logged.notified();
+                tokio::pin!(next);
+                next.as_mut().enable();
+                if self.logs.lock().expect("lock").contains(needle) {
+                    return;
+                }
+                next.await;
+            }
+        };
+        if tokio::time::timeout(PATIENCE, seen).await.is_err() {
+            panic!(
+                "no {needle:?} in 30 s:\n{}",
+                self.logs.lock().expect("lock")
+            );
+        }
+    }
+
+    /// `/metrics`' value of the sample `series` (0 when absent).
+    async fn metric(&self, series: &str) -> f64 {
+        let text = reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
     }
 
     /// SIGTERM, then the exit (graceful shutdown flushes the spans).
@@ -376,4 +417,75 @@ async fn an_https_endpoint_is_refused_at_startup() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{stderr}");
+}
+
+/// A collector that refuses connections: requests are answered, the
+/// export failure is logged once (not per batch) and its spans counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_export_is_logged_once_and_counted() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = dead.local_addr().expect("addr");
+    drop(dead);
+    let service =
+        Service::start(&[("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))]).await;
+    for _ in 0..3 {
+        let r = reqwest::get(format!("{}/livez", service.base))
+            .await
+            .expect("livez");
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    service.until_logged("trace export failed").await;
+    let failed = service
+        .metric("leasehold_trace_spans_dropped_total{reason=\"export_failed\"}")
+        .await;
+    assert!(failed >= 1.0, "export_failed drops counted: {failed}");
+    // More requests, another failed export (at shutdown): still one line.
+    let r = reqwest::get(format!("{}/livez", service.base))
+        .await
+        .expect("livez");
+    assert_eq!(r.status(), StatusCode::OK);
+    let logs = service.stop().await;
+    assert_eq!(logs.matches("trace export failed").count(), 1, "{logs}");
+}
+
+/// A collector that accepts and never answers: the export in flight waits
+/// for its timeout, the queue fills, and further spans are dropped and
+/// counted while every request is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_collector_costs_spans_not_requests() {
+    let receiver = Receiver::start_silent().await;
+    let service = Service::start(&[(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://{}", receiver.addr),
+    )])
+    .await;
+    let http = reqwest::Client::new();
+    // The first batch is sent (and hangs) once the receiver is connected
+    // to; after it, the queue (2048) fills.
+    let first = http
+        .get(format!("{}/livez", service.base))
+        .send()
+        .await
+        .expect("livez");
+    assert_eq!(first.status(), StatusCode::OK);
+    let requests = 3000;
+    for _ in 0..requests {
+        let r = http
+            .get(format!("{}/livez", service.base))
+            .send()
+            .await
+            .expect("livez");
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let dropped = service
+        .metric("leasehold_trace_spans_dropped_total{reason=\"queue_full\"}")
+        .await;
+    // At most one batch (512) in flight plus the queue (2048) are kept.
+    assert!(
+        dropped >= f64::from(requests - 512 - 2048),
+        "queue_full drops counted: {dropped}"
+    );
+    assert!(receiver.connections() <= 1, "one export at a time");
+    // Dropped on purpose (SIGKILL): a graceful stop would wait out the
+    // hung export's timeout.
 }

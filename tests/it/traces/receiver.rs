@@ -31,6 +31,8 @@ impl Export {
 
 #[derive(Default)]
 struct Seen {
+    /// A collector that hangs: reads, never answers.
+    silent: bool,
     connections: AtomicUsize,
     exports: Mutex<Vec<Export>>,
 }
@@ -45,11 +47,23 @@ pub struct Receiver {
 impl Receiver {
     /// Listens on `addr` (`127.0.0.1:0` for any free port).
     pub async fn start(addr: &str) -> Receiver {
+        Self::listen(addr, false).await
+    }
+
+    /// A collector that accepts and reads but never answers.
+    pub async fn start_silent() -> Receiver {
+        Self::listen("127.0.0.1:0", true).await
+    }
+
+    async fn listen(addr: &str, silent: bool) -> Receiver {
         let listener = TcpListener::bind(addr)
             .await
             .unwrap_or_else(|e| panic!("the OTLP receiver cannot listen on {addr}: {e}"));
         let addr = listener.local_addr().expect("receiver addr");
-        let seen = Arc::new(Seen::default());
+        let seen = Arc::new(Seen {
+            silent,
+            ..Seen::default()
+        });
         let task = tokio::spawn({
             let seen = Arc::clone(&seen);
             async move {
@@ -138,6 +152,16 @@ async fn serve(mut stream: TcpStream, seen: Arc<Seen>) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
+        }
+        if seen.silent {
+            // Hold the connection: keep reading, never answer.
+            let mut chunk = [0u8; 8192];
+            while let Ok(n) = stream.read(&mut chunk).await {
+                if n == 0 {
+                    return;
+                }
+            }
+            return;
         }
         let mut export = export;
         export.body = buf[head_len..head_len + body_len].to_vec();
