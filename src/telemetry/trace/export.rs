@@ -35,8 +35,10 @@ pub const MAX_BATCH: usize = 512;
 pub const SCHEDULE_DELAY: Duration = Duration::from_secs(1);
 /// One export request's bound, connect included (`OTEL_EXPORTER_OTLP_TIMEOUT`).
 pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long shutdown waits for the last export.
-pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(5);
+/// How long shutdown waits for the last export at most, an export in
+/// flight included: short, as it comes after the shutdown grace period
+/// (Kubernetes' `terminationGracePeriodSeconds` leaves 2 s for it).
+pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
 
 /// Spans dropped, by reason (`queue_full`, `export_failed`).
 pub const SPANS_DROPPED: &str = "leasehold_trace_spans_dropped_total";
@@ -109,12 +111,11 @@ impl Exporter {
         &self.tracer
     }
 
-    /// Exports what is queued and stops the task, within [`SHUTDOWN_FLUSH`]
-    /// plus one export's timeout at most.
+    /// Exports what is queued and stops the task, within [`SHUTDOWN_FLUSH`].
     pub async fn shutdown(self) {
         self.stop.cancel();
         let mut task = self.task;
-        if tokio::time::timeout(SHUTDOWN_FLUSH + EXPORT_TIMEOUT, &mut task)
+        if tokio::time::timeout(SHUTDOWN_FLUSH, &mut task)
             .await
             .is_err()
         {
