@@ -39,6 +39,8 @@ mod roles;
 mod soak;
 mod tls;
 mod topologies;
+#[cfg(feature = "otel")]
+mod traces;
 mod upgrade;
 mod waits;
 mod watch;
