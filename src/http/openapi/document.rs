@@ -89,6 +89,8 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::health::metrics_on_api,
         openapi_json,
         crate::http::docs::page,
+        crate::http::console::page,
+        crate::http::console::purposes::purposes,
         crate::http::problems::page,
     ),
     components(schemas(
@@ -101,6 +103,9 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         PayloadTooLargeProblem, HeadersTooLargeProblem, UnsupportedMediaTypeProblem, UnauthorizedProblem, ForbiddenProblem,
         NotFoundProblem, LeaseNotFound, NotReadyProblem, Live, Ready, ProblemType,
         crate::http::list::Listed, crate::domain::ListedLease,
+        crate::http::console::purposes::PurposesListed, crate::http::console::purposes::PurposeScopes,
+        crate::http::console::purposes::AnyPurpose, crate::http::console::purposes::Scope,
+        crate::http::console::purposes::Access,
     )),
     modifiers(&Meta),
     tags(
