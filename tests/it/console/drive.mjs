@@ -7,7 +7,7 @@
 //   ADMIN_KEY, READER_KEY, WRITER_KEY   keys: admin, read, write on PURPOSE
 //   PURPOSE          the purpose the keys name
 //   SHOTS            where screenshots go (created)
-// Needs Node 20 with --experimental-websocket (a global WebSocket). Exits
+// Needs Node 18 or later and nothing else. Exits
 // non-zero on the first failed check, saying which. Every wait is on an
 // event (a DOM mutation observed in the page, a CDP event), bounded by a
 // deadline that only turns a hang into a failure.
@@ -76,31 +76,49 @@ async function acquire(key, raw, holder) {
 }
 
 // ---------------------------------------------------------------- CDP --
+// Chromium's --remote-debugging-pipe: CDP messages as JSON, each ended by
+// a NUL byte, written to its fd 3 and read from its fd 4 (no port, no
+// WebSocket, so any Node from 18 on will do). Page commands carry the
+// session of the attached page.
 class Cdp {
-  constructor(url) {
-    this.ws = new WebSocket(url);
+  constructor(child) {
+    this.out = child.stdio[3];
     this.next = 1;
     this.pending = new Map();
     this.listeners = [];
-    this.ws.addEventListener('message', (m) => {
-      const msg = JSON.parse(m.data);
-      if (msg.id && this.pending.has(msg.id)) {
-        const { resolve, reject } = this.pending.get(msg.id);
-        this.pending.delete(msg.id);
-        if (msg.error) reject(new Error(JSON.stringify(msg.error)));
-        else resolve(msg.result);
-      } else if (msg.method) {
-        for (const l of this.listeners) l(msg);
+    this.session = undefined;
+    let buffer = '';
+    child.stdio[4].setEncoding('utf8');
+    child.stdio[4].on('data', (chunk) => {
+      buffer += chunk;
+      let end;
+      while ((end = buffer.indexOf('\0')) >= 0) {
+        const msg = JSON.parse(buffer.slice(0, end));
+        buffer = buffer.slice(end + 1);
+        this.dispatch(msg);
       }
     });
-    this.open = new Promise((resolve, reject) => {
-      this.ws.addEventListener('open', resolve);
-      this.ws.addEventListener('error', () => reject(new Error('CDP websocket error')));
-    });
   }
+  dispatch(msg) {
+    if (msg.id && this.pending.has(msg.id)) {
+      const { resolve, reject } = this.pending.get(msg.id);
+      this.pending.delete(msg.id);
+      if (msg.error) reject(new Error(JSON.stringify(msg.error)));
+      else resolve(msg.result);
+    } else if (msg.method) {
+      for (const l of this.listeners) l(msg);
+    }
+  }
+  // A browser-wide command.
+  browser(method, params = {}) {
+    const id = this.next++;
+    this.out.write(JSON.stringify({ id, method, params }) + '\0');
+    return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
+  }
+  // A command to the attached page.
   send(method, params = {}) {
     const id = this.next++;
-    this.ws.send(JSON.stringify({ id, method, params }));
+    this.out.write(JSON.stringify({ id, method, params, sessionId: this.session }) + '\0');
     return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
   }
   once(method) {
@@ -125,26 +143,18 @@ function launch(userDir) {
     '--no-default-browser-check',
     '--disable-extensions',
     '--disable-background-networking',
-    '--remote-debugging-port=0',
+    '--remote-debugging-pipe',
     `--user-data-dir=${userDir}`,
     '--window-size=1280,820',
     'about:blank',
   ];
-  const child = spawn(env('CHROMIUM'), args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  const ws = new Promise((resolve, reject) => {
-    let err = '';
-    const timer = setTimeout(() => reject(new Error('chromium did not start within 30 s:\n' + err)), 30000);
-    child.stderr.on('data', (chunk) => {
-      err += chunk;
-      const m = /DevTools listening on (ws:\/\/\S+)/.exec(err);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    });
-    child.on('exit', (code) => reject(new Error(`chromium exited (${code}):\n${err}`)));
+  const child = spawn(env('CHROMIUM'), args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr.on('data', (chunk) => {
+    err += chunk;
   });
-  return { child, ws };
+  const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, exited, stderr: () => err };
 }
 
 // Evaluates an expression in the page; its value (awaited when a promise).
@@ -212,15 +222,21 @@ async function main() {
   log(`service documents history: ${hasHistory}, break: ${hasBreak}`);
 
   const userDir = mkdtempSync(join(tmpdir(), 'leasehold-console-chromium-'));
-  const { child, ws } = launch(userDir);
+  const { child, exited, stderr } = launch(userDir);
+  let finished = false;
+  exited.then((code) => {
+    if (!finished) {
+      console.error(`console-test: FAILED: chromium exited (${code}):\n${stderr()}`);
+      process.exit(1);
+    }
+  });
   const problems = [];
   try {
-    const browserUrl = await ws;
-    const port = new URL(browserUrl).port;
-    const targets = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
-    const page = targets.find((t) => t.type === 'page');
-    const cdp = new Cdp(page.webSocketDebuggerUrl);
-    await cdp.open;
+    const cdp = new Cdp(child);
+    const { targetInfos } = await cdp.browser('Target.getTargets');
+    const page = targetInfos.find((t) => t.type === 'page');
+    if (!page) throw new Error('chromium opened no page:\n' + stderr());
+    cdp.session = (await cdp.browser('Target.attachToTarget', { targetId: page.targetId, flatten: true })).sessionId;
     cdp.listeners.push((msg) => {
       if (msg.method === 'Runtime.exceptionThrown') problems.push('exception: ' + JSON.stringify(msg.params.exceptionDetails));
       if (msg.method === 'Log.entryAdded' && msg.params.entry.level === 'error' && !(msg.params.entry.source === 'network' && /status of 4\d\d/.test(msg.params.entry.text))) {
@@ -297,10 +313,10 @@ async function main() {
     await shot(cdp, 'console-read-only.png');
 
     check(problems.length === 0, 'no script error or CSP violation in the page' + (problems.length ? ':\n' + problems.join('\n') : ''));
-    cdp.ws.close();
   } finally {
+    finished = true;
     child.kill('SIGTERM');
-    await new Promise((resolve) => (child.exitCode !== null ? resolve() : child.on('exit', resolve)));
+    await exited;
     rmSync(userDir, { recursive: true, force: true });
   }
 }
