@@ -7,6 +7,8 @@
 //   ADMIN_KEY, READER_KEY, WRITER_KEY   keys: admin, read, write on PURPOSE
 //   PURPOSE          the purpose the keys name
 //   SHOTS            where screenshots go (created)
+//   INSECURE_TLS     when set, Chromium accepts the test's certificate
+//                    (Node is given the CA with NODE_EXTRA_CA_CERTS)
 // Needs Node 18 or later and nothing else. Exits
 // non-zero on the first failed check, saying which. Every wait is on an
 // event (a DOM mutation observed in the page, a CDP event), bounded by a
@@ -146,6 +148,7 @@ function launch(userDir) {
     '--remote-debugging-pipe',
     `--user-data-dir=${userDir}`,
     '--window-size=1280,820',
+    ...(process.env.INSECURE_TLS ? ['--ignore-certificate-errors'] : []),
     'about:blank',
   ];
   const child = spawn(env('CHROMIUM'), args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
@@ -249,6 +252,7 @@ async function main() {
     const loaded = cdp.once('Page.loadEventFired');
     await cdp.send('Page.navigate', { url: BASE + '/console' });
     await loaded;
+    check((await js(cdp, 'location.href')) === BASE + '/console', `the console loaded from ${BASE}`);
 
     // --- an admin key: purposes, a lease appearing, its detail, history, break.
     await enterKey(cdp, ADMIN);

@@ -2,8 +2,8 @@
 //! starts from. `GET /purposes` and the page's headers are checked over
 //! HTTP; the page itself in a real headless Chromium, driven over the
 //! DevTools protocol by `drive.mjs` (Node), against this service on the
-//! embedded store and on a real `redis-server`. Screenshots are kept in
-//! `target/console-screenshots/<store>/`.
+//! embedded store, on a real `redis-server`, and over HTTPS. Screenshots
+//! are kept in `target/console-screenshots/<run>/`.
 //!
 //! Needs `chromium` (Debian's package) and Node ≥ 18 (`nodejs`); a missing
 //! one fails the test naming what to install. Break and history are
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::app::{args, unique, Backend, TestApp};
-use crate::common::redis::require_binary;
+use crate::common::redis::{require_binary, TlsMaterial};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -196,6 +196,68 @@ fn tool(name: &str, package: &str) -> PathBuf {
 }
 
 async fn the_console_in_headless_chromium(backend: Backend) {
+    let keys = Keys::write();
+    let app = keys.app(&backend).await;
+    let store = match backend {
+        Backend::Memory => "memory",
+        Backend::Redis(_) => "redis",
+    };
+    drive(&keys, &app.base, store, &[]).await;
+    app.shutdown().await;
+}
+
+/// Over HTTPS (embedded store): the page's relative URLs keep it on the
+/// origin it was loaded from. Chromium is told to accept the test's
+/// certificate authority's leaf; Node trusts the CA itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_over_https_in_headless_chromium() {
+    let tls = TlsMaterial::generate();
+    let keys = Keys::write();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let file = keys.dir.join("keys");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(leasehold::run_with(
+        listener,
+        None,
+        args(
+            &Backend::Memory,
+            &[
+                "--api-keys-file",
+                file.to_str().expect("utf-8 path"),
+                "--tls-cert-file",
+                tls.server_cert.to_str().expect("utf-8 path"),
+                "--tls-key-file",
+                tls.server_key.to_str().expect("utf-8 path"),
+            ],
+        )
+        .validate()
+        .expect("valid settings"),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let ca = tls.ca_cert.to_str().expect("utf-8 path").to_owned();
+    drive(
+        &keys,
+        &format!("https://localhost:{}", addr.port()),
+        "https",
+        &[("NODE_EXTRA_CA_CERTS", ca.as_str()), ("INSECURE_TLS", "1")],
+    )
+    .await;
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("shut down in time")
+        .expect("join")
+        .expect("run");
+}
+
+/// Runs `drive.mjs` against `base`; screenshots under
+/// `target/console-screenshots/<name>/`.
+async fn drive(keys: &Keys, base: &str, name: &str, extra_env: &[(&str, &str)]) {
     let chromium = std::env::var_os("LEASEHOLD_CHROMIUM")
         .map(PathBuf::from)
         .unwrap_or_else(|| tool("chromium", "chromium"));
@@ -215,17 +277,13 @@ async fn the_console_in_headless_chromium(backend: Backend) {
         major >= 18,
         "node {version} is too old for tests/it/console/drive.mjs: install nodejs 18 or later (`apt-get install nodejs`)"
     );
-    let keys = Keys::write();
-    let app = keys.app(&backend).await;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let store = match backend {
-        Backend::Memory => "memory",
-        Backend::Redis(_) => "redis",
-    };
-    let shots = root.join("target/console-screenshots").join(store);
-    let run = tokio::process::Command::new(node)
+    let shots = root.join("target/console-screenshots").join(name);
+    let mut command = tokio::process::Command::new(node);
+    command.envs(extra_env.iter().copied());
+    let run = command
         .arg(root.join("tests/it/console/drive.mjs"))
-        .env("LEASEHOLD_BASE", &app.base)
+        .env("LEASEHOLD_BASE", base)
         .env("CHROMIUM", chromium)
         .env("ADMIN_KEY", &keys.admin)
         .env("READER_KEY", &keys.reader)
@@ -255,5 +313,4 @@ async fn the_console_in_headless_chromium(backend: Backend) {
         let png = std::fs::read(shots.join(name)).expect("screenshot");
         assert!(png.starts_with(b"\x89PNG"), "{name} is not a PNG");
     }
-    app.shutdown().await;
 }

@@ -249,6 +249,7 @@
     let buffer = '';
     let fresh = true;
     let event = { name: 'message', data: [] };
+    let cut = false;
     try {
       for (;;) {
         const { done, value } = await reader.read();
@@ -269,13 +270,18 @@
         }
       }
     } catch (_) {
-      // aborted or cut: reconnect below unless aborted
+      cut = true; // aborted, or the connection broke
     }
     if (!ctl.signal.aborted && state.purpose === purpose) {
+      // A stream the service ended (its time bound) is resumed at once, a
+      // broken one after a second; either starts with a fresh snapshot.
       feedStatus('Stream ended; reconnecting…');
-      setTimeout(() => {
-        if (!ctl.signal.aborted && state.purpose === purpose) startFeed(purpose);
-      }, 1000);
+      setTimeout(
+        () => {
+          if (!ctl.signal.aborted && state.purpose === purpose) startFeed(purpose);
+        },
+        cut ? 1000 : 0,
+      );
     }
   }
 
