@@ -34,7 +34,7 @@ pub enum PurposesTag {
 /// A scope a key holds on a purpose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Scope {
+pub enum KeyScope {
     /// Inspect, list, watch, history.
     Read,
     /// Acquire, renew, release.
@@ -44,11 +44,11 @@ pub enum Scope {
 }
 
 /// A role as the scopes it holds: each role implies the weaker ones.
-fn scopes(role: Role) -> Vec<Scope> {
+fn scopes(role: Role) -> Vec<KeyScope> {
     match role {
-        Role::Read => vec![Scope::Read],
-        Role::Write => vec![Scope::Read, Scope::Write],
-        Role::Admin => vec![Scope::Read, Scope::Write, Scope::Admin],
+        Role::Read => vec![KeyScope::Read],
+        Role::Write => vec![KeyScope::Read, KeyScope::Write],
+        Role::Admin => vec![KeyScope::Read, KeyScope::Write, KeyScope::Admin],
     }
 }
 
@@ -60,20 +60,20 @@ pub struct PurposeScopes {
     pub purpose: String,
     /// What the key may do on it (`read` always; `write`, `admin` when
     /// granted).
-    pub scopes: Vec<Scope>,
+    pub scopes: Vec<KeyScope>,
 }
 
 /// The key's scopes on every purpose it does not name.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AnyPurpose {
     /// What the key may do on any purpose.
-    pub scopes: Vec<Scope>,
+    pub scopes: Vec<KeyScope>,
 }
 
 /// How the service checks callers.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Access {
+pub enum KeyAccess {
     /// API keys are configured.
     Keys,
     /// No keys: anyone may do anything.
@@ -93,7 +93,7 @@ pub struct PurposesListed {
     #[schema(inline)]
     pub outcome: PurposesTag,
     /// `keys` when the service checks API keys, `open` when it does not.
-    pub access: Access,
+    pub access: KeyAccess,
     /// The purposes the key names, sorted by name, with its scopes on each
     /// (empty on an open API, which names none).
     pub purposes: Vec<PurposeScopes>,
@@ -110,7 +110,7 @@ impl PurposesListed {
         match reach {
             None => Self {
                 outcome: PurposesTag::Purposes,
-                access: Access::Open,
+                access: KeyAccess::Open,
                 purposes: Vec::new(),
                 any_purpose: Some(AnyPurpose {
                     scopes: scopes(Role::Admin),
@@ -118,7 +118,7 @@ impl PurposesListed {
             },
             Some(reach) => Self {
                 outcome: PurposesTag::Purposes,
-                access: Access::Keys,
+                access: KeyAccess::Keys,
                 purposes: reach
                     .named
                     .into_iter()

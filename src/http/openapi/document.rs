@@ -104,8 +104,8 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         NotFoundProblem, LeaseNotFound, NotReadyProblem, Live, Ready, ProblemType,
         crate::http::list::Listed, crate::domain::ListedLease,
         crate::http::console::purposes::PurposesListed, crate::http::console::purposes::PurposeScopes,
-        crate::http::console::purposes::AnyPurpose, crate::http::console::purposes::Scope,
-        crate::http::console::purposes::Access,
+        crate::http::console::purposes::AnyPurpose, crate::http::console::purposes::KeyScope,
+        crate::http::console::purposes::KeyAccess,
     )),
     modifiers(&Meta),
     tags(

@@ -67,10 +67,10 @@ async function attempt(key) {
   return { token: r.body.ownerToken, op };
 }
 
-async function acquire(key, raw, holder) {
+async function acquire(key, raw, holder, extra = {}) {
   const a = await attempt(key);
   const r = await call('PUT', `/leases/${PURPOSE}/${digestOf(raw)}`, key, {
-    body: { ttlMs: 60000, holder },
+    body: { ttlMs: 60000, holder, ...extra },
     attempt: a,
   });
   if (r.status !== 201) throw new Error('acquire: ' + r.text);
@@ -147,7 +147,7 @@ function launch(userDir) {
     '--disable-background-networking',
     '--remote-debugging-pipe',
     `--user-data-dir=${userDir}`,
-    '--window-size=1280,820',
+    '--window-size=1280,900',
     ...(process.env.INSECURE_TLS ? ['--ignore-certificate-errors'] : []),
     'about:blank',
   ];
@@ -268,7 +268,16 @@ async function main() {
     const tookMs = Math.round(performance.now() - acquiredAt);
     check(tookMs <= 1000, `the acquired lease appears within 1 s (${tookMs} ms)`);
     await acquire(WRITER, `${raw}-b`, 'worker-8');
-    await until(cdp, `document.querySelectorAll('#leases tbody tr[data-digest]').length === 2`, 'both leases listed');
+    const counting = digestOf(`${raw}-c`);
+    await acquire(WRITER, `${raw}-c`, 'pod-a', { limit: 2 });
+    await acquire(WRITER, `${raw}-c`, 'pod-b', { limit: 2 });
+    await until(cdp, `document.querySelectorAll('#leases tbody tr[data-digest]').length === 3`, 'the three leases listed');
+    await until(cdp, `document.querySelector('#leases tr[data-digest="${counting}"]').textContent.includes('2 / 2')`, 'the counting lease held twice');
+
+    await click(cdp, `#leases tr[data-digest="${counting}"]`);
+    await until(cdp, `document.querySelectorAll('#permits tbody tr').length === 2`, 'the counting lease with its two permits');
+    check(await js(cdp, `document.querySelectorAll('#permits .break-permit').length === 2`), 'an admin key may break each permit of a counting lease');
+    await shot(cdp, 'console-permits.png');
 
     await click(cdp, `#leases tr[data-digest="${d}"]`);
     await until(cdp, `${text('#detail')}.includes('worker-7')`, 'the lease detail with its holder');
@@ -309,10 +318,9 @@ async function main() {
     await enterKey(cdp, READER);
     check((await js(cdp, text(`#purposes button[data-purpose="${PURPOSE}"]`))).endsWith('read'), 'the read-only key is shown its scope');
     await click(cdp, `#purposes button[data-purpose="${PURPOSE}"]`);
-    const other = digestOf(`${raw}-b`);
-    await until(cdp, `document.querySelector('#leases tr[data-digest="${other}"]')`, 'the lease listed for the reader', 2000);
-    await click(cdp, `#leases tr[data-digest="${other}"]`);
-    await until(cdp, `${text('#detail')}.includes('worker-8')`, 'the reader sees the lease detail');
+    await until(cdp, `document.querySelector('#leases tr[data-digest="${counting}"]')`, 'the lease listed for the reader', 2000);
+    await click(cdp, `#leases tr[data-digest="${counting}"]`);
+    await until(cdp, `document.querySelectorAll('#permits tbody tr').length === 2 && ${text('#detail')}.includes('pod-a')`, 'the reader sees the lease and its permits');
     check(!(await js(cdp, visible('#break-lease'))) && !(await js(cdp, `document.querySelector('.break-permit')`)), 'a read-only key sees no break button');
     await shot(cdp, 'console-read-only.png');
 

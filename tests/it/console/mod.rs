@@ -307,6 +307,7 @@ async fn drive(keys: &Keys, base: &str, name: &str, extra_env: &[(&str, &str)]) 
     assert!(stdout.contains("all checks passed"), "{stdout}");
     for name in [
         "console-lease.png",
+        "console-permits.png",
         "console-break-dialog.png",
         "console-read-only.png",
     ] {

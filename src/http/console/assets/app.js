@@ -20,6 +20,8 @@
     feedKind: '',
     historyAvailable: true,
     breakTarget: null, // {digest, fencingToken?}
+    version: null, // of the selected lease, when its history was read
+    permitsShown: '', // what the permits table shows
   };
 
   // ------------------------------------------------------------ requests --
@@ -194,6 +196,7 @@
     state.scopes = scopesOf(purpose);
     state.leases.clear();
     state.selected = null;
+    state.version = null;
     $('detail-panel').hidden = true;
     $('leases-title').textContent = 'Leases of ' + purpose;
     renderPurposes();
@@ -315,11 +318,13 @@
         const seen = new Map();
         let cursor = null;
         let pages = 0;
+        let ok = true;
         do {
           const q = '?limit=1000' + (cursor ? '&cursor=' + encodeURIComponent(cursor) : '');
           const reply = await api(leasePath(purpose) + q, { signal: ctl.signal });
           if (reply.status !== 200) {
             feedStatus('Could not list: ' + problemText(reply));
+            ok = false;
             break;
           }
           const now = performance.now();
@@ -328,9 +333,12 @@
           pages += 1;
         } while (cursor && pages < 10 && !ctl.signal.aborted);
         if (ctl.signal.aborted) return;
-        state.leases = seen;
-        renderLeases();
-        if (state.selected) refreshDetail();
+        if (ok) {
+          // On a failed page, what was shown stays until the next round.
+          state.leases = seen;
+          renderLeases();
+          if (state.selected) refreshDetail();
+        }
       } catch (_) {
         if (ctl.signal.aborted) return;
       }
@@ -340,34 +348,67 @@
   }
 
   // ------------------------------------------------------------- leases --
+  // Rows are kept per digest and updated in place (a row rebuilt under the
+  // pointer would swallow the click); one listener serves them all.
+  const rows = new Map(); // digest -> tr
+  let emptyRow = null;
+
+  function leaseCells(entry) {
+    const l = entry.lease;
+    return [
+      shortDigest(l.digest),
+      l.holder || '—',
+      (l.holders ?? (l.held ? 1 : 0)) + ' / ' + (l.limit ?? 1),
+      l.fencingToken ?? '—',
+      ms(left(entry, 'remainingMs')),
+      l.waiters ?? '—',
+      l.lockDelayRemainingMs ? ms(left(entry, 'lockDelayRemainingMs')) : '—',
+    ];
+  }
+
   function renderLeases() {
     const tbody = $('leases').tBodies[0];
-    tbody.replaceChildren();
     const entries = [...state.leases.values()].sort((a, b) => (a.lease.digest < b.lease.digest ? -1 : 1));
-    for (const entry of entries) {
-      const l = entry.lease;
-      const digest = el('td', shortDigest(l.digest));
-      digest.title = l.digest;
-      const tr = row([
-        digest,
-        l.holder || '—',
-        (l.holders ?? (l.held ? 1 : 0)) + ' / ' + (l.limit ?? 1),
-        l.fencingToken ?? '—',
-        el('td', ms(left(entry, 'remainingMs')), 'num remaining'),
-        l.waiters ?? '—',
-        el('td', l.lockDelayRemainingMs ? ms(left(entry, 'lockDelayRemainingMs')) : '—', 'num'),
-      ]);
-      tr.dataset.digest = l.digest;
-      if (l.digest === state.selected) tr.classList.add('selected');
-      tr.addEventListener('click', () => selectLease(l.digest));
-      tbody.appendChild(tr);
+    for (const [digest, tr] of rows) {
+      if (!state.leases.has(digest)) {
+        tr.remove();
+        rows.delete(digest);
+      }
     }
-    if (!entries.length) {
-      const tr = row([el('td', 'No live lease.', 'muted')]);
-      tr.firstChild.colSpan = 7;
-      tbody.appendChild(tr);
+    let previous = null;
+    for (const entry of entries) {
+      const digest = entry.lease.digest;
+      let tr = rows.get(digest);
+      if (!tr) {
+        tr = document.createElement('tr');
+        tr.dataset.digest = digest;
+        for (let i = 0; i < 7; i++) tr.appendChild(el('td', null, i >= 4 && i !== 5 ? 'num' : ''));
+        tr.cells[0].title = digest;
+        rows.set(digest, tr);
+      }
+      leaseCells(entry).forEach((text, i) => {
+        const t = String(text);
+        if (tr.cells[i].textContent !== t) tr.cells[i].textContent = t;
+      });
+      tr.classList.toggle('selected', digest === state.selected);
+      const at = previous ? previous.nextSibling : tbody.firstChild;
+      if (at !== tr) tbody.insertBefore(tr, at);
+      previous = tr;
+    }
+    if (!entries.length && !emptyRow) {
+      emptyRow = row([el('td', 'No live lease.', 'muted')]);
+      emptyRow.firstChild.colSpan = 7;
+      tbody.appendChild(emptyRow);
+    } else if (entries.length && emptyRow) {
+      emptyRow.remove();
+      emptyRow = null;
     }
   }
+
+  $('leases').tBodies[0].addEventListener('click', (event) => {
+    const tr = event.target.closest('tr[data-digest]');
+    if (tr) selectLease(tr.dataset.digest);
+  });
 
   // Counting down between updates.
   setInterval(() => {
@@ -376,6 +417,8 @@
 
   function selectLease(digest) {
     state.selected = digest;
+    state.version = null;
+    state.permitsShown = '';
     renderLeases();
     $('detail-panel').hidden = false;
     $('detail-digest').textContent = digest;
@@ -392,12 +435,15 @@
     const digest = state.selected;
     if (!purpose || !digest) return;
     const seq = ++detailSeq;
-    const [inspected, history] = await Promise.all([
-      api(leasePath(purpose, digest)),
-      state.historyAvailable ? api(leasePath(purpose, digest) + '/history?limit=50') : null,
-    ]);
+    const inspected = await api(leasePath(purpose, digest));
     if (seq !== detailSeq || state.selected !== digest) return;
     renderDetail(inspected);
+    // The history moves only when the lease's version does.
+    const version = inspected.body ? inspected.body.version : undefined;
+    if (state.historyAvailable && version !== undefined && version === state.version) return;
+    const history = state.historyAvailable ? await api(leasePath(purpose, digest) + '/history?limit=50') : null;
+    if (seq !== detailSeq || state.selected !== digest) return;
+    state.version = version;
     renderHistory(history);
   }
 
@@ -405,11 +451,12 @@
     const dl = $('detail');
     dl.replaceChildren();
     const pbody = $('permits').tBodies[0];
-    pbody.replaceChildren();
     if (reply.status !== 200) {
       dl.appendChild(el('dt', 'error'));
       dl.appendChild(el('dd', problemText(reply), 'error'));
       $('break-area').hidden = true;
+      pbody.replaceChildren();
+      state.permitsShown = '';
       return;
     }
     const i = reply.body;
@@ -434,13 +481,24 @@
     const admin = state.scopes.includes('admin');
     $('break-area').hidden = !(admin && i.held);
     const permits = i.permits || [];
+    // Rebuilt only when the permits change (a button rebuilt under the
+    // pointer would swallow the click); otherwise the times are updated.
+    const shown = JSON.stringify([admin, permits.map((p) => [p.fencingToken, p.holder, p.renewedAt])]);
+    if (shown === state.permitsShown && pbody.rows.length === permits.length) {
+      permits.forEach((p, n) => {
+        pbody.rows[n].cells[2].textContent = ms(p.remainingMs);
+      });
+      return;
+    }
+    state.permitsShown = shown;
+    pbody.replaceChildren();
     for (const p of permits) {
       const cell = el('td');
       if (admin && permits.length > 1) {
         const b = el('button', 'Break permit…', 'danger break-permit');
         b.type = 'button';
         b.dataset.fencingToken = String(p.fencingToken);
-        b.addEventListener('click', () => askBreak(state.selected, p.fencingToken, p.holder));
+        b.dataset.holder = p.holder || '';
         cell.appendChild(b);
       }
       pbody.appendChild(
@@ -449,9 +507,15 @@
     }
   }
 
+  $('permits').tBodies[0].addEventListener('click', (event) => {
+    const b = event.target.closest('button.break-permit');
+    if (b) askBreak(state.selected, Number(b.dataset.fencingToken), b.dataset.holder);
+  });
+
   function renderHistory(reply) {
     const status = $('history-status');
     const tbody = $('history').tBodies[0];
+    $('history').hidden = !(reply && reply.status === 200 && reply.body && (reply.body.entries || []).length);
     if (reply === null) {
       status.textContent = 'History is not available on this service.';
       return;
