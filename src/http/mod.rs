@@ -5,6 +5,7 @@
 
 pub mod attempts;
 pub mod auth;
+pub mod console;
 pub mod docs;
 pub mod extract;
 pub mod health;
@@ -190,6 +191,7 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
         docs::ROUTE,
     ]
     .into_iter()
+    .chain(console::ROUTES)
     .chain(serves_metrics.then_some(health::METRICS))
     .find(|route| *route == path)
     .unwrap_or("unmatched")
@@ -229,6 +231,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(health::routes(metrics_on_api))
         .merge(openapi::routes())
         .merge(docs::routes())
+        .merge(console::routes())
         .merge(problems::routes())
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -417,6 +420,9 @@ mod tests {
             ("/readyz", "/readyz"),
             ("/openapi.json", "/openapi.json"),
             ("/docs", "/docs"),
+            ("/console", "/console"),
+            ("/console/app.js", "/console/app.js"),
+            ("/purposes", "/purposes"),
             ("/metrics", "/metrics"),
             ("/problems/contended", "/problems/{type}"),
             ("/problems/", "unmatched"),

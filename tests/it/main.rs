@@ -18,6 +18,7 @@ mod cli_tls;
 mod client;
 #[cfg(feature = "client")]
 mod conformance;
+mod console;
 mod contract;
 #[cfg(feature = "client")]
 mod election;
