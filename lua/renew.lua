@@ -8,15 +8,18 @@
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms
 -- ARGV[4] new holder label or '' (keep)  ARGV[5] sequence key ttl ms
 -- ARGV[6] event channel  ARGV[7] resource tag
--- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- ARGV[8] history length  ARGV[9] history ttl ms (see acquire.lua)
+-- ARGV[10] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
+-- History (see acquire.lua): 'h' when the label changes; a plain renew
+-- writes none.
 -- Returns {tag(1), fence, acquiredAt, now, holder} renewed (renewedAt = now),
 -- {tag(0)} absent, {tag(-1)} someone else holds it, {tag(-2), why} the
 -- caller's permit ended early and its tombstone (break.lua) says why
 -- ('revoked'), {tag(-9), error} Redis
 -- refused (nothing applied: the permit's own expiresAt is what counts, and
 -- it is written last).
-local tag = tonumber(ARGV[8]) * 16 + 9
+local tag = tonumber(ARGV[10]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
@@ -168,5 +171,12 @@ if relabel then
   if tonumber(watched) > now then
     redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
+  local H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  local n = redis.pcall('LPUSH', H, 'h|' .. now_text .. '|' .. fence .. '|' .. changes_text .. '.'
+    .. (others + 1) .. '|' .. holder)
+  if type(n) == 'number' and n > tonumber(ARGV[8]) then
+    redis.pcall('LTRIM', H, 0, tonumber(ARGV[8]) - 1)
+  end
+  redis.pcall('PEXPIRE', H, ARGV[9])
 end
 return {tag + 1, tonumber(fence), tonumber(acq), now, holder}

@@ -1,6 +1,7 @@
 //! The operator's command line (feature `cli`): `leasehold lock` runs a
 //! command while holding a lease, `leasehold inspect` shows a lease,
-//! `leasehold list` a purpose's leases, `leasehold watch` follows a lease;
+//! `leasehold list` a purpose's leases, `leasehold history` a resource's
+//! changes, `leasehold watch` follows a lease;
 //! `leasehold acquire | renew | release` hold one across shell steps;
 //! `leasehold break` removes one (operators). All speak the HTTP API through
 //! [`crate::client`].
@@ -19,6 +20,7 @@
 //! | 77 | the service refused the API key (401/403) |
 
 mod common;
+mod history;
 mod inspect;
 mod list;
 mod lock;
@@ -34,6 +36,7 @@ pub use self::common::{
     parse_duration, Connection, EXIT_NOPERM, EXIT_OSERR, EXIT_TEMPFAIL, EXIT_UNAVAILABLE,
     EXIT_USAGE,
 };
+pub use self::history::HistoryArgs;
 pub use self::inspect::InspectArgs;
 pub use self::list::ListArgs;
 pub use self::lock::LockArgs;
@@ -58,6 +61,11 @@ pub enum ClientCommand {
     Inspect(InspectArgs),
     /// List every lease held on a purpose (all pages; each lease once).
     List(ListArgs),
+    /// Show a resource's newest changes (acquired, released, expired,
+    /// holder changed, lock-delay, revoked), newest first.
+    /// Exit codes: 0 shown, 64 bad usage, 69 service unreachable,
+    /// 77 API key refused.
+    History(HistoryArgs),
     /// Follow a lease: print a line per change (held, by whom, fencing
     /// token, version) until interrupted or --count lines.
     /// Exit codes: 0 done (or the reader went away), 64 bad usage,
@@ -102,6 +110,7 @@ impl ClientCommand {
                 Self::Lock(args) => lock::run(args).await,
                 Self::Inspect(args) => inspect::run(args).await,
                 Self::List(args) => list::run(args).await,
+                Self::History(args) => history::run(args).await,
                 Self::Watch(args) => watch::run(args).await,
                 Self::Acquire(args) => steps::run_acquire(args).await,
                 Self::Renew(args) => steps::run_renew(args).await,
@@ -116,7 +125,8 @@ impl ClientCommand {
 pub fn is_client_command(name: &str) -> bool {
     matches!(
         name,
-        "lock" | "inspect" | "list" | "watch" | "acquire" | "renew" | "release" | "break"
+        "lock" | "inspect" | "list" | "history" | "watch" | "acquire" | "renew" | "release"
+            | "break"
     )
 }
 

@@ -43,6 +43,8 @@ pub(super) struct Wire {
     errors: Option<Vec<WireFieldError>>,
     leases: Option<Vec<WireListed>>,
     pub(super) next_cursor: Option<String>,
+    /// A `history` answer's entries.
+    pub(super) entries: Option<Vec<crate::domain::HistoryRecord>>,
 }
 
 /// One lease of a `listed` answer.
@@ -129,6 +131,7 @@ impl Reply {
             errors: None,
             leases: None,
             next_cursor: None,
+            entries: None,
         };
         self.wire.as_ref().unwrap_or(&EMPTY)
     }

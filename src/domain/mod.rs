@@ -2,6 +2,7 @@
 
 mod bounds;
 mod change;
+mod history;
 mod list;
 mod names;
 mod outcome;
@@ -10,6 +11,9 @@ mod time;
 
 pub use bounds::{Bounds, LeaseShape, Mode, Ttl, WaitMs};
 pub use change::{BreakReason, Change, Revocation};
+pub use history::{
+    History, HistoryBound, HistoryEntry, HistoryEvent, HistoryItem, HistoryLimit, HistoryRecord,
+};
 pub use list::{ListCursor, ListLimit, ListedLease, Listing, ScanPosition, NODE_ID_LEN};
 pub use names::{
     Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,

@@ -4,6 +4,7 @@
 
 mod acquire;
 mod core;
+mod history;
 mod list;
 mod operator;
 mod place;

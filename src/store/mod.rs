@@ -432,6 +432,24 @@ impl Store {
         dispatch!(self, s => s.list(purpose, cursor, limit).await)
     }
 
+    /// The newest `limit` entries of `resource`'s history, newest first,
+    /// within the age bound (docs/storage-v2.md, "History").
+    pub async fn history(
+        &self,
+        resource: &ResourceId,
+        limit: usize,
+    ) -> Result<Vec<crate::domain::HistoryEntry>, StoreError> {
+        dispatch!(self, s => s.history(resource, limit).await)
+    }
+
+    /// What this store keeps of each resource's history.
+    pub fn history_bound(&self) -> crate::domain::HistoryBound {
+        match self {
+            Store::Memory(s) => s.history_bound(),
+            Store::Redis(s) => s.history,
+        }
+    }
+
     /// Whether `cursor` is of the kind this store issues (a cursor of the
     /// embedded store means nothing to Redis, and back).
     pub fn accepts(&self, cursor: &ListCursor) -> bool {

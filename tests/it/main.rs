@@ -18,12 +18,14 @@ mod cli_tls;
 mod client;
 #[cfg(feature = "client")]
 mod conformance;
+mod console;
 mod contract;
 #[cfg(feature = "client")]
 mod election;
 mod fairness;
 mod harness_selftest;
 mod history;
+mod history_api;
 mod honesty;
 mod list;
 mod logs;
@@ -38,6 +40,8 @@ mod roles;
 mod soak;
 mod tls;
 mod topologies;
+#[cfg(feature = "otel")]
+mod traces;
 mod upgrade;
 mod waits;
 mod watch;

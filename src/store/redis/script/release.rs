@@ -46,17 +46,22 @@ struct Args<'a> {
     event_channel: &'a str,
     resource_tag: &'a str,
     mode: &'a str,
+    /// [`RedisStore::history_args`]: the history's bound.
+    history_length: &'a str,
+    history_ttl_ms: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 5> {
+    fn named(&self) -> Named<'a, 7> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
             ("event channel", self.event_channel),
             ("resource tag", self.resource_tag),
             ("mode", self.mode),
+            ("history length", self.history_length),
+            ("history ttl ms", self.history_ttl_ms),
         ]
     }
 }
@@ -144,6 +149,8 @@ impl RedisStore {
             event_channel: &self.wake_channel,
             resource_tag: &tag,
             mode: mode.arg(),
+            history_length: &self.history_args[0],
+            history_ttl_ms: &self.history_args[1],
         };
         let done = self
             .run_on_record(

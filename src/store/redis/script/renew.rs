@@ -30,11 +30,14 @@ struct Args<'a> {
     seq_ttl_ms: &'a str,
     event_channel: &'a str,
     resource_tag: &'a str,
+    /// [`RedisStore::history_args`]: the history's bound.
+    history_length: &'a str,
+    history_ttl_ms: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 7> {
+    fn named(&self) -> Named<'a, 9> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
@@ -43,6 +46,8 @@ impl<'a> Args<'a> {
             ("sequence key ttl ms", self.seq_ttl_ms),
             ("event channel", self.event_channel),
             ("resource tag", self.resource_tag),
+            ("history length", self.history_length),
+            ("history ttl ms", self.history_ttl_ms),
         ]
     }
 }
@@ -100,6 +105,8 @@ impl RedisStore {
             seq_ttl_ms: &seq_ttl_ms,
             event_channel: &self.wake_channel,
             resource_tag: &tag,
+            history_length: &self.history_args[0],
+            history_ttl_ms: &self.history_args[1],
         };
         let done = self
             .run_on_record(
