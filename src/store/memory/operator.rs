@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
+use super::super::history::of;
 use super::super::records::same_secret;
-use super::{MemoryStore, State};
-use crate::domain::{Attempt, ResourceId, Revocation};
+use super::{wall_ms, MemoryStore, State};
+use crate::domain::{Attempt, HistoryEntry, HistoryEvent, ResourceId, Revocation};
 use crate::store::{StoreBreak, StoreError};
 
 /// A broken permit's tombstone: whose it was and when it would have
@@ -59,9 +60,20 @@ impl MemoryStore {
                 return Ok(StoreBreak::NothingToBreak);
             };
             let mut gone = Vec::new();
+            let at = wall_ms();
+            let mut revoked = Vec::new();
             entry.permits.retain(|p| {
                 let goes = p.live(now) && fencing_token.is_none_or(|t| t == p.fencing_token);
                 if goes {
+                    revoked.push(of(
+                        p,
+                        HistoryEvent::Revoked {
+                            reason: revocation.reason.as_ref().map(|r| r.as_str().to_owned()),
+                            key_name: revocation.key_name.clone(),
+                        },
+                        at,
+                        "",
+                    ));
                     gone.push(Tomb {
                         owner_token: p.owner_token.clone(),
                         operation_id: p.operation_id.clone(),
@@ -75,6 +87,7 @@ impl MemoryStore {
             }
             entry.changes = stamp;
             let empty = entry.permits.is_empty();
+            let version = format!("{stamp}.{}", entry.live_count(now));
             state.changes = stamp;
             if empty {
                 Self::forget(&mut state, &key);
@@ -84,6 +97,13 @@ impl MemoryStore {
                     tombs.retain(|t| t.until > now);
                     !tombs.is_empty()
                 });
+            }
+            for entry in revoked {
+                let entry = HistoryEntry {
+                    version: version.clone(),
+                    ..entry
+                };
+                state.history.push(&key, entry);
             }
             let n = gone.len();
             state.tombs.entry(key.clone()).or_default().extend(gone);
