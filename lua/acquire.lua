@@ -10,7 +10,10 @@
 -- ARGV[5] shape: '' for a plain lease (limit 1, exclusive, no lock-delay)
 --         asked by a caller not queued, else
 --         "<limit>:<x exclusive|s shared>:<lock-delay ms>:<queue member or ''>"
--- ARGV[6] nonce, a 32-bit integer. Every reply starts with the tag
+-- ARGV[6] purpose watched: '1' while the purpose is in the registry of
+--         watched purposes (lua/purposes.lua): the acquire is announced
+--         as for a watched resource. '' otherwise.
+-- ARGV[7] nonce, a 32-bit integer. Every reply starts with the tag
 --         nonce * 16 + status + 9 (status -9..6 in the low 4 bits; exact as a
 --         Lua number): the caller proves the reply answers its own request (a
 --         pipelined connection one reply short would otherwise hand it
@@ -42,7 +45,7 @@
 --   {tag(4), limit}       limit_mismatch: live holders agreed on another limit
 --   {tag(-9), error}      Redis refused a write; no permit was written (the
 --                         first write, the sequence, is harmless alone)
-local tag = tonumber(ARGV[6]) * 16 + 9
+local tag = tonumber(ARGV[7]) * 16 + 9
 local t = redis.call('TIME')
 local secs, micros = tonumber(t[1]), tonumber(t[2])
 local now = secs * 1000 + (micros - micros % 1000) / 1000
@@ -91,7 +94,7 @@ if not cur and ARGV[5] == '' then
     if type(done) == 'table' and done.err then
       return {tag - 9, done.err}
     end
-    if watched > now then
+    if watched > now or ARGV[6] ~= '' then
       redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
         string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
     end
@@ -486,7 +489,7 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
   if member ~= '' then
     redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
   end
-  if watched > now then
+  if watched > now or ARGV[6] ~= '' then
     redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
       string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
   end
@@ -549,7 +552,7 @@ end
 -- Watchers of this resource (an instance renews "watched until" while it
 -- has some) hear of the acquire; nobody pays for the event otherwise. The
 -- next queued waiter looks at once when a permit is still free for it.
-if watched > now then
+if watched > now or ARGV[6] ~= '' then
   redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
     string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.' .. (live + 1) .. '\tacquired')
 end

@@ -8,13 +8,15 @@
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms
 -- ARGV[4] new holder label or '' (keep)  ARGV[5] sequence key ttl ms
 -- ARGV[6] event channel  ARGV[7] resource tag
--- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- ARGV[8] purpose watched: '1' announces a label change as for a watched
+-- resource (see acquire.lua), '' otherwise
+-- ARGV[9] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Returns {tag(1), fence, acquiredAt, now, holder} renewed (renewedAt = now),
 -- {tag(0)} absent, {tag(-1)} someone else holds it, {tag(-9), error} Redis
 -- refused (nothing applied: the permit's own expiresAt is what counts, and
 -- it is written last).
-local tag = tonumber(ARGV[8]) * 16 + 9
+local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
@@ -146,7 +148,7 @@ if relabel then
   changes = changes + 1
   local changes_text = string.format('%d', changes)
   redis.pcall('SET', KEYS[2], last .. ':' .. changes_text .. ':' .. watched .. ':' .. queued, 'PX', ARGV[5])
-  if tonumber(watched) > now then
+  if tonumber(watched) > now or ARGV[8] ~= '' then
     redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
 end

@@ -75,6 +75,8 @@ impl Raw {
             .arg(ttl_ms)
             .arg("")
             .arg("")
+            // "purpose watched" (lua/acquire.lua ARGV[6]): nobody watches.
+            .arg("")
             .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }

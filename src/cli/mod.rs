@@ -22,6 +22,7 @@ mod list;
 mod lock;
 mod steps;
 mod watch;
+mod watch_purpose;
 
 use std::process::ExitCode;
 

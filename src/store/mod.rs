@@ -15,6 +15,7 @@ pub mod memory;
 pub mod redis;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::domain::{
     Attempt, HeldBy, HolderLabel, LeaseShape, Mode, OwnerToken, ResourceId, StoreTime, Ttl,
@@ -397,6 +398,16 @@ impl Store {
         limit: usize,
     ) -> Result<StorePage, StoreError> {
         dispatch!(self, s => s.list(purpose, cursor, limit).await)
+    }
+
+    /// Marks `purpose` watched (docs/watching.md, "Watching a purpose") and
+    /// answers how long until every instance announces its changes.
+    pub async fn mark_purpose(&self, purpose: &Purpose) -> Result<Duration, StoreError> {
+        match self {
+            // One process: every change reaches the hub at once.
+            Store::Memory(_) => Ok(Duration::ZERO),
+            Store::Redis(s) => s.mark_purpose(purpose).await,
+        }
     }
 
     /// Whether `cursor` is of the kind this store issues (a cursor of the

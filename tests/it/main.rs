@@ -29,6 +29,7 @@ mod logs;
 mod mixed_history;
 mod parsers_prop;
 mod permits;
+mod purpose_watch;
 mod redis_failures;
 mod refusals;
 mod roles;

@@ -84,6 +84,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::leases::inspect,
         crate::http::list::list,
         crate::http::watch::events,
+        crate::http::purpose_watch::events,
         crate::http::health::livez,
         crate::http::health::readyz,
         crate::http::health::metrics_on_api,

@@ -11,6 +11,7 @@
 
 mod document;
 mod events;
+mod purpose_events;
 #[cfg(test)]
 mod same_words;
 mod schemas;
@@ -20,4 +21,5 @@ mod tests;
 pub(super) use self::document::routes;
 pub use self::document::{document_json, openapi_json, ApiDoc, REGENERATE, ROUTE};
 pub use self::events::{lease_events, LeaseEvent, STATE_EVENT};
+pub use self::purpose_events::{purpose_events, PurposeEventDoc};
 pub use self::schemas::*;

@@ -40,6 +40,9 @@ pub struct RedisStore {
     pub(super) waiters: Arc<WaitRegistry>,
     /// `leasehold_store_command_duration_seconds` by script.
     pub(super) durations: crate::telemetry::Handles<&'static str, metrics::Histogram>,
+    /// The purposes marked watched at this instance's last read of the
+    /// registry (docs/watching.md, "Watching a purpose").
+    pub(super) watched_purposes: super::script::WatchedPurposes,
 }
 
 impl RedisStore {
@@ -176,6 +179,7 @@ impl RedisStore {
                 }),
             waiters,
             durations: crate::telemetry::Handles::new(),
+            watched_purposes: super::script::WatchedPurposes::default(),
         })
     }
 
@@ -270,6 +274,7 @@ impl RedisStore {
                 WakeSource::Sentinel(Arc::clone(s))
             }
         };
+        tokio::spawn(Arc::clone(self).poll_purposes(shutdown.clone()));
         let channel = self.wake_channel.clone();
         let waiters = Arc::clone(&self.waiters);
         tokio::spawn(subscribe_wakeups(

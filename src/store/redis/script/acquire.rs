@@ -28,17 +28,20 @@ struct Args<'a> {
     /// `''` for a plain lease not queued, else
     /// `<limit>:<mode>:<lock-delay ms>:<queue member or ''>`.
     shape: &'a str,
+    /// `'1'` while the purpose is watched (docs/watching.md), else `''`.
+    purpose_watched: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 5> {
+    fn named(&self) -> Named<'a, 6> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
             ("ttl ms", self.ttl_ms),
             ("holder label", self.holder_label),
             ("shape", self.shape),
+            ("purpose watched", self.purpose_watched),
         ]
     }
 }
@@ -160,6 +163,7 @@ impl RedisStore {
             ttl_ms: &ttl_ms,
             holder_label: spec.holder.map_or("", HolderLabel::as_str),
             shape: &shape,
+            purpose_watched: self.purpose_watched_arg(resource),
         };
         let done = self
             .run_on_record(

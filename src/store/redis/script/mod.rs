@@ -10,11 +10,13 @@ mod evalsha;
 #[cfg(test)]
 mod header;
 mod inspect;
+mod purposes;
 mod queue;
 mod release;
 mod renew;
 
 pub use self::evalsha::Script;
+pub use self::purposes::WatchedPurposes;
 
 use super::call::{Call, Executed};
 use super::keys::{lease_key, record_keys, seq_key};

@@ -30,11 +30,13 @@ struct Args<'a> {
     seq_ttl_ms: &'a str,
     event_channel: &'a str,
     resource_tag: &'a str,
+    /// `'1'` while the purpose is watched (docs/watching.md), else `''`.
+    purpose_watched: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 7> {
+    fn named(&self) -> Named<'a, 8> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
@@ -43,6 +45,7 @@ impl<'a> Args<'a> {
             ("sequence key ttl ms", self.seq_ttl_ms),
             ("event channel", self.event_channel),
             ("resource tag", self.resource_tag),
+            ("purpose watched", self.purpose_watched),
         ]
     }
 }
@@ -96,6 +99,7 @@ impl RedisStore {
             seq_ttl_ms: &seq_ttl_ms,
             event_channel: &self.wake_channel,
             resource_tag: &tag,
+            purpose_watched: self.purpose_watched_arg(resource),
         };
         let done = self
             .run_on_record(
