@@ -93,6 +93,7 @@ impl ClientCommand {
                 Self::Lock(args) => lock::run(args).await,
                 Self::Inspect(args) => inspect::run(args).await,
                 Self::List(args) => list::run(args).await,
+                Self::Watch(args) if args.raw_id.is_none() => watch_purpose::run(args).await,
                 Self::Watch(args) => watch::run(args).await,
                 Self::Acquire(args) => steps::run_acquire(args).await,
                 Self::Renew(args) => steps::run_renew(args).await,

@@ -1,8 +1,8 @@
 //! `leasehold watch`: follows one lease and prints a line per change (who
 //! holds it, its fencing token, its version), through the inspect long-poll
 //! (`?changedSince=V&waitMs=N`), until interrupted or `--count` lines.
-//! Without `RAW_ID` it follows the whole purpose through its event stream
-//! ([`super::watch_purpose`]).
+//! Without `RAW_ID` the command follows the whole purpose through its event
+//! stream instead (`watch_purpose.rs`).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -51,8 +51,9 @@ async fn watch(args: &WatchArgs) -> Result<(), Exit> {
     if args.poll.is_zero() {
         return Err(Exit::new(EXIT_USAGE, "--poll must be more than 0"));
     }
+    // Without RAW_ID the purpose is watched (`watch_purpose`, routed there).
     let Some(raw_id) = &args.raw_id else {
-        return super::watch_purpose::follow(args).await;
+        return Err(Exit::new(EXIT_USAGE, "RAW_ID is missing"));
     };
     let resource = resource(&args.purpose, raw_id)?;
     let client = args.connection.client()?;

@@ -7,6 +7,7 @@
 //! the live leases again, and so does this command).
 
 use std::io::Write;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -19,8 +20,16 @@ use crate::domain::Purpose;
 /// How long to wait before opening a stream that ended or broke again.
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
 
+/// Runs `leasehold watch PURPOSE`.
+pub(super) async fn run(args: WatchArgs) -> ExitCode {
+    match follow(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(exit) => exit.report("watch"),
+    }
+}
+
 /// Follows `args.purpose` until `--count` lines or an error.
-pub(super) async fn follow(args: &WatchArgs) -> Result<(), Exit> {
+async fn follow(args: &WatchArgs) -> Result<(), Exit> {
     let purpose = Purpose::parse(&args.purpose)
         .map_err(|e| Exit::new(EXIT_USAGE, format!("PURPOSE: {e}")))?;
     let client = args.connection.client()?;

@@ -475,7 +475,6 @@ async fn every_change_arrives_once(a: &TestApp, b: &TestApp, p: &str, n: usize) 
         kinds_seen.extend(kinds);
     }
     assert_eq!(heard.len(), n, "events of leases nobody touched");
-    drop(until);
     drop(progress);
     reader.abort();
     let _ = reader.await;
@@ -567,36 +566,40 @@ async fn the_cli_watches_a_whole_purpose() {
     let mut child = leasehold(&["watch", "--url", &app.base, "--count", "4", &p]);
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let mut next_line = || async {
+    async fn next_line(
+        lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    ) -> String {
         tokio::time::timeout(common::cli::PATIENCE, lines.next_line())
             .await
             .expect("a line in time")
             .expect("read stdout")
             .expect("a line before the end")
-    };
-    let first = next_line().await;
+    }
+    let first = next_line(&mut lines).await;
     assert!(
         first.starts_with(&format!("{p} {d1} snapshot version=")),
         "{first}"
     );
     assert!(first.contains(" holder=pod-1 "), "{first}");
-    assert_eq!(next_line().await, format!("{p} snapshot_end leases=1"));
+    assert_eq!(
+        next_line(&mut lines).await,
+        format!("{p} snapshot_end leases=1")
+    );
     let (d2, a2) = (digest(), app.attempt().await);
     acquire(&app, &p, &d2, &a2, 30_000, "pod-2").await;
-    let third = next_line().await;
+    let third = next_line(&mut lines).await;
     assert!(
         third.starts_with(&format!("{p} {d2} acquired version=")),
         "{third}"
     );
     assert!(third.contains(" holder=pod-2 "), "{third}");
     release(&app, &p, &d1, &a1).await;
-    let fourth = next_line().await;
+    let fourth = next_line(&mut lines).await;
     assert!(
         fourth.starts_with(&format!("{p} {d1} released version=")),
         "{fourth}"
     );
     assert!(fourth.ends_with(" free"), "{fourth}");
-    drop(next_line);
     drop(lines);
     let out = finish(child).await;
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);

@@ -42,7 +42,7 @@ pub struct RedisStore {
     pub(super) durations: crate::telemetry::Handles<&'static str, metrics::Histogram>,
     /// The purposes marked watched at this instance's last read of the
     /// registry (docs/watching.md, "Watching a purpose").
-    pub(super) watched_purposes: super::script::WatchedPurposes,
+    pub(super) watched_purposes: super::watched::WatchedPurposes,
 }
 
 impl RedisStore {
@@ -179,7 +179,7 @@ impl RedisStore {
                 }),
             waiters,
             durations: crate::telemetry::Handles::new(),
-            watched_purposes: super::script::WatchedPurposes::default(),
+            watched_purposes: super::watched::WatchedPurposes::default(),
         })
     }
 

@@ -16,7 +16,6 @@ mod release;
 mod renew;
 
 pub use self::evalsha::Script;
-pub use self::purposes::WatchedPurposes;
 
 use super::call::{Call, Executed};
 use super::keys::{lease_key, record_keys, seq_key};

@@ -1,12 +1,12 @@
 //! `lua/purposes.lua` from the Rust side: the registry of watched purposes
 //! (docs/watching.md, "Watching a purpose"). Each instance reads it every
-//! [`PURPOSE_POLL`] and keeps the purposes marked in [`WatchedPurposes`];
+//! [`PURPOSE_POLL`] and keeps the purposes marked in `watched::WatchedPurposes`;
 //! acquire and renew pass "purpose watched" for those, so their scripts
 //! announce changes of every resource of a watched purpose, also of
 //! resources nobody follows and of new ones.
 
 use std::collections::HashSet;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Value;
@@ -26,27 +26,10 @@ static SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new("purposes", include_str!("../../../../lua/purposes.lua")));
 
 /// How often an instance reads the registry.
-pub const PURPOSE_POLL: Duration = Duration::from_secs(1);
+pub(in crate::store) const PURPOSE_POLL: Duration = Duration::from_secs(1);
 
 /// The registry's hash tag (one Cluster slot for the whole registry).
 const TAG: &str = "purposes";
-
-/// The purposes this instance last read as watched (empty until the first
-/// read): shared by the poller and every acquire and renew.
-#[derive(Default)]
-pub struct WatchedPurposes(RwLock<HashSet<String>>);
-
-impl WatchedPurposes {
-    /// Whether `purpose` was marked watched at the last read.
-    pub fn contains(&self, purpose: &Purpose) -> bool {
-        let set = self.0.read().unwrap_or_else(|p| p.into_inner());
-        !set.is_empty() && set.contains(purpose.as_str())
-    }
-
-    fn replace(&self, purposes: HashSet<String>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = purposes;
-    }
-}
 
 /// The script's `ARGV` (the nonce, last, is added per call).
 #[derive(Default)]
