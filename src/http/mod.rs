@@ -8,9 +8,11 @@ pub mod auth;
 pub mod docs;
 pub mod extract;
 pub mod health;
+pub mod history;
 pub mod leases;
 pub mod list;
 pub mod openapi;
+pub mod operator;
 pub mod problem;
 pub mod problem_table;
 pub mod problems;
@@ -166,6 +168,9 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             (Some(_purpose), Some(_digest), Some("events")) if segments.next().is_none() => {
                 watch::ROUTE
             }
+            (Some(_purpose), Some(_digest), Some("history")) if segments.next().is_none() => {
+                history::ROUTE
+            }
             _ => "unmatched",
         };
     }
@@ -218,7 +223,9 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(attempts::routes())
         .merge(leases::routes())
         .merge(list::routes())
+        .merge(history::routes())
         .merge(watch::routes())
+        .merge(operator::routes())
         .merge(purpose_watch::routes())
         .merge(health::routes(metrics_on_api))
         .merge(openapi::routes())
@@ -387,6 +394,10 @@ mod tests {
             ("/leases/p/v1.d", "/leases/{purpose}/{digest}"),
             ("/leases/p", "/leases/{purpose}"),
             ("/leases/p/v1.d/events", "/leases/{purpose}/{digest}/events"),
+            (
+                "/leases/p/v1.d/history",
+                "/leases/{purpose}/{digest}/history",
+            ),
             ("/leases/p/events", "/leases/{purpose}/events"),
             ("/livez", "/livez"),
             ("/readyz", "/readyz"),

@@ -35,8 +35,9 @@ use tokio::sync::{broadcast, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::purpose_event::{event_id, parse_id, PurposeEvent};
 use super::watch::{classify, hint_bit, Admitted, Read, Snapshot, REFRESH};
-use crate::domain::{Change, Failure, Purpose, ResourceDigest, ResourceId};
+use crate::domain::{Change, Failure, Purpose, ResourceDigest, ResourceId, Revocation};
 use crate::telemetry::{WATCH_EVENTS, WATCH_READS};
 
 /// Events a group keeps for `Last-Event-ID` resumption.
@@ -70,40 +71,6 @@ pub struct PurposeIo {
     pub mark: Arc<dyn Fn(Purpose) -> Call<Duration> + Send + Sync>,
 }
 
-/// One change of a lease of the purpose.
-#[derive(Debug)]
-pub struct PurposeEvent {
-    /// The group's epoch (the event id's first part).
-    pub epoch: u32,
-    /// Its place in the group's sequence (the event id's second part).
-    pub seq: u64,
-    /// What happened.
-    pub change: Change,
-    /// Which resource.
-    pub digest: ResourceDigest,
-    /// The state after it.
-    pub snapshot: Arc<Snapshot>,
-}
-
-impl PurposeEvent {
-    /// The event id: `<epoch, 8 hex digits>-<seq>`.
-    pub fn id(&self) -> String {
-        event_id(self.epoch, self.seq)
-    }
-
-    /// The state as JSON with the digest first, rendered once for every
-    /// watcher (`remainingMs` as of the read).
-    pub fn data(&self) -> String {
-        with_digest(&self.digest, self.snapshot.json())
-    }
-}
-
-/// `{"digest":"…",` then the inspection's members.
-pub fn with_digest(digest: &ResourceDigest, inspection_json: &str) -> String {
-    let rest = inspection_json.strip_prefix('{').unwrap_or(inspection_json);
-    format!("{{\"digest\":\"{}\",{rest}", digest.as_str())
-}
-
 /// What a group shows to new watchers, under one lock with the sequence.
 struct Ring {
     /// Picked at random when the group starts: ids of another group (an
@@ -132,6 +99,8 @@ struct Group {
     loaded: watch::Receiver<Loaded>,
     /// Digests with events since the last read, with their hint bits.
     pending: Mutex<HashMap<String, u8>>,
+    /// Who broke which digest, since the last read of it.
+    revocations: Mutex<HashMap<String, Revocation>>,
     /// Set when events may have been missed: list again.
     relist: AtomicBool,
     wake: Notify,
@@ -167,6 +136,22 @@ impl PurposeHub {
             drop(pending);
             group.wake.notify_one();
         }
+    }
+
+    /// An operator broke `tag` (or permits of it): its next event is
+    /// `revoked`, carrying `revocation`.
+    pub fn revoked(&self, tag: &str, revocation: Revocation) {
+        let Some((purpose, digest)) = tag.split_once(':') else {
+            return;
+        };
+        if let Some(group) = self.map().get(purpose) {
+            group
+                .revocations
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(digest.to_owned(), revocation);
+        }
+        self.changed(tag, Some(Change::Revoked));
     }
 
     /// Events may have been missed: every group lists its purpose again.
@@ -207,6 +192,7 @@ impl PurposeHub {
                     tx,
                     loaded,
                     pending: Mutex::new(HashMap::new()),
+                    revocations: Mutex::new(HashMap::new()),
                     relist: AtomicBool::new(false),
                     wake: Notify::new(),
                     watchers: AtomicUsize::new(0),
@@ -273,19 +259,6 @@ pub struct PurposeWatcher {
     group: Arc<Group>,
     rx: Option<broadcast::Receiver<Arc<PurposeEvent>>>,
     _admitted: Admitted,
-}
-
-/// An event id: `<epoch hex>-<seq>`.
-pub fn event_id(epoch: u32, seq: u64) -> String {
-    format!("{epoch:08x}-{seq}")
-}
-
-fn parse_id(id: &str) -> Option<(u32, u64)> {
-    let (epoch, seq) = id.split_once('-')?;
-    if epoch.len() != 8 {
-        return None;
-    }
-    Some((u32::from_str_radix(epoch, 16).ok()?, seq.parse().ok()?))
 }
 
 impl PurposeWatcher {
@@ -470,6 +443,8 @@ async fn run_group(
             }
             let hints: HashMap<String, u8> =
                 std::mem::take(&mut *group.pending.lock().unwrap_or_else(|p| p.into_inner()));
+            let mut revocations: HashMap<String, Revocation> =
+                std::mem::take(&mut *group.revocations.lock().unwrap_or_else(|p| p.into_inner()));
             for digest in hints.keys() {
                 if let Ok(digest) = ResourceDigest::parse(digest) {
                     digests.push(digest);
@@ -493,7 +468,10 @@ async fn run_group(
             for (digest, result) in read_all(&io, &purpose, digests).await {
                 let hint = hints.get(digest.as_str()).copied().unwrap_or(0);
                 match result {
-                    Ok(snapshot) => apply(&group, digest, snapshot, hint, announce),
+                    Ok(mut snapshot) => {
+                        snapshot.revocation = revocations.remove(digest.as_str());
+                        apply(&group, digest, snapshot, hint, announce);
+                    }
                     Err(_) => {
                         // Read again at the retry, with the hints it had.
                         failed = true;

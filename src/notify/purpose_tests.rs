@@ -1,4 +1,5 @@
 //! Unit tests of the purpose hub's ids and event data.
+use crate::notify::with_digest;
 use super::*;
 
 #[test]

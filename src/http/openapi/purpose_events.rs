@@ -42,6 +42,10 @@ pub fn purpose_events() -> Vec<(&'static str, &'static str, bool, &'static str)>
             Change::Released => "A lease of the purpose was released; `data` is its new state.",
             Change::Expired => "A lease's TTL ran out; `data` is its new state.",
             Change::HolderChanged => "A holder's label changed; `data` is its new state.",
+            Change::Revoked => {
+                "An operator broke it, or one of its permits; `data` is its new state, \
+                 `data.revocation` says why and which key's name."
+            }
         };
         (change.as_str(), LEASE, true, what)
     }));
@@ -223,7 +227,8 @@ mod tests {
                 "acquired",
                 "released",
                 "expired",
-                "holder_changed"
+                "holder_changed",
+                "revoked"
             ]
         );
     }

@@ -28,19 +28,24 @@ struct Args<'a> {
     /// `''` for a plain lease not queued, else
     /// `<limit>:<mode>:<lock-delay ms>:<queue member or ''>`.
     shape: &'a str,
+    /// [`RedisStore::history_args`]: the history's bound.
+    history_length: &'a str,
+    history_ttl_ms: &'a str,
     /// `'1'` while the purpose is watched (docs/watching.md), else `''`.
     purpose_watched: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 6> {
+    fn named(&self) -> Named<'a, 8> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
             ("ttl ms", self.ttl_ms),
             ("holder label", self.holder_label),
             ("shape", self.shape),
+            ("history length", self.history_length),
+            ("history ttl ms", self.history_ttl_ms),
             ("purpose watched", self.purpose_watched),
         ]
     }
@@ -163,6 +168,8 @@ impl RedisStore {
             ttl_ms: &ttl_ms,
             holder_label: spec.holder.map_or("", HolderLabel::as_str),
             shape: &shape,
+            history_length: &self.history_args[0],
+            history_ttl_ms: &self.history_args[1],
             purpose_watched: self.purpose_watched_arg(resource),
         };
         let done = self
