@@ -1,6 +1,6 @@
 //! Unit tests of the purpose hub's ids and event data.
-use crate::notify::with_digest;
 use super::*;
+use crate::notify::with_digest;
 
 #[test]
 fn ids_round_trip_and_foreign_ones_are_refused() {

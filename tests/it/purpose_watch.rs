@@ -26,6 +26,7 @@ both_stores!(
     a_resume_inside_the_window_sends_what_was_missed_and_outside_it_a_reset,
     bounds_end_the_stream_and_bad_parameters_are_named,
     every_change_of_many_leases_arrives_once_in_order_on_one_instance,
+    a_break_is_a_revoked_event_with_its_reason,
 );
 
 // ------------------------------------------------------------------ helpers --
@@ -334,6 +335,30 @@ async fn bounds_end_the_stream_and_bad_parameters_are_named(backend: Backend) {
         assert_eq!(r.content_type(), "application/problem+json");
         assert_eq!(r.body["errors"][0]["field"], field, "{path}: {:?}", r.body);
     }
+}
+
+async fn a_break_is_a_revoked_event_with_its_reason(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let p = unique("pw");
+    let (d, a) = (digest(), app.attempt().await);
+    acquire(&app, &p, &d, &a, 30_000, "stuck").await;
+    let mut s = Stream::open(&app, &p, "", None).await;
+    let (snapshot, _) = s.snapshot().await;
+    assert_eq!(snapshot.len(), 1);
+    let r = app
+        .http
+        .post(format!("{}/leases/{p}/{d}/break", app.base))
+        .json(&json!({"reason": "stuck since the deploy"}))
+        .send()
+        .await
+        .expect("break");
+    assert_eq!(r.status(), StatusCode::OK);
+    let e = s.next().await;
+    assert_eq!((e.kind.as_str(), &e.data["digest"]), ("revoked", &json!(d)));
+    assert_eq!(e.data["held"], false);
+    assert_eq!(e.data["revocation"]["reason"], "stuck since the deploy");
+    let v = app.inspect(&p, &d, None).await.body["version"].clone();
+    assert_eq!(e.data["version"], v);
 }
 
 /// What one lease goes through, and the events it must produce.
