@@ -3,8 +3,9 @@
 #
 #   ./scripts/test.sh
 #
-# Installs what is missing (redis-server, redis-tools, luacheck, openssl and
-# the validators the check scripts pull from apt/PyPI/npm), then runs:
+# Installs what is missing (redis-server, redis-tools, luacheck, openssl,
+# chromium and nodejs for the console test, and the validators the check
+# scripts pull from apt/PyPI/npm), then runs:
 # rustfmt, clippy, luacheck, every cargo test (the contract suite against the
 # embedded store and real redis-server processes it starts itself), the
 # deployment checks against a live scrape, the API checks (when present), the
@@ -28,6 +29,10 @@ command -v luacheck >/dev/null 2>&1 || need+=(lua-check)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+# The console test (tests/it/console/) drives Debian's chromium from Node.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+[[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || need+=(fonts-dejavu-core)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
 if [[ ${#need[@]} -gt 0 ]]; then
   log "apt-get install ${need[*]}"
   "${SUDO[@]}" apt-get update -q >/dev/null
@@ -55,7 +60,7 @@ stage "cargo fmt --check" cargo fmt --all -- --check
 stage "cargo clippy -D warnings" cargo clippy --all-targets --all-features --locked -- -D warnings
 stage "layout: no import circle, layers point down, files under 600 lines (scripts/check_layout.py)" python3 scripts/check_layout.py
 stage "cargo doc without warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --locked
-stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua lua/queue.lua
+stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua lua/queue.lua lua/break.lua lua/history.lua
 
 # ------------------------------------------------------------------- tests --
 # The upgrade test (tests/it/upgrade.rs) runs the previous release's binary

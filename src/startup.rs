@@ -75,6 +75,7 @@ pub fn build_store(args: &StoreArgs, waiters: Arc<WaitRegistry>) -> Result<Store
         (None, true, true) => {
             return Ok(Store::Memory(Arc::new(MemoryStore::new(
                 args.memory_max_leases,
+                args.history_bound(),
                 waiters,
             ))))
         }
@@ -101,6 +102,7 @@ pub fn build_store(args: &StoreArgs, waiters: Arc<WaitRegistry>) -> Result<Store
         namespace: args.namespace.clone(),
         command_timeout: args.command_timeout(),
         pool_size: args.pool_size,
+        history: args.history_bound(),
     };
     let store = RedisStore::new(&settings, waiters)
         .map_err(|e| ConfigError::new(e.setting(), e.to_string()))?;

@@ -19,7 +19,7 @@ pub enum Role {
     Read,
     /// Acquire, renew and release, and everything `read` may do.
     Write,
-    /// Everything `write` may do; no verb needs it yet (break will).
+    /// Everything `write` may do, and break.
     Admin,
 }
 
@@ -42,6 +42,9 @@ struct Grant {
     any: Option<Role>,
     named: HashMap<String, Role>,
     metrics: bool,
+    /// The key's public name (`name=<name>` on its line): what a break's
+    /// `revoked` event names instead of the key.
+    name: Option<String>,
 }
 
 impl Grant {
@@ -55,6 +58,15 @@ impl Grant {
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys {
     keys: HashMap<[u8; 32], Grant>,
+}
+
+/// One key's reach, as [`ApiKeys::reach`] answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    /// Its role on every purpose (a `*` line), if any.
+    pub any: Option<Role>,
+    /// The purposes it names, sorted, with its role on each.
+    pub named: Vec<(String, Role)>,
 }
 
 /// Why an API keys file was rejected (never quotes a key). The setting's
@@ -78,19 +90,30 @@ impl std::fmt::Display for ApiKeysError {
 impl std::error::Error for ApiKeysError {}
 
 /// The line format, for error messages.
-const FORMAT: &str =
-    "expected '<key> <purpose>[,<purpose>...]|*|- [read|write|admin|metrics[,...]]'";
+const FORMAT: &str = "expected '<key> <purpose>[,<purpose>...]|*|- \
+     [read|write|admin|metrics[,...]] [name=<name>]'";
+
+/// A key's public name: 1 to 64 of `[A-Za-z0-9._-]`.
+fn key_name(text: &str) -> Option<&str> {
+    let ok = (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    ok.then_some(text)
+}
 
 impl ApiKeys {
     /// Parses one key per line: `<key> <purposes> [<scopes>]`. `<purposes>`
     /// is a comma-separated list, `*` (every purpose) or `-` (none);
     /// `<scopes>` a comma-separated list of `read` (inspect, list, watch on
     /// its purposes), `write` (those, plus acquire, renew, release),
-    /// `admin` (those, plus the verbs for operators to come) and `metrics`
+    /// `admin` (those, plus break) and `metrics`
     /// (`/metrics` on the API listener). A line that names none of `read`,
     /// `write` and `admin` (no scopes, or `metrics` alone) means `write` on
     /// its purposes, as every line did before roles. A key on several
-    /// lines gets the strongest role each line gives each purpose. A `#`
+    /// lines gets the strongest role each line gives each purpose. A last
+    /// `name=<name>` (1 to 64 of `[A-Za-z0-9._-]`) gives the key a public
+    /// name, which a break's `revoked` event carries. A `#`
     /// at the start of a line or after white space starts a comment; inside
     /// a key it is part of the key. A file that holds no key is an error
     /// (it would open the API by accident).
@@ -106,11 +129,22 @@ impl ApiKeys {
                 reason,
             };
             let mut parts = line.split_whitespace();
-            let (Some(key), Some(purposes), scopes, None) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            else {
+            let (Some(key), Some(purposes)) = (parts.next(), parts.next()) else {
                 return Err(err(FORMAT));
             };
+            // Then the scopes and a `name=<name>`, each optional.
+            let (mut scopes, mut name) = (None, None);
+            for part in parts {
+                match part.strip_prefix("name=") {
+                    Some(n) if name.is_none() => {
+                        name = Some(key_name(n).ok_or_else(|| {
+                            err("invalid key name (1 to 64 of A-Z a-z 0-9 . _ -)")
+                        })?);
+                    }
+                    None if scopes.is_none() && name.is_none() => scopes = Some(part),
+                    _ => return Err(err(FORMAT)),
+                }
+            }
             if key.len() < 16 {
                 return Err(err("keys must be at least 16 characters"));
             }
@@ -128,6 +162,12 @@ impl ApiKeys {
             let role = role.unwrap_or(Role::Write);
             let grant = keys.entry(hash(key)).or_default();
             grant.metrics |= metrics;
+            if let Some(name) = name {
+                if grant.name.as_deref().is_some_and(|n| n != name) {
+                    return Err(err("the key has another name on an earlier line"));
+                }
+                grant.name = Some(name.to_owned());
+            }
             match purposes {
                 "*" => grant.any = grant.any.max(Some(role)),
                 "-" => {}
@@ -219,6 +259,32 @@ impl ApiKeys {
                 purpose: purpose.clone(),
             }),
         }
+    }
+
+    /// The public name of the key sent (`name=<name>` in the keys file),
+    /// if keys are configured and it has one; never the key itself.
+    pub fn key_name(&self, headers: &HeaderMap) -> Option<String> {
+        self.lookup(headers).ok().flatten()?.name.clone()
+    }
+
+    /// What the sent key may read: its role on every purpose (`*`), if
+    /// any, and on each purpose it names (sorted, each at least as strong
+    /// as the `*` role). `None` when the API is open; 401 without a valid
+    /// key. For `GET /purposes`; never says anything about other keys.
+    pub fn reach(&self, headers: &HeaderMap) -> Result<Option<Reach>, ApiError> {
+        let Some(grant) = self.lookup(headers)? else {
+            return Ok(None);
+        };
+        let mut named: Vec<(String, Role)> = grant
+            .named
+            .iter()
+            .map(|(p, role)| (p.clone(), grant.any.max(Some(*role)).unwrap_or(*role)))
+            .collect();
+        named.sort();
+        Ok(Some(Reach {
+            any: grant.any,
+            named,
+        }))
     }
 
     /// 401/403 unless the key has the `metrics` scope (when keys are

@@ -5,12 +5,15 @@
 
 pub mod attempts;
 pub mod auth;
+pub mod console;
 pub mod docs;
 pub mod extract;
 pub mod health;
+pub mod history;
 pub mod leases;
 pub mod list;
 pub mod openapi;
+pub mod operator;
 pub mod problem;
 pub mod problem_table;
 pub mod problems;
@@ -166,6 +169,9 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             (Some(_purpose), Some(_digest), Some("events")) if segments.next().is_none() => {
                 watch::ROUTE
             }
+            (Some(_purpose), Some(_digest), Some("history")) if segments.next().is_none() => {
+                history::ROUTE
+            }
             _ => "unmatched",
         };
     }
@@ -185,6 +191,7 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
         docs::ROUTE,
     ]
     .into_iter()
+    .chain(console::ROUTES)
     .chain(serves_metrics.then_some(health::METRICS))
     .find(|route| *route == path)
     .unwrap_or("unmatched")
@@ -218,10 +225,13 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(attempts::routes())
         .merge(leases::routes())
         .merge(list::routes())
+        .merge(history::routes())
         .merge(watch::routes())
+        .merge(operator::routes())
         .merge(health::routes(metrics_on_api))
         .merge(openapi::routes())
         .merge(docs::routes())
+        .merge(console::routes())
         .merge(problems::routes())
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -402,10 +412,17 @@ mod tests {
             ("/leases/p/v1.d", "/leases/{purpose}/{digest}"),
             ("/leases/p", "/leases/{purpose}"),
             ("/leases/p/v1.d/events", "/leases/{purpose}/{digest}/events"),
+            (
+                "/leases/p/v1.d/history",
+                "/leases/{purpose}/{digest}/history",
+            ),
             ("/livez", "/livez"),
             ("/readyz", "/readyz"),
             ("/openapi.json", "/openapi.json"),
             ("/docs", "/docs"),
+            ("/console", "/console"),
+            ("/console/app.js", "/console/app.js"),
+            ("/purposes", "/purposes"),
             ("/metrics", "/metrics"),
             ("/problems/contended", "/problems/{type}"),
             ("/problems/", "unmatched"),

@@ -11,22 +11,27 @@ mod callers_leave;
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]
+mod cli_break;
+#[cfg(feature = "cli")]
 mod cli_tls;
 #[cfg(feature = "client")]
 mod client;
 #[cfg(feature = "client")]
 mod conformance;
+mod console;
 mod contract;
 #[cfg(feature = "client")]
 mod election;
 mod fairness;
 mod harness_selftest;
 mod history;
+mod history_api;
 mod honesty;
 mod list;
 mod logs;
 #[cfg(feature = "client")]
 mod mixed_history;
+mod operator;
 mod parsers_prop;
 mod permits;
 mod redis_failures;

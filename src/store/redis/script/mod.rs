@@ -5,10 +5,13 @@
 //! touches its `.lua` file and its module here, nothing else.
 
 mod acquire;
+#[path = "break.rs"]
+mod breaking;
 mod decode;
 mod evalsha;
 #[cfg(test)]
 mod header;
+mod history;
 mod inspect;
 mod queue;
 mod release;
