@@ -125,7 +125,14 @@ impl ClientCommand {
 pub fn is_client_command(name: &str) -> bool {
     matches!(
         name,
-        "lock" | "inspect" | "list" | "history" | "watch" | "acquire" | "renew" | "release"
+        "lock"
+            | "inspect"
+            | "list"
+            | "history"
+            | "watch"
+            | "acquire"
+            | "renew"
+            | "release"
             | "break"
     )
 }
