@@ -10,7 +10,9 @@
 -- ARGV[5] shape: '' for a plain lease (limit 1, exclusive, no lock-delay)
 --         asked by a caller not queued, else
 --         "<limit>:<x exclusive|s shared>:<lock-delay ms>:<queue member or ''>"
--- ARGV[6] nonce, a 32-bit integer. Every reply starts with the tag
+-- ARGV[6] history length: most entries the resource's history keeps
+-- ARGV[7] history ttl ms: how long the history outlives its last entry
+-- ARGV[8] nonce, a 32-bit integer. Every reply starts with the tag
 --         nonce * 16 + status + 9 (status -9..6 in the low 4 bits; exact as a
 --         Lua number): the caller proves the reply answers its own request (a
 --         pipelined connection one reply short would otherwise hand it
@@ -29,6 +31,14 @@
 -- PTTL is the latest expiresAt + lockDelayMs of its permits, so Redis deletes
 -- it when the last permit and delay are over, with nobody's help.
 --
+-- History (docs/storage-v2.md, "History"): the list
+-- <ns>:hist:v2:{<purpose>:<digest>} (derived from KEYS[1]), newest entry
+-- first, "<kind>|<at ms>|<fence>|<version>|[<extra>|]<holder>": this
+-- script writes 'a' (acquired) and the expiries it notices: 'x' (expired,
+-- at = the permit's expiresAt, read from the record), 'd' (its lock-delay
+-- started, extra = the delay in ms) and 'X' (expired, at = now: Redis had
+-- already dropped the record, so the expiry's own time is gone).
+--
 -- Returns:
 --   {tag(1), fence, now}  acquired (acquiredAt = renewedAt = now)
 --   {tag(2), remaining, fence, acquiredAt, renewedAt, ttlMs, holder}  the
@@ -42,13 +52,52 @@
 --   {tag(4), limit}       limit_mismatch: live holders agreed on another limit
 --   {tag(-9), error}      Redis refused a write; no permit was written (the
 --                         first write, the sequence, is harmless alone)
-local tag = tonumber(ARGV[6]) * 16 + 9
+local tag = tonumber(ARGV[8]) * 16 + 9
 local t = redis.call('TIME')
 local secs, micros = tonumber(t[1]), tonumber(t[2])
 local now = secs * 1000 + (micros - micros % 1000) / 1000
 local ttl = tonumber(ARGV[3])
 -- GET tells a plain record (a string) from a hash (WRONGTYPE) or none.
 local cur = redis.pcall('GET', KEYS[1])
+local H, HMAX = nil, tonumber(ARGV[6])
+if not cur then
+  -- No record. When the newest history entry leaves holders open (an
+  -- acquire or holder change nothing closed), their permits ran out and
+  -- Redis dropped the record: their expiries are written now ('X').
+  -- One LINDEX on the fast path; the rest only then.
+  H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  local head = redis.call('LINDEX', H, 0)
+  local hb = head and string.byte(head, 1)
+  if hb == 97 or hb == 104 then -- 'a', 'h'
+    local all = redis.call('LRANGE', H, 0, -1)
+    local open, order = {}, {}
+    for i = #all, 1, -1 do
+      local k, f, at = string.match(all[i], '^(%a)|%d+|(%d+)|[^|]*|()')
+      if k == 'a' or k == 'h' then
+        if not open[f] then
+          order[#order + 1] = f
+        end
+        open[f] = string.sub(all[i], at)
+      elseif k and k ~= 'd' then
+        open[f] = false
+      end
+    end
+    local seq0 = redis.call('GET', KEYS[2])
+    local version = ((seq0 and string.match(seq0, '^%d+:(%d+):')) or '0') .. '.0'
+    local at_text = string.format('%d', now)
+    local push = {}
+    for i = 1, #order do
+      if open[order[i]] then
+        push[#push + 1] = 'X|' .. at_text .. '|' .. order[i] .. '|' .. version .. '|' .. open[order[i]]
+        open[order[i]] = false
+      end
+    end
+    local n = #push > 0 and redis.pcall('LPUSH', H, unpack(push))
+    if type(n) == 'number' and n > HMAX then
+      redis.pcall('LTRIM', H, 0, HMAX - 1)
+    end
+  end
+end
 if not cur and ARGV[5] == '' then
   -- The fast path: a plain lease asked for a free resource that nobody
   -- queues for. It writes what the general path below writes in that case,
@@ -91,6 +140,11 @@ if not cur and ARGV[5] == '' then
     if type(done) == 'table' and done.err then
       return {tag - 9, done.err}
     end
+    done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[4])
+    if type(done) == 'number' and done > HMAX then
+      redis.pcall('LTRIM', H, 0, HMAX - 1)
+    end
+    redis.pcall('PEXPIRE', H, ARGV[7])
     if watched > now then
       redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
         string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
@@ -216,6 +270,9 @@ local STALE_SWEEP = 256
 local l, m = 1, 'x'
 local live, soonest, same_owner, latest = 0, nil, false, 0
 local stale, delay_end, returning
+-- Expired permits this run read (at most SEEN_MAX): their history entries.
+local SEEN_MAX = 64
+local seen
 for i = 1, rec and #rec or 0, 2 do
   local field = rec[i]
   local b = string.byte(field, 1)
@@ -250,6 +307,13 @@ for i = 1, rec and #rec or 0, 2 do
         latest = ends
       end
     else
+      if not seen or #seen < SEEN_MAX * 4 then
+        seen = seen or {}
+        seen[#seen + 1] = fence
+        seen[#seen + 1] = exp
+        seen[#seen + 1] = ld
+        seen[#seen + 1] = string.sub(v, at)
+      end
       local ends = exp + tonumber(ld)
       if ends > now and string.sub(field, 1, #owner) == owner then
         -- The caller's owner token let this permit expire: it may come
@@ -319,6 +383,39 @@ if rebuild then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl > 0 then
     redis.pcall('PEXPIRE', IDX, pttl)
+  end
+end
+if seen then
+  -- The expiries this run read, each written once: 'x' at its expiresAt,
+  -- then 'd' when a lock-delay followed; an entry already among the last
+  -- 64 is not written again (a delay is read by every call while it runs).
+  H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  local recent = redis.call('LRANGE', H, 0, 63)
+  local known = {}
+  for i = 1, #recent do
+    local k, f = string.match(recent[i], '^(%a)|%d+|(%d+)|')
+    if k then
+      known[(k == 'X' and 'x' or k) .. f] = true
+    end
+  end
+  local seq0 = redis.call('GET', KEYS[2])
+  local version = ((seq0 and string.match(seq0, '^%d+:(%d+):')) or '0') .. '.' .. live
+  local push = {}
+  for i = 1, #seen, 4 do
+    local f, exp_at, ld, who = seen[i], string.format('%d', seen[i + 1]), seen[i + 2], seen[i + 3]
+    if not known['x' .. f] then
+      push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. who
+    end
+    if ld ~= '0' and not known['d' .. f] then
+      push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. who
+    end
+  end
+  if #push > 0 then
+    local n = redis.pcall('LPUSH', H, unpack(push))
+    if type(n) == 'number' and n > HMAX then
+      redis.pcall('LTRIM', H, 0, HMAX - 1)
+    end
+    redis.pcall('PEXPIRE', H, ARGV[7])
   end
 end
 if delay_end then
@@ -486,6 +583,12 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
   if member ~= '' then
     redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
   end
+  H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[4])
+  if type(done) == 'number' and done > HMAX then
+    redis.pcall('LTRIM', H, 0, HMAX - 1)
+  end
+  redis.pcall('PEXPIRE', H, ARGV[7])
   if watched > now then
     redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
       string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
@@ -546,6 +649,13 @@ redis.pcall('PEXPIRE', IDX, ends - now)
 if member ~= '' then
   redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
 end
+H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.'
+  .. (live + 1) .. '|' .. ARGV[4])
+if type(done) == 'number' and done > HMAX then
+  redis.pcall('LTRIM', H, 0, HMAX - 1)
+end
+redis.pcall('PEXPIRE', H, ARGV[7])
 -- Watchers of this resource (an instance renews "watched until" while it
 -- has some) hear of the acquire; nobody pays for the event otherwise. The
 -- next queued waiter looks at once when a permit is still free for it.

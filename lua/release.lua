@@ -6,22 +6,35 @@
 --         whose waiter left before hearing of it (docs/design.md §14): the permit
 --         goes only if nobody has been told it is held since, i.e. it was
 --         never renewed and no replay claimed it (acquire.lua's claim key).
--- ARGV[6] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- ARGV[6] history length  ARGV[7] history ttl ms (see acquire.lua)
+-- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
+-- History (see acquire.lua): 'r' for the released permit, and 'x'/'d' for
+-- expired permits this run reads, as acquire.lua writes them.
 -- Returns {tag(1), heldMs} released (heldMs = now - the permit's acquiredAt,
 -- for the hold-time histogram), {tag(0)} already absent, {tag(-1)} someone
 -- else holds it (untouched), {tag(2)} mode 'a' and the permit was claimed
--- or renewed (untouched), {tag(-9), error} Redis refused.
+-- or renewed (untouched), {tag(-2), why} already absent and its tombstone
+-- (break.lua) says why ('revoked'), {tag(-9), error} Redis refused.
 -- The event "<tag>\t<version>\treleased" is published before the delete: an
 -- ACL that denies the channel refuses the release before anything is deleted
 -- (an event without a delete only costs waiters and watchers one look).
 -- A release changes no counter: the version "<changes>.<live permits>" moves
 -- because the live count falls (and for one change count it only falls). A
 -- release never starts a lock-delay: only an expiry does.
-local tag = tonumber(ARGV[6]) * 16 + 9
+local tag = tonumber(ARGV[8]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+-- Only when the caller's permit is not found: its tombstone, if an
+-- operator broke it (break.lua), until it would have expired.
+local function tombstone()
+  local tomb = redis.call('HGET', (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1)), mine)
+  local ends, why = string.match(tomb or '', '^(%d+)|(.*)$')
+  if ends and tonumber(ends) > now then
+    return why
+  end
+end
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
 local cur = redis.pcall('GET', KEYS[1])
 local rec, IDX
@@ -77,6 +90,10 @@ elseif type(cur) == 'table' then
     rec = redis.call('HGETALL', KEYS[1])
   end
 else
+  local why = tombstone()
+  if why then
+    return {tag - 2, why}
+  end
   return {tag}
 end
 local held, live, rest, latest, renewed = false, extra, extra, 0, false
@@ -85,6 +102,8 @@ local held, live, rest, latest, renewed = false, extra, extra, 0, false
 local STALE_SWEEP = 256
 local stale
 local acquired_at = now -- the caller's permit's acquiredAt, read below
+local own_value -- the caller's permit, for its history entry
+local seen -- expired permits read (at most 64): their history entries
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
@@ -92,8 +111,12 @@ for i = 1, #rec, 2 do
     exp = tonumber(exp)
     if exp > now then
       live = live + 1
+    elseif not seen or #seen < 64 then
+      seen = seen or {}
+      seen[#seen + 1] = rec[i + 1]
     end
     if field == mine then
+      own_value = rec[i + 1]
       held = exp > now
       renewed = acq ~= ren
       acquired_at = tonumber(acq)
@@ -111,7 +134,43 @@ for i = 1, #rec, 2 do
     end
   end
 end
+local H, HMAX = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1)), tonumber(ARGV[6])
+local changes = '0'
+local seq = redis.call('GET', KEYS[2])
+if seq then
+  changes = string.match(seq, '^%d+:(%d+):') or '0'
+end
+if seen then
+  -- As acquire.lua: each expiry once ('x', then 'd' for a lock-delay).
+  local recent = redis.call('LRANGE', H, 0, 63)
+  local known = {}
+  for i = 1, #recent do
+    local k, f = string.match(recent[i], '^(%a)|%d+|(%d+)|')
+    if k then
+      known[(k == 'X' and 'x' or k) .. f] = true
+    end
+  end
+  local version = changes .. '.' .. (held and live - 1 or live)
+  local push = {}
+  for i = 1, #seen do
+    local f, exp_at, ld, at = string.match(seen[i], '^(%d+)|(%d+)|%d+|%d+|%d+|(%d+)|()')
+    if not known['x' .. f] then
+      push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. string.sub(seen[i], at)
+    end
+    if ld ~= '0' and not known['d' .. f] then
+      push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. string.sub(seen[i], at)
+    end
+  end
+  local n = #push > 0 and redis.pcall('LPUSH', H, unpack(push))
+  if type(n) == 'number' and n > HMAX then
+    redis.pcall('LTRIM', H, 0, HMAX - 1)
+  end
+end
 if not held then
+  local why = tombstone()
+  if why then
+    return {tag - 2, why}
+  end
   if live > 0 then
     return {tag - 1}
   end
@@ -120,11 +179,6 @@ end
 if ARGV[5] == 'a' and (renewed
     or redis.call('EXISTS', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1)) .. ':' .. mine) == 1) then
   return {tag + 2}
-end
-local changes = '0'
-local seq = redis.call('GET', KEYS[2])
-if seq then
-  changes = string.match(seq, '^%d+:(%d+):') or '0'
 end
 local done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased')
 if type(done) == 'table' and done.err then
@@ -157,4 +211,11 @@ end
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
+local fence, at = string.match(own_value, '^(%d+)|%d+|%d+|%d+|%d+|%d+|()')
+done = redis.pcall('LPUSH', H, 'r|' .. string.format('%d', now) .. '|' .. fence .. '|' .. changes .. '.'
+  .. (live - 1) .. '|' .. string.sub(own_value, at))
+if type(done) == 'number' and done > HMAX then
+  redis.pcall('LTRIM', H, 0, HMAX - 1)
+end
+redis.pcall('PEXPIRE', H, ARGV[7])
 return {tag + 1, now - acquired_at}

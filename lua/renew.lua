@@ -8,13 +8,18 @@
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms
 -- ARGV[4] new holder label or '' (keep)  ARGV[5] sequence key ttl ms
 -- ARGV[6] event channel  ARGV[7] resource tag
--- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- ARGV[8] history length  ARGV[9] history ttl ms (see acquire.lua)
+-- ARGV[10] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
+-- History (see acquire.lua): 'h' when the label changes; a plain renew
+-- writes none.
 -- Returns {tag(1), fence, acquiredAt, now, holder} renewed (renewedAt = now),
--- {tag(0)} absent, {tag(-1)} someone else holds it, {tag(-9), error} Redis
+-- {tag(0)} absent, {tag(-1)} someone else holds it, {tag(-2), why} the
+-- caller's permit ended early and its tombstone (break.lua) says why
+-- ('revoked'), {tag(-9), error} Redis
 -- refused (nothing applied: the permit's own expiresAt is what counts, and
 -- it is written last).
-local tag = tonumber(ARGV[8]) * 16 + 9
+local tag = tonumber(ARGV[10]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
@@ -27,6 +32,15 @@ local v, others, latest = nil, 0, 0
 local STALE_SWEEP = 256
 local stale
 local relabel_asked = ARGV[4] ~= ''
+-- Only when the caller's permit is not found: its tombstone, if an
+-- operator broke it (break.lua), until it would have expired.
+local function tombstone()
+  local tomb = redis.call('HGET', (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1)), mine)
+  local ends, why = string.match(tomb or '', '^(%d+)|(.*)$')
+  if ends and tonumber(ends) > now then
+    return why
+  end
+end
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
@@ -49,6 +63,10 @@ elseif type(cur) == 'table' then
     rec = redis.call('HGETALL', KEYS[1])
   end
 else
+  local why = tombstone()
+  if why then
+    return {tag - 2, why}
+  end
   return {tag}
 end
 for i = 1, #rec, 2 do
@@ -76,6 +94,10 @@ for i = 1, #rec, 2 do
   end
 end
 if not v then
+  local why = tombstone()
+  if why then
+    return {tag - 2, why}
+  end
   if others > 0 then
     return {tag - 1}
   end
@@ -149,5 +171,12 @@ if relabel then
   if tonumber(watched) > now then
     redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
+  local H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  local n = redis.pcall('LPUSH', H, 'h|' .. now_text .. '|' .. fence .. '|' .. changes_text .. '.'
+    .. (others + 1) .. '|' .. holder)
+  if type(n) == 'number' and n > tonumber(ARGV[8]) then
+    redis.pcall('LTRIM', H, 0, tonumber(ARGV[8]) - 1)
+  end
+  redis.pcall('PEXPIRE', H, ARGV[9])
 end
 return {tag + 1, tonumber(fence), tonumber(acq), now, holder}

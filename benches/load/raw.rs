@@ -75,6 +75,9 @@ impl Raw {
             .arg(ttl_ms)
             .arg("")
             .arg("")
+            // History bounds (lua/acquire.lua ARGV[6], ARGV[7]): the defaults.
+            .arg("100")
+            .arg("604800000")
             .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }
@@ -100,6 +103,9 @@ impl Raw {
             .arg(&tag)
             // The mode (lua/release.lua ARGV[5]): '' is the caller's release.
             .arg("")
+            // History bounds (lua/release.lua ARGV[6], ARGV[7]): the defaults.
+            .arg("100")
+            .arg("604800000")
             .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }

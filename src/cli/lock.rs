@@ -286,13 +286,15 @@ async fn hold(
                 Ok(ReleaseOutcome::Released) => {}
                 // Gone between the last renew and the exit: say so, and
                 // still report the command's own status.
-                Ok(outcome @ (ReleaseOutcome::AlreadyAbsent | ReleaseOutcome::NotOwner)) => {
+                Ok(outcome @ (ReleaseOutcome::AlreadyAbsent { .. } | ReleaseOutcome::NotOwner)) => {
                     eprintln!(
                         "leasehold lock: the lease was no longer held when the command exited ({})",
-                        if outcome == ReleaseOutcome::NotOwner {
-                            "someone else holds it"
-                        } else {
-                            "it had expired"
+                        match outcome {
+                            ReleaseOutcome::NotOwner => "someone else holds it",
+                            ReleaseOutcome::AlreadyAbsent {
+                                reason: Some(crate::domain::EndedReason::Revoked),
+                            } => "an operator broke it",
+                            _ => "it had expired",
                         }
                     );
                 }

@@ -315,6 +315,7 @@ async fn renew(args: &RenewArgs) -> Result<u64, Exit> {
                     match reason {
                         LostReason::Absent => "it expired or was released",
                         LostReason::NotOwner => "someone else holds it now",
+                        LostReason::Revoked => "an operator broke it",
                     }
                 ),
             ))
@@ -335,7 +336,7 @@ async fn release(args: &ReleaseArgs) -> Result<(), Exit> {
     let state = required(&args.state)?;
     let client = args.connection.client()?;
     match client.release(&state.resource, &state.attempt).await {
-        Ok(ReleaseOutcome::Released | ReleaseOutcome::AlreadyAbsent) => {
+        Ok(ReleaseOutcome::Released | ReleaseOutcome::AlreadyAbsent { .. }) => {
             forget(&args.state);
             Ok(())
         }

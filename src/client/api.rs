@@ -13,8 +13,8 @@ use super::error::{BuildError, Cause, Error};
 use super::reply::Reply;
 use super::tls::{self, TlsSettings};
 use crate::domain::{
-    Attempt, HolderLabel, Inspection, LostReason, OperationId, OwnerToken, ReleaseOutcome,
-    RenewOutcome, ResourceId,
+    Attempt, BreakOutcome, BreakReason, EndedReason, HolderLabel, Inspection, LostReason,
+    OperationId, OwnerToken, ReleaseOutcome, RenewOutcome, ResourceId,
 };
 use crate::domain::{ListLimit, Listing, Purpose};
 
@@ -333,6 +333,9 @@ impl Client {
                 Some("not_owner") => Ok(RenewOutcome::Lost {
                     reason: LostReason::NotOwner,
                 }),
+                Some("revoked") => Ok(RenewOutcome::Lost {
+                    reason: LostReason::Revoked,
+                }),
                 _ => Err(reply.unexpected(op)),
             },
             _ => Err(reply.failure(op)),
@@ -359,7 +362,12 @@ impl Client {
             .await?;
         match reply.outcome() {
             "released" => Ok(ReleaseOutcome::Released),
-            "already_absent" => Ok(ReleaseOutcome::AlreadyAbsent),
+            "already_absent" => Ok(ReleaseOutcome::AlreadyAbsent {
+                reason: match reply.wire().reason.as_deref() {
+                    Some("revoked") => Some(EndedReason::Revoked),
+                    _ => None,
+                },
+            }),
             "not_owner" => Ok(ReleaseOutcome::NotOwner),
             _ => Err(reply.failure(op)),
         }
@@ -399,6 +407,47 @@ impl Client {
 }
 
 impl Client {
+    /// `POST /leases/{purpose}/{digest}/break` (an `admin` key): removes
+    /// every live permit, or the one with `fencing_token`, with `reason`
+    /// for watchers. An uncertain reply is `Indeterminate` with the
+    /// operation id `break` (breaking again is safe).
+    pub async fn break_lease(
+        &self,
+        resource: &ResourceId,
+        fencing_token: Option<u64>,
+        reason: Option<&BreakReason>,
+    ) -> Result<BreakOutcome, Error> {
+        let op = OperationId::parse("break").map_err(|_| Error::Unavailable {
+            retry_after: None,
+            cause: Cause::Connect,
+        })?;
+        let mut body = serde_json::Map::new();
+        if let Some(token) = fencing_token {
+            body.insert("fencingToken".into(), token.into());
+        }
+        if let Some(reason) = reason {
+            body.insert("reason".into(), reason.as_str().into());
+        }
+        let reply = self
+            .call(
+                Method::POST,
+                format!("{}/break", self.lease_url(resource)),
+                None,
+                Some(body.into()),
+                self.inner.settings.request_timeout,
+                &op,
+            )
+            .await?;
+        match reply.outcome() {
+            "broken" => match reply.wire().permits_broken {
+                Some(permits) => Ok(BreakOutcome::Broken { permits }),
+                None => Err(reply.unexpected(&op)),
+            },
+            "nothing_to_break" => Ok(BreakOutcome::NothingToBreak),
+            _ => Err(reply.failure(&op)),
+        }
+    }
+
     /// One page of the leases held on `purpose` (`GET /leases/{purpose}`):
     /// `limit` leases at most (the service's default, 100, when `None`),
     /// from `cursor` (a previous page's `next_cursor`; the start when

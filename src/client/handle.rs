@@ -263,7 +263,7 @@ impl Shared {
         abandoned.0 = None;
         let reply = match &result {
             Ok(ReleaseOutcome::Released) => ReleaseReply::Released,
-            Ok(ReleaseOutcome::AlreadyAbsent) => ReleaseReply::AlreadyAbsent,
+            Ok(ReleaseOutcome::AlreadyAbsent { .. }) => ReleaseReply::AlreadyAbsent,
             Ok(ReleaseOutcome::NotOwner) => ReleaseReply::NotOwner,
             Err(e) if e.may_have_applied() => ReleaseReply::Indeterminate,
             Err(_) => ReleaseReply::NotApplied,

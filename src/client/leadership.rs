@@ -36,6 +36,7 @@ impl StopReason {
             // Released, cancelled or stopped by someone else than this
             // election: nothing keeps the lease any more.
             EndReason::Lost
+            | EndReason::Revoked
             | EndReason::Released
             | EndReason::CancelledByCaller
             | EndReason::Stopped => Self::Lost,

@@ -49,6 +49,7 @@ mod api;
 mod election;
 mod error;
 mod handle;
+mod history;
 mod leadership;
 mod machine;
 mod observe;

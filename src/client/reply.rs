@@ -36,12 +36,15 @@ pub(super) struct Wire {
     pub(super) holders: Option<u32>,
     pub(super) permits: Option<Vec<PermitView>>,
     pub(super) lock_delay_remaining_ms: Option<u64>,
+    pub(super) permits_broken: Option<u32>,
     pub(super) owner_token: Option<String>,
     pub(super) operation_id: Option<String>,
     pub(super) detail: Option<String>,
     errors: Option<Vec<WireFieldError>>,
     leases: Option<Vec<WireListed>>,
     pub(super) next_cursor: Option<String>,
+    /// A `history` answer's entries.
+    pub(super) entries: Option<Vec<crate::domain::HistoryRecord>>,
 }
 
 /// One lease of a `listed` answer.
@@ -121,12 +124,14 @@ impl Reply {
             holders: None,
             permits: None,
             lock_delay_remaining_ms: None,
+            permits_broken: None,
             owner_token: None,
             operation_id: None,
             detail: None,
             errors: None,
             leases: None,
             next_cursor: None,
+            entries: None,
         };
         self.wire.as_ref().unwrap_or(&EMPTY)
     }

@@ -13,7 +13,7 @@ use super::error::Error;
 use super::handle::LeaseHandle;
 use super::handle::Shared;
 use super::machine::LeaseState;
-use crate::domain::RenewOutcome;
+use crate::domain::{LostReason, RenewOutcome};
 
 /// How many events a slow [`Watchdog::subscribe`] receiver may fall behind
 /// before it skips (`RecvError::Lagged`).
@@ -26,6 +26,9 @@ const MIN_PAUSE: Duration = Duration::from_millis(5);
 pub enum EndReason {
     /// The server said the lease is gone (renew `lost`, release `not_owner`).
     Lost,
+    /// An operator broke the lease: a renew answered `lost` with `reason:
+    /// revoked` (`POST …/break`).
+    Revoked,
     /// A renew or release got no certain reply: the handle is UNKNOWN.
     Unknown,
     /// Local validity was about to run out (within one drift budget, so
@@ -364,6 +367,9 @@ impl Task {
                             let (_, valid_for) = shared.snapshot();
                             tracing::debug!(purpose = %self.purpose, registration = self.id, remaining_ms = lease.remaining_ms, "watchdog renewed");
                             self.emit(EventKind::Renewed { remaining_ms: lease.remaining_ms, valid_for });
+                        }
+                        Ok(RenewOutcome::Lost { reason: LostReason::Revoked }) => {
+                            return EndReason::Revoked;
                         }
                         // The handle's state says what happened; the next look ends it.
                         Ok(RenewOutcome::Lost { .. }) | Err(Error::Refused(_)) => {}

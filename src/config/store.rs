@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::check;
-use crate::domain::ConfigError;
+use crate::domain::{ConfigError, HistoryBound};
 
 /// Where leases are kept and how the store is reached.
 #[derive(Debug, Clone, Args)]
@@ -100,6 +100,22 @@ pub struct StoreArgs {
         display_order = 310
     )]
     pub memory_max_leases: usize,
+    /// Entries a resource's history keeps at most (the newest; also the largest `limit` a history read takes).
+    #[arg(
+        long,
+        env = "LEASEHOLD_HISTORY_ENTRIES",
+        default_value_t = 100,
+        display_order = 312
+    )]
+    pub history_entries: u32,
+    /// How long a history entry is kept: older ones are not shown, and a resource's history goes this long after its last entry.
+    #[arg(
+        long,
+        env = "LEASEHOLD_HISTORY_MAX_AGE_MS",
+        default_value_t = 604_800_000,
+        display_order = 314
+    )]
+    pub history_max_age_ms: u64,
 }
 
 /// TLS to Redis: whom to trust, and the client certificate for mutual TLS.
@@ -117,6 +133,14 @@ pub struct RedisTlsArgs {
 }
 
 impl StoreArgs {
+    /// What a resource's history keeps (after [`StoreArgs::validate`]).
+    pub fn history_bound(&self) -> HistoryBound {
+        HistoryBound {
+            entries: self.history_entries,
+            max_age_ms: self.history_max_age_ms,
+        }
+    }
+
     /// Checks the group, naming the setting that is wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let ns = &self.namespace;
@@ -135,8 +159,22 @@ impl StoreArgs {
             ("LEASEHOLD_COMMAND_TIMEOUT_MS", self.command_timeout_ms),
             ("LEASEHOLD_POOL_SIZE", u64::from(self.pool_size)),
             ("LEASEHOLD_MEMORY_MAX_LEASES", self.memory_max_leases as u64),
+            ("LEASEHOLD_HISTORY_ENTRIES", u64::from(self.history_entries)),
+            ("LEASEHOLD_HISTORY_MAX_AGE_MS", self.history_max_age_ms),
         ])?;
         check::at_most(&[
+            (
+                "LEASEHOLD_HISTORY_ENTRIES",
+                u64::from(self.history_entries),
+                u64::from(HistoryBound::MAX_ENTRIES),
+                "",
+            ),
+            (
+                "LEASEHOLD_HISTORY_MAX_AGE_MS",
+                self.history_max_age_ms,
+                HistoryBound::MAX_AGE_MS,
+                "",
+            ),
             (
                 "LEASEHOLD_COMMAND_TIMEOUT_MS",
                 self.command_timeout_ms,

@@ -14,24 +14,28 @@ pub enum Change {
     Expired,
     /// Its holder label changed (published only while watched).
     HolderChanged,
+    /// An operator broke it, or one of its permits (`POST …/break`).
+    Revoked,
 }
 
 impl Change {
     /// Every change, in the order the document lists their events.
-    pub const ALL: [Change; 4] = [
+    pub const ALL: [Change; 5] = [
         Change::Acquired,
         Change::Released,
         Change::Expired,
         Change::HolderChanged,
+        Change::Revoked,
     ];
 
-    /// The event name (`acquired`, `released`, `expired`, `holder_changed`).
+    /// The event name (`acquired`, `released`, `expired`, `holder_changed`, `revoked`).
     pub fn as_str(self) -> &'static str {
         match self {
             Change::Acquired => "acquired",
             Change::Released => "released",
             Change::Expired => "expired",
             Change::HolderChanged => "holder_changed",
+            Change::Revoked => "revoked",
         }
     }
 
@@ -42,9 +46,50 @@ impl Change {
             "released" => Change::Released,
             "expired" => Change::Expired,
             "holder_changed" => Change::HolderChanged,
+            "revoked" => Change::Revoked,
             _ => return None,
         })
     }
+}
+
+/// Why an operator broke a lease (`reason` of a break): 1 to 256
+/// characters, no control characters (the rules of a holder label), so it
+/// travels inside one tab-separated store message.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(transparent)]
+pub struct BreakReason(String);
+
+impl BreakReason {
+    /// Parses a reason.
+    pub fn parse(raw: &str) -> Result<Self, super::NameError> {
+        super::HolderLabel::parse(raw).map(|_| Self(raw.to_owned()))
+    }
+
+    /// The reason as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for BreakReason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::parse(&raw).map_err(|e| serde::de::Error::custom(e.0))
+    }
+}
+
+/// Who broke a lease and why, as its `revoked` event tells watchers: the
+/// reason given and the *name* of the API key that broke it (never the
+/// key; absent when no keys are configured or the key has no name).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Revocation {
+    /// The operator's reason, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<BreakReason>,
+    /// The breaking API key's public name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_name: Option<String>,
 }
 
 #[cfg(test)]
@@ -60,6 +105,7 @@ mod tests {
                 Change::Released => 1,
                 Change::Expired => 2,
                 Change::HolderChanged => 3,
+                Change::Revoked => 4,
             };
             assert_eq!(Change::ALL[index], change);
             assert_eq!(Change::parse(change.as_str()), Some(change));

@@ -2,6 +2,7 @@
 
 mod bounds;
 mod change;
+mod history;
 mod list;
 mod names;
 mod outcome;
@@ -9,14 +10,18 @@ mod setting;
 mod time;
 
 pub use bounds::{Bounds, LeaseShape, Mode, Ttl, WaitMs};
-pub use change::Change;
+pub use change::{BreakReason, Change, Revocation};
+pub use history::{
+    History, HistoryBound, HistoryEntry, HistoryEvent, HistoryItem, HistoryLimit, HistoryRecord,
+};
 pub use list::{ListCursor, ListLimit, ListedLease, Listing, ScanPosition, NODE_ID_LEN};
 pub use names::{
     Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,
 };
 pub use outcome::{
-    AcquireOutcome, ContendedReason, Failure, FieldError, Guarantee, HeldBy, Inspection, Lease,
-    LostReason, OutcomeName, PermitView, ReleaseOutcome, RenewOutcome, Replication,
+    AcquireOutcome, BreakOutcome, ContendedReason, EndedReason, Failure, FieldError, Guarantee,
+    HeldBy, Inspection, Lease, LostReason, OutcomeName, PermitView, ReleaseOutcome, RenewOutcome,
+    Replication,
 };
 pub use setting::ConfigError;
 pub use time::StoreTime;

@@ -170,6 +170,9 @@ pub enum LostReason {
     Absent,
     /// Someone else holds it now (409).
     NotOwner,
+    /// An operator broke the caller's permit (`POST …/break`) (404;
+    /// whoever holds the resource now).
+    Revoked,
 }
 
 /// Outcomes of renew other than the shared failures.
@@ -195,9 +198,37 @@ pub enum ReleaseOutcome {
     /// The caller's lease was deleted (200).
     Released,
     /// No lease existed: release is idempotent (200).
-    AlreadyAbsent,
+    AlreadyAbsent {
+        /// Why, when the store knows: an operator broke the caller's
+        /// permit (`revoked`). Left out: it expired or was released.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<EndedReason>,
+    },
     /// Someone else holds it; nothing was changed (409).
     NotOwner,
+}
+
+/// Why a release found the caller's permit gone, when the store knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EndedReason {
+    /// An operator broke it (`POST …/break`).
+    Revoked,
+}
+
+/// Outcomes of break other than the shared failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum BreakOutcome {
+    /// These permits were removed (200).
+    Broken {
+        /// How many.
+        #[serde(rename = "permitsBroken")]
+        permits: u32,
+    },
+    /// No live permit (with that fencing token, when one was given):
+    /// nothing was changed (404).
+    NothingToBreak,
 }
 
 /// Who holds an inspected lease, relative to the attempt the caller sent.
@@ -326,8 +357,17 @@ impl OutcomeName for ReleaseOutcome {
     fn outcome_name(&self) -> &'static str {
         match self {
             Self::Released => "released",
-            Self::AlreadyAbsent => "already_absent",
+            Self::AlreadyAbsent { .. } => "already_absent",
             Self::NotOwner => "not_owner",
+        }
+    }
+}
+
+impl OutcomeName for BreakOutcome {
+    fn outcome_name(&self) -> &'static str {
+        match self {
+            Self::Broken { .. } => "broken",
+            Self::NothingToBreak => "nothing_to_break",
         }
     }
 }

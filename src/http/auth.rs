@@ -19,7 +19,7 @@ pub enum Role {
     Read,
     /// Acquire, renew and release, and everything `read` may do.
     Write,
-    /// Everything `write` may do; no verb needs it yet (break will).
+    /// Everything `write` may do, and break.
     Admin,
 }
 
@@ -42,6 +42,9 @@ struct Grant {
     any: Option<Role>,
     named: HashMap<String, Role>,
     metrics: bool,
+    /// The key's public name (`name=<name>` on its line): what a break's
+    /// `revoked` event names instead of the key.
+    name: Option<String>,
 }
 
 impl Grant {
@@ -87,19 +90,30 @@ impl std::fmt::Display for ApiKeysError {
 impl std::error::Error for ApiKeysError {}
 
 /// The line format, for error messages.
-const FORMAT: &str =
-    "expected '<key> <purpose>[,<purpose>...]|*|- [read|write|admin|metrics[,...]]'";
+const FORMAT: &str = "expected '<key> <purpose>[,<purpose>...]|*|- \
+     [read|write|admin|metrics[,...]] [name=<name>]'";
+
+/// A key's public name: 1 to 64 of `[A-Za-z0-9._-]`.
+fn key_name(text: &str) -> Option<&str> {
+    let ok = (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    ok.then_some(text)
+}
 
 impl ApiKeys {
     /// Parses one key per line: `<key> <purposes> [<scopes>]`. `<purposes>`
     /// is a comma-separated list, `*` (every purpose) or `-` (none);
     /// `<scopes>` a comma-separated list of `read` (inspect, list, watch on
     /// its purposes), `write` (those, plus acquire, renew, release),
-    /// `admin` (those, plus the verbs for operators to come) and `metrics`
+    /// `admin` (those, plus break) and `metrics`
     /// (`/metrics` on the API listener). A line that names none of `read`,
     /// `write` and `admin` (no scopes, or `metrics` alone) means `write` on
     /// its purposes, as every line did before roles. A key on several
-    /// lines gets the strongest role each line gives each purpose. A `#`
+    /// lines gets the strongest role each line gives each purpose. A last
+    /// `name=<name>` (1 to 64 of `[A-Za-z0-9._-]`) gives the key a public
+    /// name, which a break's `revoked` event carries. A `#`
     /// at the start of a line or after white space starts a comment; inside
     /// a key it is part of the key. A file that holds no key is an error
     /// (it would open the API by accident).
@@ -115,11 +129,22 @@ impl ApiKeys {
                 reason,
             };
             let mut parts = line.split_whitespace();
-            let (Some(key), Some(purposes), scopes, None) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            else {
+            let (Some(key), Some(purposes)) = (parts.next(), parts.next()) else {
                 return Err(err(FORMAT));
             };
+            // Then the scopes and a `name=<name>`, each optional.
+            let (mut scopes, mut name) = (None, None);
+            for part in parts {
+                match part.strip_prefix("name=") {
+                    Some(n) if name.is_none() => {
+                        name = Some(key_name(n).ok_or_else(|| {
+                            err("invalid key name (1 to 64 of A-Z a-z 0-9 . _ -)")
+                        })?);
+                    }
+                    None if scopes.is_none() && name.is_none() => scopes = Some(part),
+                    _ => return Err(err(FORMAT)),
+                }
+            }
             if key.len() < 16 {
                 return Err(err("keys must be at least 16 characters"));
             }
@@ -137,6 +162,12 @@ impl ApiKeys {
             let role = role.unwrap_or(Role::Write);
             let grant = keys.entry(hash(key)).or_default();
             grant.metrics |= metrics;
+            if let Some(name) = name {
+                if grant.name.as_deref().is_some_and(|n| n != name) {
+                    return Err(err("the key has another name on an earlier line"));
+                }
+                grant.name = Some(name.to_owned());
+            }
             match purposes {
                 "*" => grant.any = grant.any.max(Some(role)),
                 "-" => {}
@@ -248,6 +279,12 @@ impl ApiKeys {
             any: grant.any,
             named,
         }))
+    }
+
+    /// The public name of the key sent (`name=<name>` in the keys file),
+    /// if keys are configured and it has one; never the key itself.
+    pub fn key_name(&self, headers: &HeaderMap) -> Option<String> {
+        self.lookup(headers).ok().flatten()?.name.clone()
     }
 
     /// 401/403 unless the key has the `metrics` scope (when keys are

@@ -207,7 +207,7 @@ fn parse_query(raw: Option<&str>, purpose: Option<&Purpose>, problems: &mut Prob
 
 /// `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` a
 /// byte; `None` for a bad escape or bytes that are not UTF-8.
-fn percent_decode(text: &str) -> Option<String> {
+pub(super) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -9,9 +9,11 @@ pub mod console;
 pub mod docs;
 pub mod extract;
 pub mod health;
+pub mod history;
 pub mod leases;
 pub mod list;
 pub mod openapi;
+pub mod operator;
 pub mod problem;
 pub mod problem_table;
 pub mod problems;
@@ -64,6 +66,9 @@ pub struct App {
     pub http_meters: Handles<(&'static str, &'static str, u16), (Counter, Histogram)>,
     /// Watch bounds (long-polls and event streams).
     pub watch: watch::WatchSettings,
+    /// Where request spans go; `None` when no OTLP endpoint is set.
+    #[cfg(feature = "otel")]
+    pub tracer: Option<Arc<crate::telemetry::trace::Tracer>>,
 }
 
 impl App {
@@ -164,6 +169,9 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             (Some(_purpose), Some(_digest), Some("events")) if segments.next().is_none() => {
                 watch::ROUTE
             }
+            (Some(_purpose), Some(_digest), Some("history")) if segments.next().is_none() => {
+                history::ROUTE
+            }
             _ => "unmatched",
         };
     }
@@ -217,7 +225,9 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(attempts::routes())
         .merge(leases::routes())
         .merge(list::routes())
+        .merge(history::routes())
         .merge(watch::routes())
+        .merge(operator::routes())
         .merge(health::routes(metrics_on_api))
         .merge(openapi::routes())
         .merge(docs::routes())
@@ -269,7 +279,9 @@ pub fn metrics_router(app: AppState) -> Router {
 ///   PATCH, DELETE) and timed out is `indeterminate` with its operation id,
 ///   never a clean failure; anything else is 503 `request_timeout`;
 /// - a panic guard: a panicking handler is answered problem+json 500;
-/// - HTTP metrics by method, route template (never the raw path) and status.
+/// - HTTP metrics by method, route template (never the raw path) and status;
+/// - with the `otel` feature and an OTLP endpoint: a trace span per request
+///   (`crate::telemetry::trace`).
 #[derive(Clone)]
 pub struct Front<S> {
     inner: S,
@@ -316,6 +328,12 @@ where
             .get(extract::OPERATION_ID_HEADER)
             .filter(|_| mutating)
             .cloned();
+        // With traces on (feature `otel` and an endpoint set): the request's
+        // span, its parent from a valid `traceparent`.
+        #[cfg(feature = "otel")]
+        let trace_span = app.tracer.as_ref().and_then(|tracer| {
+            crate::telemetry::trace::RequestSpan::start(tracer, req.headers(), method, route)
+        });
         let span = tracing::debug_span!(
             "request",
             method,
@@ -369,6 +387,14 @@ where
             duration.record(elapsed.as_secs_f64());
             Ok(response)
         };
+        #[cfg(feature = "otel")]
+        if let Some(trace_span) = trace_span {
+            let status = |out: &Result<Response, Infallible>| match out {
+                Ok(response) => response.status().as_u16(),
+                Err(never) => match *never {},
+            };
+            return Box::pin(trace_span.serve(answer, status).instrument(span));
+        }
         Box::pin(answer.instrument(span))
     }
 }
@@ -386,6 +412,10 @@ mod tests {
             ("/leases/p/v1.d", "/leases/{purpose}/{digest}"),
             ("/leases/p", "/leases/{purpose}"),
             ("/leases/p/v1.d/events", "/leases/{purpose}/{digest}/events"),
+            (
+                "/leases/p/v1.d/history",
+                "/leases/{purpose}/{digest}/history",
+            ),
             ("/livez", "/livez"),
             ("/readyz", "/readyz"),
             ("/openapi.json", "/openapi.json"),

@@ -10,11 +10,11 @@ use serde_json::{Map, Value};
 
 use super::problem_table::{
     ProblemType, Words, BODY_TIMEOUT, CONTENDED_LOCK_DELAY, CONTENDED_QUEUED, LIMIT,
-    LOST_NOT_OWNER, MISSING_PURPOSE_SCOPE, MISSING_SCOPE, PURPOSE, SCOPE,
+    LOST_NOT_OWNER, LOST_REVOKED, MISSING_PURPOSE_SCOPE, MISSING_SCOPE, PURPOSE, SCOPE,
 };
 use crate::domain::{
-    AcquireOutcome, ContendedReason, Failure, Inspection, LostReason, OutcomeName, Purpose,
-    ReleaseOutcome, RenewOutcome,
+    AcquireOutcome, BreakOutcome, ContendedReason, Failure, Inspection, LostReason, OutcomeName,
+    Purpose, ReleaseOutcome, RenewOutcome,
 };
 
 /// The media type of problem answers.
@@ -76,7 +76,7 @@ impl Answer for RenewOutcome {
         match self {
             Self::Renewed { .. } => StatusCode::OK,
             Self::Lost {
-                reason: LostReason::Absent,
+                reason: LostReason::Absent | LostReason::Revoked,
             } => StatusCode::NOT_FOUND,
             Self::Lost {
                 reason: LostReason::NotOwner,
@@ -91,6 +91,9 @@ impl Answer for RenewOutcome {
             Self::Lost {
                 reason: LostReason::NotOwner,
             } => LOST_NOT_OWNER,
+            Self::Lost {
+                reason: LostReason::Revoked,
+            } => LOST_REVOKED,
             Self::Renewed { .. } => Words::NONE,
         }
     }
@@ -99,14 +102,29 @@ impl Answer for RenewOutcome {
 impl Answer for ReleaseOutcome {
     fn status(&self) -> StatusCode {
         match self {
-            Self::Released | Self::AlreadyAbsent => StatusCode::OK,
+            Self::Released | Self::AlreadyAbsent { .. } => StatusCode::OK,
             Self::NotOwner => StatusCode::CONFLICT,
         }
     }
     fn describe(&self) -> Words {
         match self {
             Self::NotOwner => ProblemType::NotOwner.words(),
-            Self::Released | Self::AlreadyAbsent => Words::NONE,
+            Self::Released | Self::AlreadyAbsent { .. } => Words::NONE,
+        }
+    }
+}
+
+impl Answer for BreakOutcome {
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Broken { .. } => StatusCode::OK,
+            Self::NothingToBreak => StatusCode::NOT_FOUND,
+        }
+    }
+    fn describe(&self) -> Words {
+        match self {
+            Self::Broken { .. } => Words::NONE,
+            Self::NothingToBreak => ProblemType::NothingToBreak.words(),
         }
     }
 }

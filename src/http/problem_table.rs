@@ -88,6 +88,8 @@ pub enum ProblemType {
     Lost,
     /// `not_owner`.
     NotOwner,
+    /// `nothing_to_break`.
+    NothingToBreak,
     /// `unavailable`.
     Unavailable,
     /// `overloaded`.
@@ -104,7 +106,7 @@ pub enum ProblemType {
 
 impl ProblemType {
     /// Every problem type, in the order of the index.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::InvalidRequest,
         Self::Unauthorized,
         Self::Forbidden,
@@ -118,6 +120,7 @@ impl ProblemType {
         Self::LimitMismatch,
         Self::Lost,
         Self::NotOwner,
+        Self::NothingToBreak,
         Self::Unavailable,
         Self::Overloaded,
         Self::RequestTimeout,
@@ -183,7 +186,7 @@ impl ProblemType {
                 statuses: &[403],
                 title: "Forbidden",
                 detail: "This API key may not use this purpose.",
-                meaning: "The API key is valid but may not use this lease's purpose, or lacks the scope the route needs: <code>read</code> to inspect, list or watch, <code>write</code> to acquire, renew or release, <code>metrics</code> for <code>/metrics</code> (the problem's <code>scope</code> member names it, and <code>purpose</code> the purpose when there is one).",
+                meaning: "The API key is valid but may not use this lease's purpose, or lacks the scope the route needs: <code>read</code> to inspect, list or watch, <code>write</code> to acquire, renew or release, <code>admin</code> to break, <code>metrics</code> for <code>/metrics</code> (the problem's <code>scope</code> member names it, and <code>purpose</code> the purpose when there is one).",
                 action: "Use a key allowed this purpose or scope, or ask the operator to grant it in the keys file.",
             },
             Self::NotFound => Row {
@@ -255,7 +258,7 @@ impl ProblemType {
                 statuses: &[404, 409],
                 title: "Lease lost",
                 detail: "No lease exists any more (it expired or was released). Stop the work it protected.",
-                meaning: "A renew found that the caller no longer holds the lease: <code>reason: absent</code> (404) when no lease exists any more (it expired or was released), <code>reason: not_owner</code> (409) when someone else holds it now.",
+                meaning: "A renew found that the caller no longer holds the lease: <code>reason: absent</code> (404) when no lease exists any more (it expired or was released), <code>reason: revoked</code> (404) when an operator broke the caller's permit (whoever holds the resource now), <code>reason: not_owner</code> (409) when someone else holds it now.",
                 action: "Stop the work the lease protected, at once. Acquire again (with a new attempt) before resuming it; the new lease has a higher fencing token.",
             },
             Self::NotOwner => Row {
@@ -265,6 +268,14 @@ impl ProblemType {
                 detail: "Someone else holds this lease; nothing was changed.",
                 meaning: "A release found the lease held by someone else. Nothing was changed.",
                 action: "Nothing to release: the caller's lease ended earlier. Check that the attempt headers are the ones the lease was acquired with.",
+            },
+            Self::NothingToBreak => Row {
+                slug: "nothing-to-break",
+                statuses: &[404],
+                title: "Nothing to break",
+                detail: "No live permit of this resource (with that fencing token); nothing was changed.",
+                meaning: "A break found no live permit of the resource, or none with the <code>fencingToken</code> asked for (it expired, was released or was broken already). Nothing was changed.",
+                action: "Inspect the resource: its <code>permits</code> list the live fencing tokens. Nothing is left to break when it is free.",
             },
             Self::Unavailable => Row {
                 slug: "unavailable",
@@ -336,6 +347,12 @@ pub const CONTENDED_QUEUED: Words = Words {
 pub const LOST_NOT_OWNER: Words = Words {
     title: ProblemType::Lost.row().title,
     detail: "Someone else holds the lease now. Stop the work it protected.",
+};
+
+/// `lost` with `reason: revoked` (404).
+pub const LOST_REVOKED: Words = Words {
+    title: ProblemType::Lost.row().title,
+    detail: "An operator broke this lease. Stop the work it protected.",
 };
 
 /// `forbidden` for a route that needs a scope the key lacks.

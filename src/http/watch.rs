@@ -401,6 +401,16 @@ fn state_event(snapshot: &Snapshot) -> Bytes {
     event(STATE_EVENT, snapshot, &data)
 }
 
+/// A `revoked` event's data: the state, plus who broke it and why.
+fn revoked_data(snapshot: &Snapshot, revocation: &crate::domain::Revocation) -> String {
+    let mut data = serde_json::to_value(&snapshot.inspection).unwrap_or_default();
+    if let (Some(object), Ok(revocation)) = (data.as_object_mut(), serde_json::to_value(revocation))
+    {
+        object.insert("revocation".to_owned(), revocation);
+    }
+    data.to_string()
+}
+
 /// What the stream body keeps between events.
 struct Stream {
     watcher: Watcher,
@@ -467,7 +477,12 @@ fn stream(
             next = s.watcher.next() => {
                 // Just read: the JSON rendered once for every watcher.
                 let (change, snapshot) = next?;
-                s.sent(event(change.as_str(), &snapshot, snapshot.json()))
+                match (change, &snapshot.revocation) {
+                    (crate::domain::Change::Revoked, Some(revocation)) => {
+                        s.sent(event(change.as_str(), &snapshot, &revoked_data(&snapshot, revocation)))
+                    }
+                    _ => s.sent(event(change.as_str(), &snapshot, snapshot.json())),
+                }
             }
             _ = s.keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
         };

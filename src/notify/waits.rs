@@ -92,10 +92,17 @@ impl WaitRegistry {
     /// `change` happened to `tag` (on any instance): waiters look again when
     /// it freed the resource, watchers always.
     pub fn changed(&self, tag: &str, change: Change) {
-        if matches!(change, Change::Released | Change::Expired) {
+        if matches!(change, Change::Released | Change::Expired | Change::Revoked) {
             self.wake(tag);
         }
         self.watch.changed(tag, Some(change));
+    }
+
+    /// An operator broke `tag` (or permits of it): waiters look again, as
+    /// after a release; watchers hear `revoked` with who and why.
+    pub fn revoked(&self, tag: &str, revocation: crate::domain::Revocation) {
+        self.wake(tag);
+        self.watch.revoked(tag, revocation);
     }
 
     /// A store message for `tag` that named no change this build knows: both

@@ -36,7 +36,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::Change;
+use crate::domain::{Change, Revocation};
 use crate::domain::{Failure, Inspection, ResourceId};
 use crate::telemetry::{WATCHERS, WATCH_EVENTS, WATCH_GROUPS, WATCH_READS};
 
@@ -68,6 +68,8 @@ pub struct Snapshot {
     pub read_at: Instant,
     /// The inspection as JSON, rendered once for every watcher.
     json: std::sync::OnceLock<String>,
+    /// Who broke the lease and why, when this state follows a break.
+    pub revocation: Option<Revocation>,
 }
 
 impl Snapshot {
@@ -77,6 +79,7 @@ impl Snapshot {
             inspection,
             read_at: Instant::now(),
             json: std::sync::OnceLock::new(),
+            revocation: None,
         }
     }
 
@@ -162,6 +165,8 @@ struct Group {
     wake: Notify,
     /// The event names seen since the last read (bits of [`hint_bit`]).
     hints: AtomicU8,
+    /// The latest break's who and why, heard since the last read.
+    revocation: Mutex<Option<Revocation>>,
     /// Watchers; changed only under the hub's map lock.
     watchers: AtomicUsize,
     /// Ends the group's task.
@@ -177,6 +182,7 @@ fn hint_bit(change: Option<Change>) -> u8 {
         Some(Change::Expired) => 4,
         Some(Change::HolderChanged) => 8,
         None => 16,
+        Some(Change::Revoked) => 32,
     }
 }
 
@@ -201,6 +207,18 @@ impl WatchHub {
     pub fn changed(&self, tag: &str, change: Option<Change>) {
         if let Some(group) = self.map().get(tag) {
             group.hints.fetch_or(hint_bit(change), Ordering::AcqRel);
+            group.wake.notify_one();
+        }
+    }
+
+    /// An operator broke `tag` on some instance: its watchers' next change
+    /// is `revoked`, carrying `revocation`.
+    pub fn revoked(&self, tag: &str, revocation: Revocation) {
+        if let Some(group) = self.map().get(tag) {
+            *group.revocation.lock().unwrap_or_else(|p| p.into_inner()) = Some(revocation);
+            group
+                .hints
+                .fetch_or(hint_bit(Some(Change::Revoked)), Ordering::AcqRel);
             group.wake.notify_one();
         }
     }
@@ -254,6 +272,7 @@ impl WatchHub {
                 let group = Arc::new(Group {
                     wake: Notify::new(),
                     hints: AtomicU8::new(0),
+                    revocation: Mutex::new(None),
                     watchers: AtomicUsize::new(0),
                     stop: shutdown.child_token(),
                     rx,
@@ -397,6 +416,9 @@ fn classify(old: &Snapshot, new: &Snapshot, hints: u8) -> Change {
         .filter(|(f, _)| !is.iter().any(|(g, _)| g == f))
         .map(|(_, end)| *end)
         .collect();
+    if !gone.is_empty() && hints & hint_bit(Some(Change::Revoked)) != 0 {
+        return Change::Revoked;
+    }
     if gone.is_empty() {
         return if was.is_empty() {
             // Acquired and let go between two reads: the latest change.
@@ -431,6 +453,11 @@ async fn run_group(
         // Taken before the read: an event during the read is a new hint and
         // (through the Notify permit) another read.
         let hints = group.hints.swap(0, Ordering::AcqRel);
+        let revocation = group
+            .revocation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let result = tokio::select! {
             biased;
             () = group.stop.cancelled() => return,
@@ -441,7 +468,9 @@ async fn run_group(
         let retry = result.is_err();
         match result {
             Ok(inspection) => {
-                let snapshot = Arc::new(Snapshot::new(inspection));
+                let mut snapshot = Snapshot::new(inspection);
+                snapshot.revocation = revocation;
+                let snapshot = Arc::new(snapshot);
                 match current.take() {
                     None => {
                         let _ = tx.send(Published::State {

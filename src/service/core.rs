@@ -10,8 +10,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{
-    Attempt, Bounds, Failure, Guarantee, HolderLabel, Inspection, Lease, LostReason, OutcomeName,
-    OwnerToken, PermitView, ReleaseOutcome, RenewOutcome, Replication, ResourceId, Ttl,
+    Attempt, Bounds, EndedReason, Failure, Guarantee, HolderLabel, Inspection, Lease, LostReason,
+    OutcomeName, OwnerToken, PermitView, ReleaseOutcome, RenewOutcome, Replication, ResourceId,
+    Ttl,
 };
 use crate::notify::WaitRegistry;
 use crate::store::{Probe, Store, StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew};
@@ -185,6 +186,9 @@ impl LeaseService {
             Ok(Ok((StoreRenew::NotOwner, _))) => Ok(RenewOutcome::Lost {
                 reason: LostReason::NotOwner,
             }),
+            Ok(Ok((StoreRenew::Revoked, _))) => Ok(RenewOutcome::Lost {
+                reason: LostReason::Revoked,
+            }),
             Ok(Err(err)) => Err(self.failure(err, Some(attempt))),
         };
         self.record("renew", resource, started, &result);
@@ -213,7 +217,12 @@ impl LeaseService {
                 );
                 Ok(ReleaseOutcome::Released)
             }
-            Ok(Ok(StoreRelease::AlreadyAbsent)) => Ok(ReleaseOutcome::AlreadyAbsent),
+            Ok(Ok(StoreRelease::AlreadyAbsent)) => {
+                Ok(ReleaseOutcome::AlreadyAbsent { reason: None })
+            }
+            Ok(Ok(StoreRelease::Revoked)) => Ok(ReleaseOutcome::AlreadyAbsent {
+                reason: Some(EndedReason::Revoked),
+            }),
             Ok(Ok(StoreRelease::NotOwner)) => Ok(ReleaseOutcome::NotOwner),
             Ok(Err(err)) => Err(self.failure(err, Some(attempt))),
         };

@@ -4,7 +4,9 @@
 
 mod acquire;
 mod core;
+mod history;
 mod list;
+mod operator;
 mod place;
 
 pub use self::acquire::AcquireRequest;

@@ -130,6 +130,9 @@ pub enum StoreRenew {
     Absent,
     /// Someone else's lease.
     NotOwner,
+    /// The caller's permit was broken by an operator (its tombstone says
+    /// so until the permit would have expired).
+    Revoked,
 }
 
 /// What a release script found and did.
@@ -146,6 +149,17 @@ pub enum StoreRelease {
     AlreadyAbsent,
     /// Someone else's lease; untouched.
     NotOwner,
+    /// The caller's permit is gone: an operator broke it (tombstone).
+    Revoked,
+}
+
+/// What a break script found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreBreak {
+    /// This many live permits were removed, each leaving a tombstone.
+    Broken(u32),
+    /// No live permit (with that fencing token): nothing changed.
+    NothingToBreak,
 }
 
 /// Who asks an inspect, for `heldBy`.
@@ -362,6 +376,25 @@ impl Store {
         }
     }
 
+    /// Removes every live permit of `resource`, or only the one with
+    /// `fencing_token`; wakes waiters, starts no lock-delay, leaves a
+    /// tombstone per permit (until it would have expired) and publishes
+    /// `revoked` with `revocation`. Replication as for [`Store::acquire`].
+    pub async fn break_lease(
+        &self,
+        resource: &ResourceId,
+        fencing_token: Option<u64>,
+        revocation: &crate::domain::Revocation,
+    ) -> Result<Replicated<StoreBreak>, StoreError> {
+        match self {
+            Store::Memory(s) => s
+                .break_lease(resource, fencing_token, revocation)
+                .await
+                .map(Replicated::unreplicated),
+            Store::Redis(s) => s.break_lease(resource, fencing_token, revocation).await,
+        }
+    }
+
     /// The clean-up release of what a waiting acquire got after its caller
     /// had gone (docs/design.md §14): the permit goes only if nobody has been told
     /// since that it is held (no replay claimed it, never renewed). True
@@ -397,6 +430,24 @@ impl Store {
         limit: usize,
     ) -> Result<StorePage, StoreError> {
         dispatch!(self, s => s.list(purpose, cursor, limit).await)
+    }
+
+    /// The newest `limit` entries of `resource`'s history, newest first,
+    /// within the age bound (docs/storage-v2.md, "History").
+    pub async fn history(
+        &self,
+        resource: &ResourceId,
+        limit: usize,
+    ) -> Result<Vec<crate::domain::HistoryEntry>, StoreError> {
+        dispatch!(self, s => s.history(resource, limit).await)
+    }
+
+    /// What this store keeps of each resource's history.
+    pub fn history_bound(&self) -> crate::domain::HistoryBound {
+        match self {
+            Store::Memory(s) => s.history_bound(),
+            Store::Redis(s) => s.history,
+        }
     }
 
     /// Whether `cursor` is of the kind this store issues (a cursor of the

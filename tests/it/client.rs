@@ -695,7 +695,10 @@ async fn outcomes_mirror_the_server() {
     );
     // The other handle of the same attempt: the lease is gone, so
     // `already_absent` releases it too.
-    assert_eq!(replayed.release().await, Ok(ReleaseOutcome::AlreadyAbsent));
+    assert_eq!(
+        replayed.release().await,
+        Ok(ReleaseOutcome::AlreadyAbsent { reason: None })
+    );
     assert_eq!(replayed.state(), LeaseState::Released);
 
     // A waiting acquire gets the lease when the holder's expires; its
@@ -760,7 +763,10 @@ async fn renew_lost_and_release_not_owner_end_the_handle() {
         }))
     );
     // Clean-up release is still allowed on a LOST handle, which stays LOST.
-    assert_eq!(handle.release().await, Ok(ReleaseOutcome::AlreadyAbsent));
+    assert_eq!(
+        handle.release().await,
+        Ok(ReleaseOutcome::AlreadyAbsent { reason: None })
+    );
     assert_eq!(handle.state(), LeaseState::Lost);
 
     // Someone else took it meanwhile: release answers not_owner → LOST.

@@ -847,7 +847,19 @@ fn raw_acquire(server: &RedisServer, keys: [&str; 2], attempt: [&str; 2], shape:
     let sha = server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned();
     let nonce = 7;
     let out = server.cli(&[
-        "EVALSHA", &sha, "2", keys[0], keys[1], attempt[0], attempt[1], "30000", "", shape, "7",
+        "EVALSHA",
+        &sha,
+        "2",
+        keys[0],
+        keys[1],
+        attempt[0],
+        attempt[1],
+        "30000",
+        "",
+        shape,
+        "100",
+        "604800000",
+        "7",
     ]);
     let first: i64 = out
         .lines()

@@ -11,6 +11,8 @@ mod callers_leave;
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]
+mod cli_break;
+#[cfg(feature = "cli")]
 mod cli_tls;
 #[cfg(feature = "client")]
 mod client;
@@ -23,11 +25,13 @@ mod election;
 mod fairness;
 mod harness_selftest;
 mod history;
+mod history_api;
 mod honesty;
 mod list;
 mod logs;
 #[cfg(feature = "client")]
 mod mixed_history;
+mod operator;
 mod parsers_prop;
 mod permits;
 mod redis_failures;
@@ -36,6 +40,8 @@ mod roles;
 mod soak;
 mod tls;
 mod topologies;
+#[cfg(feature = "otel")]
+mod traces;
 mod upgrade;
 mod waits;
 mod watch;

@@ -34,6 +34,10 @@ pub fn lease_events() -> Vec<(&'static str, &'static str)> {
             Change::Released => "A holder released it",
             Change::Expired => "A holder's TTL ran out",
             Change::HolderChanged => "A holder's label changed",
+            Change::Revoked => {
+                "An operator broke it, or one of its permits (`data.revocation` says \
+                 why and which key's name)"
+            }
         };
         (change.as_str(), what)
     }));
@@ -159,7 +163,14 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["state", "acquired", "released", "expired", "holder_changed"]
+            [
+                "state",
+                "acquired",
+                "released",
+                "expired",
+                "holder_changed",
+                "revoked"
+            ]
         );
     }
 }

@@ -9,6 +9,8 @@
 //! serves it at `/openapi.json`, and `openapi/leasehold.json` is a committed
 //! copy that a test keeps equal to it.
 
+#[cfg(test)]
+mod break_tests;
 mod document;
 mod events;
 #[cfg(test)]

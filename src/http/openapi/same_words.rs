@@ -109,7 +109,19 @@ fn answers() -> Vec<(ProblemType, bool, Response)> {
                 reason: LostReason::NotOwner,
             }),
         ),
+        (
+            P::Lost,
+            false,
+            respond_one(&RenewOutcome::Lost {
+                reason: LostReason::Revoked,
+            }),
+        ),
         (P::NotOwner, true, respond_one(&ReleaseOutcome::NotOwner)),
+        (
+            P::NothingToBreak,
+            true,
+            respond_one(&crate::domain::BreakOutcome::NothingToBreak),
+        ),
         (
             P::Unavailable,
             true,

@@ -52,14 +52,18 @@ outcome_tags! {
     ForbiddenTag => Forbidden,
     NotFoundTag => NotFound,
     NotReadyTag => NotReady,
+    BrokenTag => Broken,
+    NothingToBreakTag => NothingToBreak,
 }
 
-/// `reason: absent`.
+/// `reason` of a 404 `lost`: `absent` or `revoked`.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AbsentReason {
     /// No lease exists (it expired or was released).
     Absent,
+    /// An operator broke the caller's permit (`POST …/break`).
+    Revoked,
 }
 
 /// `reason: not_owner`.
@@ -135,6 +139,42 @@ pub struct Released {
 pub struct AlreadyAbsent {
     #[schema(inline)]
     pub outcome: AlreadyAbsentTag,
+    /// Present when the store knows why the caller's permit is gone:
+    /// `revoked` (an operator broke it). Left out: it expired or was
+    /// released.
+    #[schema(nullable = false)]
+    pub reason: Option<crate::domain::EndedReason>,
+}
+
+/// `broken` (200): an operator's break removed `permitsBroken` live permits.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"outcome": "broken", "permitsBroken": 1}))]
+pub struct Broken {
+    #[schema(inline)]
+    pub outcome: BrokenTag,
+    /// How many live permits were removed.
+    #[schema(minimum = 1, maximum = 10000)]
+    pub permits_broken: u32,
+}
+
+/// Who broke a lease and why: in a `revoked` event's data only.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"reason": "stuck since the 03:00 deploy", "keyName": "ops-oncall"}))]
+pub struct RevocationView {
+    /// The operator's reason, when one was given.
+    #[schema(nullable = false, min_length = 1, max_length = 256)]
+    pub reason: Option<String>,
+    /// The public name of the API key that broke it (`name=` in the keys
+    /// file; never the key); absent without keys or without a name.
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[A-Za-z0-9._-]{1,64}$"
+    )]
+    pub key_name: Option<String>,
 }
 
 /// The 200 answers of release.
@@ -214,6 +254,10 @@ pub struct Inspected {
     /// was sent too and names the holding operation).
     #[schema(nullable = false)]
     pub held_by: Option<HeldBy>,
+    /// Who broke the lease and why: only in the data of a `revoked`
+    /// event of a watch stream, never in an inspect answer.
+    #[schema(nullable = false)]
+    pub revocation: Option<RevocationView>,
 }
 
 // -------------------------------------------------------- problem answers --
@@ -502,6 +546,28 @@ problem! {
 pub enum LeaseNotFound {
     /// `lost`, `reason: absent`.
     Lost(LostAbsentProblem),
+    /// `not_found`.
+    NotFound(NotFoundProblem),
+}
+
+problem! {
+    /// `nothing_to_break` (404): no live permit (with that fencing token);
+    /// nothing was changed.
+    #[schema(example = json!(example(ProblemType::NothingToBreak, json!({}))))]
+    NothingToBreakProblem, NothingToBreakTag, 404 ..= 404 {}
+}
+
+/// The 404 answers of break: `nothing_to_break`, or the path matched no
+/// route.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+#[schema(discriminator(property_name = "outcome", mapping(
+    ("nothing_to_break" = "#/components/schemas/NothingToBreakProblem"),
+    ("not_found" = "#/components/schemas/NotFoundProblem"),
+)))]
+pub enum BreakNotFound {
+    /// `nothing_to_break`.
+    NothingToBreak(NothingToBreakProblem),
     /// `not_found`.
     NotFound(NotFoundProblem),
 }

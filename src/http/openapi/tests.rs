@@ -134,7 +134,7 @@ fn validate(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), 
 }
 
 /// A `forbidden` answer naming the scope the key lacks on a purpose.
-fn missing_scope(scope: &'static str) -> Response {
+pub(super) fn missing_scope(scope: &'static str) -> Response {
     ApiError::MissingPurposeScope {
         scope,
         purpose: Purpose::parse("invoice-export").expect("purpose"),
@@ -142,7 +142,12 @@ fn missing_scope(scope: &'static str) -> Response {
     .into_response()
 }
 
-async fn check(doc: &Value, path: &str, method: &str, response: Response) -> (StatusCode, Value) {
+pub(super) async fn check(
+    doc: &Value,
+    path: &str,
+    method: &str,
+    response: Response,
+) -> (StatusCode, Value) {
     let status = response.status();
     let content_type = response.headers()["content-type"]
         .to_str()
@@ -216,7 +221,7 @@ fn failures() -> Vec<Response> {
     ]
 }
 
-fn refusals(with_body: bool) -> Vec<Response> {
+pub(super) fn refusals(with_body: bool) -> Vec<Response> {
     let error = |field: &str| FieldError {
         field: field.into(),
         message: "is wrong".into(),
@@ -289,7 +294,7 @@ async fn every_outcome_conforms_to_its_documented_response() {
     ];
     let mut release = vec![
         respond_one(&ReleaseOutcome::Released),
-        respond_one(&ReleaseOutcome::AlreadyAbsent),
+        respond_one(&ReleaseOutcome::AlreadyAbsent { reason: None }),
         respond_one(&ReleaseOutcome::NotOwner),
     ];
     let mut inspect = vec![

@@ -7,6 +7,7 @@
 //! It serves one instance only: two processes each with their own map would
 //! both grant the same lease. Startup logs a warning saying so.
 
+mod history;
 mod records;
 mod store;
 

@@ -22,6 +22,8 @@ pub(super) struct Permit {
     /// replay answered, or a renew): a clean-up after a waiter left must
     /// leave it alone (docs/design.md §14).
     pub(super) claimed: bool,
+    /// Its expiry is in the history already (written once).
+    pub(super) noted: bool,
 }
 
 /// Equal, in time independent of where two owner tokens differ (the token

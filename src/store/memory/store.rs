@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::Change;
 use crate::domain::{
-    Attempt, HolderLabel, ListCursor, Mode, Purpose, ResourceDigest, ResourceId, StoreTime, Ttl,
+    Attempt, HistoryBound, HistoryEntry, HistoryEvent, HolderLabel, ListCursor, Mode, Purpose,
+    ResourceDigest, ResourceId, StoreTime, Ttl,
 };
 use crate::notify::WaitRegistry;
 use crate::store::{
@@ -17,7 +18,11 @@ use crate::store::{
     StoreLease, StoreListed, StorePage, StoreRelease, StoreRenew, PERMITS_SHOWN,
 };
 
+use super::history::{of, Histories};
 use super::records::{Entry, Permit};
+
+#[path = "operator.rs"]
+mod operator;
 /// Most shared holders at once (as on Redis).
 const SHARED_CAP: usize = 10_000;
 
@@ -33,6 +38,11 @@ struct State {
     /// worst makes a free resource's version `0.0`, still different from
     /// any held version).
     freed: HashMap<String, u64>,
+    /// Broken permits' tombstones by resource, until each would have
+    /// expired (see [`operator`]).
+    tombs: HashMap<String, Vec<operator::Tomb>>,
+    /// Each resource's history (docs/storage-v2.md, "History").
+    history: Histories,
 }
 
 /// In-process lease store for a single instance.
@@ -52,14 +62,17 @@ fn wall_ms() -> StoreTime {
 }
 
 impl MemoryStore {
-    /// A store holding at most `max_leases` resources; releases wake `waiters`.
-    pub fn new(max_leases: usize, waiters: Arc<WaitRegistry>) -> Self {
+    /// A store holding at most `max_leases` resources, each with a history
+    /// within `history`; releases wake `waiters`.
+    pub fn new(max_leases: usize, history: HistoryBound, waiters: Arc<WaitRegistry>) -> Self {
         Self {
             state: Mutex::new(State {
                 leases: BTreeMap::new(),
                 last_fence: 0,
                 changes: 0,
                 freed: HashMap::new(),
+                tombs: HashMap::new(),
+                history: Histories::new(history, max_leases),
             }),
             max_leases,
             waiters,
@@ -73,11 +86,12 @@ impl MemoryStore {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Looks up a resource, pruning what is over and dropping it when
-    /// nothing is left.
+    /// Looks up a resource, writing the expiries it finds to the history,
+    /// pruning what is over and dropping it when nothing is left.
     fn entry<'a>(state: &'a mut State, key: &str, now: Instant) -> Option<&'a mut Entry> {
         let empty = match state.leases.get_mut(key) {
             Some(e) => {
+                state.history.note_expiries(key, e, now, wall_ms());
                 e.prune(now);
                 e.permits.is_empty()
             }
@@ -179,17 +193,7 @@ impl MemoryStore {
             });
         }
         if !state.leases.contains_key(&key) && state.leases.len() >= self.max_leases {
-            let over: Vec<String> = state
-                .leases
-                .iter_mut()
-                .filter_map(|(k, e)| {
-                    e.prune(now);
-                    e.permits.is_empty().then(|| k.clone())
-                })
-                .collect();
-            for k in over {
-                Self::forget(&mut state, &k);
-            }
+            Self::sweep(&mut state, now);
             if state.leases.len() >= self.max_leases {
                 return Err(StoreError::Unavailable("embedded store is full"));
             }
@@ -210,6 +214,7 @@ impl MemoryStore {
             renewed_at: at,
             holder: spec.holder.cloned(),
             claimed: false,
+            noted: false,
         };
         let record = StoreLease {
             remaining_ms: spec.ttl.ms(),
@@ -227,8 +232,11 @@ impl MemoryStore {
             entry.limit = shape.limit;
             entry.mode = shape.mode;
         }
+        let version = format!("{changes}.{}", entry.live_count(now) + 1);
+        let acquired = of(&permit, HistoryEvent::Acquired, at, &version);
         entry.permits.push(permit);
         entry.changes = changes;
+        state.history.push(&key, acquired);
         drop(state);
         self.waiters.changed(&key, Change::Acquired);
         Ok(StoreAcquire::Acquired(record))
@@ -246,7 +254,7 @@ impl MemoryStore {
         let mut state = self.lock();
         let stamp = state.changes + 1;
         let (answer, relabelled) = match Self::entry(&mut state, &key, now) {
-            None => (StoreRenew::Absent, false),
+            None => (StoreRenew::Absent, None),
             Some(entry) => {
                 let others = entry.live(now).filter(|p| !p.is(attempt)).count();
                 match entry
@@ -254,8 +262,8 @@ impl MemoryStore {
                     .iter_mut()
                     .find(|p| p.is(attempt) && p.live(now))
                 {
-                    None if others > 0 => (StoreRenew::NotOwner, false),
-                    None => (StoreRenew::Absent, false),
+                    None if others > 0 => (StoreRenew::NotOwner, None),
+                    None => (StoreRenew::Absent, None),
                     Some(p) => {
                         p.expires_at = now + ttl.duration();
                         p.ttl_ms = ttl.ms();
@@ -269,17 +277,33 @@ impl MemoryStore {
                             remaining_ms: ttl.ms(),
                             ..p.record(now)
                         };
+                        let relabel = relabelled
+                            .then(|| of(p, HistoryEvent::HolderChanged, p.renewed_at, ""));
                         if relabelled {
                             entry.changes = stamp;
                         }
-                        (StoreRenew::Renewed(record), relabelled)
+                        (
+                            StoreRenew::Renewed(record),
+                            relabel.map(|e| HistoryEntry {
+                                version: format!("{stamp}.{}", others + 1),
+                                ..e
+                            }),
+                        )
                     }
                 }
             }
         };
-        if relabelled {
+        let relabelled = relabelled.is_some_and(|e| {
             state.changes = stamp;
-        }
+            state.history.push(&key, e);
+            true
+        });
+        let answer = match answer {
+            StoreRenew::Absent | StoreRenew::NotOwner if state.broken(&key, attempt, now) => {
+                StoreRenew::Revoked
+            }
+            answer => answer,
+        };
         drop(state);
         if relabelled {
             self.waiters.changed(&key, Change::HolderChanged);
@@ -318,20 +342,25 @@ impl MemoryStore {
         let now = Instant::now();
         let outcome = {
             let mut state = self.lock();
+            let mut released = None;
             let (outcome, empty) = match Self::entry(&mut state, &key, now) {
                 None => (StoreRelease::AlreadyAbsent, false),
                 Some(entry) => {
                     // The released permit's acquiredAt, for its hold time.
                     let mut acquired_at = None;
+                    let mut gone = None;
                     entry.permits.retain(|p| {
                         let goes = p.is(attempt) && p.live(now) && !(abandoned && p.claimed);
                         if goes {
                             acquired_at = Some(p.acquired_at);
+                            gone = Some(of(p, HistoryEvent::Released, wall_ms(), ""));
                         }
                         !goes
                     });
-                    if let Some(acquired_at) = acquired_at {
-                        let held_ms = wall_ms().0.saturating_sub(acquired_at.0);
+                    if let (Some(acquired_at), Some(gone)) = (acquired_at, gone) {
+                        let version = format!("{}.{}", entry.changes, entry.live_count(now));
+                        let held_ms = gone.at.0.saturating_sub(acquired_at.0);
+                        released = Some(HistoryEntry { version, ..gone });
                         (StoreRelease::Released { held_ms }, entry.permits.is_empty())
                     } else if entry.live_count(now) > 0 {
                         (StoreRelease::NotOwner, false)
@@ -340,10 +369,20 @@ impl MemoryStore {
                     }
                 }
             };
+            if let Some(released) = released {
+                state.history.push(&key, released);
+            }
             if empty {
                 Self::forget(&mut state, &key);
             }
-            outcome
+            match outcome {
+                StoreRelease::AlreadyAbsent | StoreRelease::NotOwner
+                    if state.broken(&key, attempt, now) =>
+                {
+                    StoreRelease::Revoked
+                }
+                outcome => outcome,
+            }
         };
         if matches!(outcome, StoreRelease::Released { .. }) {
             self.waiters.changed(&key, Change::Released);
@@ -489,20 +528,47 @@ impl MemoryStore {
                 }
                 let Some(store) = weak.upgrade() else { break };
                 let now = Instant::now();
-                let mut state = store.lock();
-                let over: Vec<String> = state
-                    .leases
-                    .iter_mut()
-                    .filter_map(|(k, e)| {
-                        e.prune(now);
-                        e.permits.is_empty().then(|| k.clone())
-                    })
-                    .collect();
-                for k in over {
-                    Self::forget(&mut state, &k);
-                }
+                Self::sweep(&mut store.lock(), now);
             }
         });
+    }
+
+    /// Drops every resource with nothing left, writing the expiries it
+    /// finds to the history first.
+    fn sweep(state: &mut State, now: Instant) {
+        let wall = wall_ms();
+        let State {
+            leases, history, ..
+        } = &mut *state;
+        let over: Vec<String> = leases
+            .iter_mut()
+            .filter_map(|(k, e)| {
+                history.note_expiries(k, e, now, wall);
+                e.prune(now);
+                e.permits.is_empty().then(|| k.clone())
+            })
+            .collect();
+        for k in over {
+            Self::forget(state, &k);
+        }
+    }
+
+    /// The newest `limit` entries of `resource`'s history, within the age
+    /// bound; the expiries the store can see are written first.
+    pub(in crate::store) async fn history(
+        &self,
+        resource: &ResourceId,
+        limit: usize,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let key = resource.tag();
+        let mut state = self.lock();
+        let _ = Self::entry(&mut state, &key, Instant::now());
+        Ok(state.history.read(&key, limit, wall_ms()))
+    }
+
+    /// What this store keeps of a history.
+    pub(in crate::store) fn history_bound(&self) -> HistoryBound {
+        self.lock().history.bound()
     }
 }
 

@@ -14,6 +14,19 @@ pub fn seq_key(namespace: &str, resource: &ResourceId) -> String {
     key(namespace, "seq", resource)
 }
 
+/// The key of a resource's tombstones (break.lua):
+/// `<ns>:tomb:v2:{<purpose>:<digest>}`.
+pub fn tomb_key(namespace: &str, resource: &ResourceId) -> String {
+    key(namespace, "tomb", resource)
+}
+
+/// The key of a resource's history: `<ns>:hist:v2:{<purpose>:<digest>}`, a
+/// list the record scripts write (and derive from the lease key, as they
+/// do the queue and expiry index keys; docs/storage-v2.md, "History").
+pub fn history_key(namespace: &str, resource: &ResourceId) -> String {
+    key(namespace, "hist", resource)
+}
+
 /// `<ns>:<kind>:v2:{<purpose>:<digest>}`, built in one allocation (keys are
 /// built on every request; `format!` grew each one several times).
 pub(super) fn key(namespace: &str, kind: &str, resource: &ResourceId) -> String {

@@ -77,6 +77,8 @@ pub struct RedisSettings {
     pub command_timeout: Duration,
     /// Maximum pooled connections (per node for Cluster).
     pub pool_size: u32,
+    /// What each resource's history keeps.
+    pub history: crate::domain::HistoryBound,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -90,6 +92,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("namespace", &self.namespace)
             .field("command_timeout", &self.command_timeout)
             .field("pool_size", &self.pool_size)
+            .field("history", &self.history)
             .finish()
     }
 }

@@ -38,6 +38,10 @@ pub struct RedisStore {
     pub(super) command_timeout: Duration,
     pub(super) acks: Option<Acks>,
     pub(super) waiters: Arc<WaitRegistry>,
+    /// What each resource's history keeps.
+    pub(in crate::store) history: crate::domain::HistoryBound,
+    /// The scripts' `history length` and `history ttl ms` arguments, as text once.
+    pub(super) history_args: [String; 2],
     /// `leasehold_store_command_duration_seconds` by script.
     pub(super) durations: crate::telemetry::Handles<&'static str, metrics::Histogram>,
 }
@@ -175,6 +179,11 @@ impl RedisStore {
                     budget: a.timeout + timeout,
                 }),
             waiters,
+            history: settings.history,
+            history_args: [
+                settings.history.entries.to_string(),
+                settings.history.max_age_ms.to_string(),
+            ],
             durations: crate::telemetry::Handles::new(),
         })
     }

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::cluster::ClusterBackend;
 use super::sentinel::{Master, SentinelBackend};
-use crate::domain::Change;
+use crate::domain::{BreakReason, Change, Revocation};
 use crate::notify::WaitRegistry;
 
 /// Where the wake-up subscription connects.
@@ -126,11 +126,17 @@ pub(super) async fn subscribe_wakeups(
 }
 
 /// One wake-up channel message: `<tag>\t<version>\t<kind>` (a bare
-/// `<tag>` is read as "something changed").
+/// `<tag>` is read as "something changed"); `revoked` (break.lua) adds
+/// `\t<key name>\t<reason>`, either of them empty when there is none.
 pub(super) fn on_event(waiters: &WaitRegistry, payload: &str) {
     let mut parts = payload.split('\t');
     let tag = parts.next().unwrap_or_default();
     match parts.nth(1) {
+        Some("revoked") => {
+            let key_name = parts.next().filter(|n| !n.is_empty()).map(str::to_owned);
+            let reason = parts.next().and_then(|r| BreakReason::parse(r).ok());
+            waiters.revoked(tag, Revocation { reason, key_name });
+        }
         // The fair queue moved (a waiter left, or a permit is free for the
         // next one): only waiters look; the resource itself did not change.
         Some("queue") => waiters.wake(tag),

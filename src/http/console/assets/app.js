@@ -534,7 +534,8 @@
     status.textContent = entries.length ? 'Newest first.' : 'No history kept for this lease.';
     tbody.replaceChildren();
     for (const e of entries) {
-      tbody.appendChild(row([e.event, e.at, e.holder || '—', e.fencingToken ?? '—', e.reason || '—', e.keyName || '—']));
+      const why = e.reason || (e.lockDelayMs ? 'lock-delay ' + ms(e.lockDelayMs) : '') || (e.noticed ? 'seen after expiry' : '—');
+      tbody.appendChild(row([e.event, e.at, e.holder || '—', e.fencingToken ?? '—', why, e.keyName || '—']));
     }
   }
 

@@ -28,17 +28,22 @@ struct Args<'a> {
     /// `''` for a plain lease not queued, else
     /// `<limit>:<mode>:<lock-delay ms>:<queue member or ''>`.
     shape: &'a str,
+    /// [`RedisStore::history_args`]: the history's bound.
+    history_length: &'a str,
+    history_ttl_ms: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 5> {
+    fn named(&self) -> Named<'a, 7> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
             ("ttl ms", self.ttl_ms),
             ("holder label", self.holder_label),
             ("shape", self.shape),
+            ("history length", self.history_length),
+            ("history ttl ms", self.history_ttl_ms),
         ]
     }
 }
@@ -160,6 +165,8 @@ impl RedisStore {
             ttl_ms: &ttl_ms,
             holder_label: spec.holder.map_or("", HolderLabel::as_str),
             shape: &shape,
+            history_length: &self.history_args[0],
+            history_ttl_ms: &self.history_args[1],
         };
         let done = self
             .run_on_record(

@@ -19,6 +19,28 @@ pub fn int(items: &[Value], at: usize) -> Result<i64, StoreError> {
     }
 }
 
+/// The text at `items[at]` (a bulk or simple string of UTF-8).
+pub fn text(items: &[Value], at: usize) -> Result<&str, StoreError> {
+    match items.get(at) {
+        Some(Value::BulkString(b)) => std::str::from_utf8(b).map_err(|_| bad_reply()),
+        Some(Value::SimpleString(s)) => Ok(s.as_str()),
+        _ => Err(bad_reply()),
+    }
+}
+
+/// Status `-2` of renew and release: the caller's permit ended early and
+/// its tombstone says why (`items[1]`); `revoked` is the only reason yet.
+pub const ENDED_EARLY: i64 = -2;
+
+/// Whether the tombstone's reason at `items[1]` is one this build knows
+/// (`revoked`); anything else is a bad reply.
+pub fn revoked(items: &[Value]) -> Result<(), StoreError> {
+    match text(items, 1)? {
+        "revoked" => Ok(()),
+        _ => Err(bad_reply()),
+    }
+}
+
 /// A remaining time: `None` when negative (no expiry, or none left).
 pub fn non_negative(pttl: i64) -> Option<u64> {
     u64::try_from(pttl).ok()

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, non_negative, STATUS};
+use super::decode::{int, non_negative, revoked, ENDED_EARLY, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, ResourceId};
 use crate::store::{Replicated, StoreError, StoreRelease};
@@ -46,17 +46,22 @@ struct Args<'a> {
     event_channel: &'a str,
     resource_tag: &'a str,
     mode: &'a str,
+    /// [`RedisStore::history_args`]: the history's bound.
+    history_length: &'a str,
+    history_ttl_ms: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 5> {
+    fn named(&self) -> Named<'a, 7> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
             ("event channel", self.event_channel),
             ("resource tag", self.resource_tag),
             ("mode", self.mode),
+            ("history length", self.history_length),
+            ("history ttl ms", self.history_ttl_ms),
         ]
     }
 }
@@ -89,6 +94,7 @@ fn decode(items: &[redis::Value]) -> Result<StoreRelease, StoreError> {
         }),
         status::ABSENT => Ok(StoreRelease::AlreadyAbsent),
         status::NOT_OWNER => Ok(StoreRelease::NotOwner),
+        ENDED_EARLY => revoked(items).map(|()| StoreRelease::Revoked),
         _ => Err(bad_reply()),
     }
 }
@@ -97,7 +103,7 @@ fn decode(items: &[redis::Value]) -> Result<StoreRelease, StoreError> {
 fn decode_abandoned(items: &[redis::Value]) -> Result<bool, StoreError> {
     match int(items, STATUS)? {
         status::RELEASED => Ok(true),
-        status::ABSENT | status::NOT_OWNER | status::CLAIMED => Ok(false),
+        status::ABSENT | status::NOT_OWNER | status::CLAIMED | ENDED_EARLY => Ok(false),
         _ => Err(bad_reply()),
     }
 }
@@ -143,6 +149,8 @@ impl RedisStore {
             event_channel: &self.wake_channel,
             resource_tag: &tag,
             mode: mode.arg(),
+            history_length: &self.history_args[0],
+            history_ttl_ms: &self.history_args[1],
         };
         let done = self
             .run_on_record(
@@ -198,6 +206,9 @@ mod tests {
         assert_eq!(decode(&reply(&[0])), Ok(StoreRelease::AlreadyAbsent));
         assert_eq!(decode(&reply(&[-1])), Ok(StoreRelease::NotOwner));
         assert!(decode(&reply(&[2])).is_err());
+        let broken = [Value::Int(-2), Value::BulkString(b"revoked".to_vec())];
+        assert_eq!(decode(&broken), Ok(StoreRelease::Revoked));
+        assert_eq!(decode_abandoned(&broken), Ok(false));
         assert!(decode(&[]).is_err());
         assert_eq!(decode_abandoned(&reply(&[1, 20])), Ok(true));
         for gone_or_kept in [0, -1, 2] {

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use super::super::keys::SEQ_KEY_TTL_MS;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, label, store_time, token_of, STATUS};
+use super::decode::{int, label, revoked, store_time, token_of, ENDED_EARLY, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, HolderLabel, ResourceId, Ttl};
 use crate::store::{Replicated, StoreError, StoreLease, StoreRenew};
@@ -30,11 +30,14 @@ struct Args<'a> {
     seq_ttl_ms: &'a str,
     event_channel: &'a str,
     resource_tag: &'a str,
+    /// [`RedisStore::history_args`]: the history's bound.
+    history_length: &'a str,
+    history_ttl_ms: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 7> {
+    fn named(&self) -> Named<'a, 9> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
@@ -43,6 +46,8 @@ impl<'a> Args<'a> {
             ("sequence key ttl ms", self.seq_ttl_ms),
             ("event channel", self.event_channel),
             ("resource tag", self.resource_tag),
+            ("history length", self.history_length),
+            ("history ttl ms", self.history_ttl_ms),
         ]
     }
 }
@@ -71,6 +76,10 @@ fn decode(items: &[redis::Value], ttl: Ttl) -> Result<StoreRenew, StoreError> {
         }),
         0 => StoreRenew::Absent,
         -1 => StoreRenew::NotOwner,
+        ENDED_EARLY => {
+            revoked(items)?;
+            StoreRenew::Revoked
+        }
         _ => return Err(bad_reply()),
     })
 }
@@ -96,6 +105,8 @@ impl RedisStore {
             seq_ttl_ms: &seq_ttl_ms,
             event_channel: &self.wake_channel,
             resource_tag: &tag,
+            history_length: &self.history_args[0],
+            history_ttl_ms: &self.history_args[1],
         };
         let done = self
             .run_on_record(
@@ -146,5 +157,10 @@ mod tests {
         assert_eq!(decode(&[Value::Int(0)], ttl), Ok(StoreRenew::Absent));
         assert_eq!(decode(&[Value::Int(-1)], ttl), Ok(StoreRenew::NotOwner));
         assert!(decode(&[Value::Int(5)], ttl).is_err());
+        assert_eq!(
+            decode(&[Value::Int(-2), bulk("revoked")], ttl),
+            Ok(StoreRenew::Revoked)
+        );
+        assert!(decode(&[Value::Int(-2), bulk("later")], ttl).is_err());
     }
 }

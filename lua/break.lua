@@ -1,0 +1,114 @@
+-- break: an operator removes every live permit of a resource, or the one
+-- with a given fencing token (docs/design.md §17), in one script run.
+-- KEYS[1] record  KEYS[2] sequence (see acquire.lua)  KEYS[3] tombstones
+-- ARGV[1] fencing token or '' (every permit)  ARGV[2] sequence key ttl ms
+-- ARGV[3] event channel  ARGV[4] resource tag ("<purpose>:<digest>")
+-- ARGV[5] reason or ''  ARGV[6] key name or ''
+-- ARGV[7] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- (see acquire.lua).
+-- Returns {tag(1), permits} broken, {tag(0)} no live permit (with that
+-- token): nothing changed, {tag(-9), error} Redis refused (nothing applied:
+-- the tombstones are the first write).
+-- Each broken permit leaves a tombstone: field "p:<owner>:<operation>" (the
+-- permit's own field) = "<expiresAt>|revoked" in the hash KEYS[3], which
+-- lives until the last of them would have expired. renew.lua and
+-- release.lua read it only when they find no permit of the caller's.
+-- A break starts no lock-delay (the permits are deleted, not expired),
+-- counts as a change (the version moves, as for an acquire) and publishes
+-- "<tag>\t<version>\trevoked\t<key name>\t<reason>" (neither holds a tab:
+-- no control characters), which wakes waiters as a release does.
+local tag = tonumber(ARGV[7]) * 16 + 9
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A plain lease is a string record "<field>|<value>" (see acquire.lua).
+local cur = redis.pcall('GET', KEYS[1])
+local rec, hashed
+if type(cur) == 'string' then
+  local cut = string.find(cur, '|', 1, true)
+  rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
+elseif type(cur) == 'table' then
+  hashed = true
+  rec = redis.call('HGETALL', KEYS[1])
+else
+  return {tag}
+end
+local victims, tombs, last_end = {}, {}, 0
+local rest, latest, live = 0, 0, 0
+local top = 0
+for i = 1, #rec, 2 do
+  local field = rec[i]
+  if string.byte(field, 1) == 112 then -- 'p'
+    local fence, exp, ld = string.match(rec[i + 1], '^(%d+)|(%d+)|%d+|%d+|%d+|(%d+)|')
+    exp = tonumber(exp)
+    if exp > now and (ARGV[1] == '' or fence == ARGV[1]) then
+      victims[#victims + 1] = field
+      tombs[#tombs + 1] = field
+      tombs[#tombs + 1] = string.format('%d', exp) .. '|revoked'
+      if exp > last_end then
+        last_end = exp
+      end
+      if tonumber(fence) > top then
+        top = tonumber(fence)
+      end
+    else
+      if exp > now then
+        live = live + 1
+      end
+      local ends = exp + tonumber(ld)
+      if ends > now then
+        rest = rest + 1
+        if ends > latest then
+          latest = ends
+        end
+      end
+    end
+  end
+end
+if #victims == 0 then
+  return {tag}
+end
+-- The tombstones first: a write Redis refuses (OOM, NOREPLICAS) is refused
+-- here, before anything else changed. In slices of 200 (unpack, Lua's C
+-- stack).
+for i = 1, #tombs, 400 do
+  local j = math.min(i + 399, #tombs)
+  local done = redis.pcall('HSET', KEYS[3], unpack(tombs, i, j))
+  if type(done) == 'table' and done.err then
+    return {tag - 9, done.err}
+  end
+end
+if redis.call('PTTL', KEYS[3]) < last_end - now then
+  redis.pcall('PEXPIRE', KEYS[3], last_end - now)
+end
+-- A break is a change: the counter moves, so the version does.
+local last, changes, watched, queued = string.format('%d', top), 0, '0', '0'
+local seq = redis.call('GET', KEYS[2])
+if seq then
+  local a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
+  if a then
+    last, changes, watched, queued = a, tonumber(b), c, (d ~= '' and d or '0')
+  end
+end
+changes = changes + 1
+local changes_text = string.format('%d', changes)
+redis.pcall('SET', KEYS[2], last .. ':' .. changes_text .. ':' .. watched .. ':' .. queued, 'PX', ARGV[2])
+local IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+if not hashed or rest == 0 then
+  redis.pcall('DEL', KEYS[1])
+  if hashed then
+    redis.pcall('DEL', IDX)
+  end
+else
+  for i = 1, #victims, 200 do
+    local j = math.min(i + 199, #victims)
+    redis.pcall('HDEL', KEYS[1], unpack(victims, i, j))
+    redis.pcall('ZREM', IDX, unpack(victims, i, j))
+  end
+  if latest > now then
+    redis.pcall('PEXPIRE', KEYS[1], latest - now)
+    redis.pcall('PEXPIRE', IDX, latest - now)
+  end
+end
+redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes_text .. '.' .. live
+  .. '\trevoked\t' .. ARGV[6] .. '\t' .. ARGV[5])
+return {tag + 1, #victims}

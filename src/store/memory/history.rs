@@ -1,0 +1,119 @@
+//! The embedded store's history of each resource: the same entries the
+//! Redis scripts write (docs/storage-v2.md, "History"), kept in a map
+//! beside the leases, bounded per resource and in the number of resources.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use crate::domain::{HistoryBound, HistoryEntry, HistoryEvent, StoreTime};
+
+use super::records::{Entry, Permit};
+
+/// Every resource's history, newest entry first.
+pub(super) struct Histories {
+    map: HashMap<String, VecDeque<HistoryEntry>>,
+    bound: HistoryBound,
+    /// Resources with a history, at most (past it, the stale go, then the
+    /// oldest-written).
+    cap: usize,
+}
+
+impl Histories {
+    pub(super) fn new(bound: HistoryBound, cap: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            bound,
+            cap: cap.max(1024),
+        }
+    }
+
+    pub(super) fn bound(&self) -> HistoryBound {
+        self.bound
+    }
+
+    /// Adds `entry` as the newest of `key`'s history, trimmed to the bound.
+    pub(super) fn push(&mut self, key: &str, entry: HistoryEntry) {
+        if !self.map.contains_key(key) && self.map.len() >= self.cap {
+            self.shed(entry.at);
+        }
+        let list = self.map.entry(key.to_owned()).or_default();
+        list.push_front(entry);
+        list.truncate(self.bound.entries as usize);
+    }
+
+    /// Makes room for one more resource: drops the histories whose newest
+    /// entry is past the age bound, and if none was, the one written least
+    /// recently.
+    fn shed(&mut self, now: StoreTime) {
+        let bound = self.bound;
+        self.map
+            .retain(|_, list| list.front().is_some_and(|e| bound.keeps(e.at, now)));
+        if self.map.len() >= self.cap {
+            let oldest = self
+                .map
+                .iter()
+                .min_by_key(|(_, list)| list.front().map_or(0, |e| e.at.0))
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.map.remove(&k);
+            }
+        }
+    }
+
+    /// Writes, once per permit, the expiry of every permit of `entry` that
+    /// ran out (at its expiry), then the lock-delay it started: what the
+    /// Redis scripts write when they read an expired permit.
+    pub(super) fn note_expiries(
+        &mut self,
+        key: &str,
+        entry: &mut Entry,
+        now: Instant,
+        wall: StoreTime,
+    ) {
+        let live = entry.live_count(now);
+        let version = format!("{}.{live}", entry.changes);
+        for p in entry
+            .permits
+            .iter_mut()
+            .filter(|p| !p.live(now) && !p.noted)
+        {
+            p.noted = true;
+            let ago = now.saturating_duration_since(p.expires_at).as_millis();
+            let at = StoreTime(
+                wall.0
+                    .saturating_sub(u64::try_from(ago).unwrap_or(u64::MAX)),
+            );
+            self.push(key, of(p, HistoryEvent::Expired, at, &version));
+            if !p.lock_delay.is_zero() {
+                let lock_delay_ms = u64::try_from(p.lock_delay.as_millis()).unwrap_or(u64::MAX);
+                self.push(
+                    key,
+                    of(p, HistoryEvent::LockDelay { lock_delay_ms }, at, &version),
+                );
+            }
+        }
+    }
+
+    /// The newest `limit` entries of `key` within the age bound at `now`.
+    pub(super) fn read(&self, key: &str, limit: usize, now: StoreTime) -> Vec<HistoryEntry> {
+        self.map.get(key).map_or_else(Vec::new, |list| {
+            list.iter()
+                .filter(|e| self.bound.keeps(e.at, now))
+                .take(limit)
+                .cloned()
+                .collect()
+        })
+    }
+}
+
+/// The entry `event` of permit `p` at `at`, the resource then at `version`.
+pub(super) fn of(p: &Permit, event: HistoryEvent, at: StoreTime, version: &str) -> HistoryEntry {
+    HistoryEntry {
+        event,
+        at,
+        noticed: false,
+        fencing_token: p.fencing_token,
+        version: version.to_owned(),
+        holder: p.holder.clone(),
+    }
+}

@@ -1,0 +1,139 @@
+//! `lua/break.lua` from the Rust side: its keys and arguments by the names
+//! its header gives them, in the header's order, the call, and its answer
+//! read by the positions the header's `Returns` gives.
+
+use std::sync::LazyLock;
+
+use super::super::call::Call;
+use super::super::keys::{lease_key, seq_key, tomb_key, SEQ_KEY_TTL_TEXT};
+use super::super::reply::bad_reply;
+use super::super::store::RedisStore;
+use super::decode::{int, STATUS};
+use super::evalsha::{values, Named, Script};
+use crate::domain::{ResourceId, Revocation};
+use crate::store::{Replicated, StoreBreak, StoreError};
+
+/// The script, hashed once.
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new("break", include_str!("../../../../lua/break.lua")));
+
+/// A break deletes permits: with replica acks configured, `WAIT` follows.
+const WAITS_FOR_REPLICAS: bool = true;
+
+/// The script's `KEYS`, as its header names them.
+fn keys<'a>(lease: &'a str, seq: &'a str, tombs: &'a str) -> Named<'a, 3> {
+    [("record", lease), ("sequence", seq), ("tombstones", tombs)]
+}
+
+/// The script's `ARGV` (the nonce, last, is added per call).
+#[derive(Default)]
+struct Args<'a> {
+    /// `''`: every permit.
+    fencing_token: &'a str,
+    seq_ttl_ms: &'a str,
+    event_channel: &'a str,
+    resource_tag: &'a str,
+    reason: &'a str,
+    key_name: &'a str,
+}
+
+impl<'a> Args<'a> {
+    /// Each argument with its header name, in `ARGV` order.
+    fn named(&self) -> Named<'a, 6> {
+        [
+            ("fencing token", self.fencing_token),
+            ("sequence key ttl ms", self.seq_ttl_ms),
+            ("event channel", self.event_channel),
+            ("resource tag", self.resource_tag),
+            ("reason", self.reason),
+            ("key name", self.key_name),
+        ]
+    }
+}
+
+/// Positions in `{tag(1), permits}`: broken (the other answer is the
+/// status alone).
+mod broken {
+    pub const PERMITS: usize = 1;
+}
+
+fn decode(items: &[redis::Value]) -> Result<StoreBreak, StoreError> {
+    match int(items, STATUS)? {
+        1 => u32::try_from(int(items, broken::PERMITS)?)
+            .ok()
+            .filter(|n| *n > 0)
+            .map(StoreBreak::Broken)
+            .ok_or_else(bad_reply),
+        0 => Ok(StoreBreak::NothingToBreak),
+        _ => Err(bad_reply()),
+    }
+}
+
+impl RedisStore {
+    /// `break.lua`: every live permit of `resource`, or the one with
+    /// `fencing_token`, goes; with the replica acknowledgement of the
+    /// write when acks are configured.
+    pub(in crate::store) async fn break_lease(
+        &self,
+        resource: &ResourceId,
+        fencing_token: Option<u64>,
+        revocation: &Revocation,
+    ) -> Result<Replicated<StoreBreak>, StoreError> {
+        let (lease, seq, tombs) = (
+            lease_key(&self.namespace, resource),
+            seq_key(&self.namespace, resource),
+            tomb_key(&self.namespace, resource),
+        );
+        let tag = resource.tag();
+        let token = fencing_token.map(|t| t.to_string()).unwrap_or_default();
+        let args = Args {
+            fencing_token: &token,
+            seq_ttl_ms: SEQ_KEY_TTL_TEXT,
+            event_channel: &self.wake_channel,
+            resource_tag: &tag,
+            reason: revocation.reason.as_ref().map_or("", |r| r.as_str()),
+            key_name: revocation.key_name.as_deref().unwrap_or(""),
+        };
+        let done = self
+            .run(Call {
+                script: &SCRIPT,
+                tag: &tag,
+                keys: &values(&keys(&lease, &seq, &tombs)),
+                args: &values(&args.named()),
+                acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
+            })
+            .await?;
+        Ok(Replicated {
+            value: decode(&done.value)?,
+            replication: done.replication,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::super::evalsha::names;
+    use super::super::header;
+    use super::*;
+
+    #[test]
+    fn the_header_lists_the_arguments_rust_passes() {
+        header::assert_lists(
+            SCRIPT.source,
+            names(&keys("", "", "")),
+            names(&Args::default().named()),
+        );
+    }
+
+    #[test]
+    fn replies_decode_by_status() {
+        let reply = |items: &[i64]| items.iter().map(|v| Value::Int(*v)).collect::<Vec<_>>();
+        assert_eq!(decode(&reply(&[1, 3])), Ok(StoreBreak::Broken(3)));
+        assert_eq!(decode(&reply(&[0])), Ok(StoreBreak::NothingToBreak));
+        assert!(decode(&reply(&[1, 0])).is_err());
+        assert!(decode(&reply(&[1])).is_err());
+        assert!(decode(&reply(&[-1])).is_err());
+    }
+}
