@@ -147,7 +147,7 @@ function launch(userDir) {
     '--disable-background-networking',
     '--remote-debugging-pipe',
     `--user-data-dir=${userDir}`,
-    '--window-size=1280,900',
+    '--window-size=1280,1000',
     ...(process.env.INSECURE_TLS ? ['--ignore-certificate-errors'] : []),
     'about:blank',
   ];

@@ -481,6 +481,7 @@
     const admin = state.scopes.includes('admin');
     $('break-area').hidden = !(admin && i.held);
     const permits = i.permits || [];
+    $('permits').hidden = !permits.length;
     // Rebuilt only when the permits change (a button rebuilt under the
     // pointer would swallow the click); otherwise the times are updated.
     const shown = JSON.stringify([admin, permits.map((p) => [p.fencingToken, p.holder, p.renewedAt])]);
