@@ -261,6 +261,12 @@ impl ApiKeys {
         }
     }
 
+    /// The public name of the key sent (`name=<name>` in the keys file),
+    /// if keys are configured and it has one; never the key itself.
+    pub fn key_name(&self, headers: &HeaderMap) -> Option<String> {
+        self.lookup(headers).ok().flatten()?.name.clone()
+    }
+
     /// What the sent key may read: its role on every purpose (`*`), if
     /// any, and on each purpose it names (sorted, each at least as strong
     /// as the `*` role). `None` when the API is open; 401 without a valid
@@ -279,12 +285,6 @@ impl ApiKeys {
             any: grant.any,
             named,
         }))
-    }
-
-    /// The public name of the key sent (`name=<name>` in the keys file),
-    /// if keys are configured and it has one; never the key itself.
-    pub fn key_name(&self, headers: &HeaderMap) -> Option<String> {
-        self.lookup(headers).ok().flatten()?.name.clone()
     }
 
     /// 401/403 unless the key has the `metrics` scope (when keys are

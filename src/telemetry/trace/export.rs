@@ -111,7 +111,7 @@ impl Exporter {
         &self.tracer
     }
 
-    /// Exports what is queued and stops the task, within [`SHUTDOWN_FLUSH`].
+    /// Exports what is queued and stops the task, within `SHUTDOWN_FLUSH` (2 s).
     pub async fn shutdown(self) {
         self.stop.cancel();
         let mut task = self.task;
