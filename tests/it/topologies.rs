@@ -194,9 +194,10 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
     // A slot being migrated: ASK is followed (ASKING + the script on the
     // importing node); once the slot has moved, MOVED is followed.
     let (moving, fresh) = (digest(), digest());
-    let (lease, fence) = (
+    let (lease, fence, history) = (
         lease_key(&a.namespace, &moving),
         format!("{}:seq:v2:{{{P}:{moving}}}", a.namespace),
+        format!("{}:hist:v2:{{{P}:{moving}}}", a.namespace),
     );
     let holder = a.attempt().await;
     assert_eq!(
@@ -251,6 +252,7 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
         "KEYS",
         &lease,
         &fence,
+        &history,
     ]);
     // Moved keys: ASK to the importing node, which has them.
     assert_eq!(
@@ -273,8 +275,8 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
     );
     assert_eq!(
         target.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]),
-        "3",
-        "moved fence key, fresh lease and fence"
+        "5",
+        "moved fence and history, fresh lease, fence and history"
     );
 
     // Instance B (same namespace, all seeds) waits; instance A releases.
@@ -990,9 +992,10 @@ async fn acl_rules_from_the_docs_are_enough() {
     let password = unique("pw-Documented");
     let rules = format!(
         "leasehold on >{password} resetkeys ~{namespace}:* resetchannels &{namespace}:wake:v2 \
-         -@all +evalsha +script|load +get +set +del +pexpire +time +publish \
-         +hgetall +hset +hdel +zadd +zrem +zrangebyscore +zscore +scan \
-         +subscribe +ping +info +hello +auth"
+         -@all +evalsha +script|load +get +set +del +exists +pexpire +pttl +time +publish \
+         +hget +hmget +hgetall +hset +hdel +hlen \
+         +zadd +zrem +zcard +zcount +zrange +zrangebyscore +zrank +zscore \
+         +lpush +ltrim +lrange +lindex +scan +subscribe +ping +info +hello +auth"
     );
     let mut argv = vec!["--user"];
     argv.extend(rules.split_whitespace());
