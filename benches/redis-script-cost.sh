@@ -59,6 +59,6 @@ git show "$rev:lua/acquire.lua" >"$work/old.lua"
 old=$(per_call "$work/old.lua" 2 'ns:lease:v1:{p:__rand_int__}' 'ns:fence:v1:{p:__rand_int__}' \
   "$owner" op-123456 30000 604800000 12345)
 new=$(per_call lua/acquire.lua 2 'ns:lease:v2:{p:__rand_int__}' 'ns:seq:v2:{p:__rand_int__}' \
-  "$owner" op-123456 30000 '' '' 12345)
+  "$owner" op-123456 30000 '' '' 100 604800000 '' 12345)
 echo "Redis instructions per uncontended acquire: $rev $old, this tree $new" \
   "($(python3 -c "print(f'{($new / $old - 1) * 100:+.1f} %')"))"

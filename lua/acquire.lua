@@ -12,7 +12,10 @@
 --         "<limit>:<x exclusive|s shared>:<lock-delay ms>:<queue member or ''>"
 -- ARGV[6] history length: most entries the resource's history keeps
 -- ARGV[7] history ttl ms: how long the history outlives its last entry
--- ARGV[8] nonce, a 32-bit integer. Every reply starts with the tag
+-- ARGV[8] purpose watched: '1' while the purpose is in the registry of
+--         watched purposes (lua/purposes.lua): the acquire is announced
+--         as for a watched resource. '' otherwise.
+-- ARGV[9] nonce, a 32-bit integer. Every reply starts with the tag
 --         nonce * 16 + status + 9 (status -9..6 in the low 4 bits; exact as a
 --         Lua number): the caller proves the reply answers its own request (a
 --         pipelined connection one reply short would otherwise hand it
@@ -52,7 +55,7 @@
 --   {tag(4), limit}       limit_mismatch: live holders agreed on another limit
 --   {tag(-9), error}      Redis refused a write; no permit was written (the
 --                         first write, the sequence, is harmless alone)
-local tag = tonumber(ARGV[8]) * 16 + 9
+local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local secs, micros = tonumber(t[1]), tonumber(t[2])
 local now = secs * 1000 + (micros - micros % 1000) / 1000
@@ -149,7 +152,7 @@ if not cur and ARGV[5] == '' then
       redis.pcall('LTRIM', H, 0, HMAX - 1)
     end
     redis.pcall('PEXPIRE', H, ARGV[7])
-    if watched > now then
+    if watched > now or ARGV[8] ~= '' then
       redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
         string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
     end
@@ -593,7 +596,7 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
     redis.pcall('LTRIM', H, 0, HMAX - 1)
   end
   redis.pcall('PEXPIRE', H, ARGV[7])
-  if watched > now then
+  if watched > now or ARGV[8] ~= '' then
     redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
       string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
   end
@@ -663,7 +666,7 @@ redis.pcall('PEXPIRE', H, ARGV[7])
 -- Watchers of this resource (an instance renews "watched until" while it
 -- has some) hear of the acquire; nobody pays for the event otherwise. The
 -- next queued waiter looks at once when a permit is still free for it.
-if watched > now then
+if watched > now or ARGV[8] ~= '' then
   redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
     string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.' .. (live + 1) .. '\tacquired')
 end

@@ -9,7 +9,9 @@
 -- ARGV[4] new holder label or '' (keep)  ARGV[5] sequence key ttl ms
 -- ARGV[6] event channel  ARGV[7] resource tag
 -- ARGV[8] history length  ARGV[9] history ttl ms (see acquire.lua)
--- ARGV[10] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- ARGV[10] purpose watched: '1' announces a label change as for a watched
+-- resource (see acquire.lua), '' otherwise
+-- ARGV[11] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- History (see acquire.lua): 'h' when the label changes; a plain renew
 -- writes none.
@@ -19,7 +21,7 @@
 -- ('revoked'), {tag(-9), error} Redis
 -- refused (nothing applied: the permit's own expiresAt is what counts, and
 -- it is written last).
-local tag = tonumber(ARGV[10]) * 16 + 9
+local tag = tonumber(ARGV[11]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
@@ -168,7 +170,7 @@ if relabel then
   changes = changes + 1
   local changes_text = string.format('%d', changes)
   redis.pcall('SET', KEYS[2], last .. ':' .. changes_text .. ':' .. watched .. ':' .. queued, 'PX', ARGV[5])
-  if tonumber(watched) > now then
+  if tonumber(watched) > now or ARGV[10] ~= '' then
     redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
   local H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))

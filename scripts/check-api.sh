@@ -444,6 +444,8 @@ step "promtool check metrics on a live scrape after the lease cycle" scrape_chec
 #   other parameter generated as usual, `maxEvents` included; each event is
 #   validated against its documented schema (LeaseEvent, `data` as JSON of
 #   Inspected). Out-of-range `maxMs` values are tested in tests/it/watch.rs.
+#   watchPurpose (GET /leases/{purpose}/events) likewise, its events validated
+#   against PurposeEvent; tests/it/purpose_watch.rs tests its bounds.
 # max_response_time is set to the documented bound, not the 10 s default: an
 # acquire may wait server-side up to waitMs (30 s), plus the store timeout.
 # Bounded: --max-examples per operation and phase; a fixed seed, so a failure
@@ -466,6 +468,10 @@ parameters = { "path.purpose" = "invoice-export", "query.cursor" = "$cursor" }
 
 [[operations]]
 include-operation-id = "watchLease"
+parameters = { "query.maxMs" = 250 }
+
+[[operations]]
+include-operation-id = "watchPurpose"
 parameters = { "query.maxMs" = 250 }
 TOML
   # In $TMP: hypothesis keeps its example database in the working directory.

@@ -78,6 +78,8 @@ impl Raw {
             // History bounds (lua/acquire.lua ARGV[6], ARGV[7]): the defaults.
             .arg("100")
             .arg("604800000")
+            // "purpose watched" (lua/acquire.lua ARGV[8]): nobody watches.
+            .arg("")
             .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }

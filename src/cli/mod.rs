@@ -27,6 +27,7 @@ mod lock;
 mod operator;
 mod steps;
 mod watch;
+mod watch_purpose;
 
 use std::process::ExitCode;
 
@@ -111,6 +112,7 @@ impl ClientCommand {
                 Self::Inspect(args) => inspect::run(args).await,
                 Self::List(args) => list::run(args).await,
                 Self::History(args) => history::run(args).await,
+                Self::Watch(args) if args.raw_id.is_none() => watch_purpose::run(args).await,
                 Self::Watch(args) => watch::run(args).await,
                 Self::Acquire(args) => steps::run_acquire(args).await,
                 Self::Renew(args) => steps::run_renew(args).await,

@@ -1,6 +1,8 @@
 //! `leasehold watch`: follows one lease and prints a line per change (who
 //! holds it, its fencing token, its version), through the inspect long-poll
 //! (`?changedSince=V&waitMs=N`), until interrupted or `--count` lines.
+//! Without `RAW_ID` the command follows the whole purpose through its event
+//! stream instead (`watch_purpose.rs`).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -12,7 +14,7 @@ use super::common::{parse_duration, resource, service_error, Connection, Exit, E
 use super::inspect::as_json;
 use crate::domain::{Inspection, ResourceId};
 
-/// `leasehold watch [OPTIONS] PURPOSE RAW_ID`
+/// `leasehold watch [OPTIONS] PURPOSE [RAW_ID]`
 #[derive(Debug, Args)]
 pub struct WatchArgs {
     /// Where the service is and how to authenticate.
@@ -32,8 +34,9 @@ pub struct WatchArgs {
     pub poll: Duration,
     /// What the lease is for, e.g. invoice-export.
     pub purpose: String,
-    /// The resource's raw id; only its SHA-256 digest is sent.
-    pub raw_id: String,
+    /// The resource's raw id; only its SHA-256 digest is sent. Left out:
+    /// every lease of the purpose (first the live ones, then each change).
+    pub raw_id: Option<String>,
 }
 
 /// Runs `leasehold watch`.
@@ -48,7 +51,11 @@ async fn watch(args: &WatchArgs) -> Result<(), Exit> {
     if args.poll.is_zero() {
         return Err(Exit::new(EXIT_USAGE, "--poll must be more than 0"));
     }
-    let resource = resource(&args.purpose, &args.raw_id)?;
+    // Without RAW_ID the purpose is watched (`watch_purpose`, routed there).
+    let Some(raw_id) = &args.raw_id else {
+        return Err(Exit::new(EXIT_USAGE, "RAW_ID is missing"));
+    };
+    let resource = resource(&args.purpose, raw_id)?;
     let client = args.connection.client()?;
     let mut printed = 0u64;
     let mut version: Option<String> = None;

@@ -171,6 +171,11 @@ impl Client {
         &self.inner.settings
     }
 
+    /// `<base>/leases/<purpose>/events`.
+    pub(super) fn purpose_events_url(&self, purpose: &crate::domain::Purpose) -> String {
+        format!("{}/leases/{purpose}/events", self.inner.base)
+    }
+
     pub(super) fn lease_url(&self, resource: &ResourceId) -> String {
         format!(
             "{}/leases/{}/{}",
@@ -212,7 +217,7 @@ impl Client {
             operation_id: op.clone(),
             cause,
         };
-        let mut response = match request.send().await {
+        let response = match request.send().await {
             Ok(r) => r,
             // The request could not be built, or no connection was made
             // (TLS handshake included): it never left.
@@ -235,6 +240,51 @@ impl Client {
             }
             Err(e) if e.is_timeout() => return Err(indeterminate(Cause::Timeout)),
             Err(_) => return Err(indeterminate(Cause::ConnectionLost)),
+        };
+        self.read_reply(response, op).await
+    }
+
+    /// Sends a GET of `url` with the API key and no timeout for the body (a
+    /// stream): the answer's head, or what a sent request's failure is.
+    pub(super) async fn open_stream(
+        &self,
+        url: String,
+        headers: &[(&str, &str)],
+        op: &OperationId,
+    ) -> Result<reqwest::Response, Error> {
+        let mut request = self.inner.http.get(url);
+        if let Some(auth) = &self.inner.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        match request.send().await {
+            Ok(r) => Ok(r),
+            Err(e) if e.is_builder() || e.is_connect() => Err(Error::Unavailable {
+                retry_after: None,
+                cause: if tls::is_tls_failure(&e) {
+                    Cause::Tls
+                } else {
+                    Cause::Connect
+                },
+            }),
+            Err(_) => Err(Error::Indeterminate {
+                operation_id: op.clone(),
+                cause: Cause::ConnectionLost,
+            }),
+        }
+    }
+
+    /// Reads an answer's body (at most `max_reply_bytes`) as a [`Reply`].
+    pub(super) async fn read_reply(
+        &self,
+        mut response: reqwest::Response,
+        op: &OperationId,
+    ) -> Result<Reply, Error> {
+        let indeterminate = |cause| Error::Indeterminate {
+            operation_id: op.clone(),
+            cause,
         };
         let status = response.status().as_u16();
         let limit = self.inner.settings.max_reply_bytes;

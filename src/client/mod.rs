@@ -53,6 +53,7 @@ mod history;
 mod leadership;
 mod machine;
 mod observe;
+mod purpose_stream;
 mod reply;
 mod tls;
 mod watchdog;
@@ -65,6 +66,7 @@ pub use self::handle::LeaseHandle;
 pub use self::leadership::{ElectionError, ElectionEvent, Leadership, StopReason};
 pub use self::machine::{HandleCore, LeaseState, Refused, ReleaseReply, RenewReply};
 pub use self::observe::{ElectionSettings, Leader, Observer};
+pub use self::purpose_stream::{PurposeStream, StreamEvent};
 pub use self::tls::{ClientIdentity, TlsSettings};
 pub use self::watchdog::{
     EndReason, EventKind, Registration, Watchdog, WatchdogError, WatchdogEvent,

@@ -17,6 +17,7 @@ pub mod operator;
 pub mod problem;
 pub mod problem_table;
 pub mod problems;
+pub mod purpose_watch;
 pub mod server;
 pub mod tls;
 pub mod watch;
@@ -164,6 +165,8 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
         return match (segments.next(), segments.next(), segments.next()) {
             // As the router (matchit) does: an empty purpose matches (the
             // handler answers 400), an empty last segment does not.
+            // A static segment wins over a parameter, as in the router.
+            (Some(_purpose), Some("events"), None) => purpose_watch::ROUTE,
             (Some(_purpose), Some(digest), None) if !digest.is_empty() => leases::ROUTE,
             (Some(purpose), None, None) if !purpose.is_empty() => list::ROUTE,
             (Some(_purpose), Some(_digest), Some("events")) if segments.next().is_none() => {
@@ -171,6 +174,9 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             }
             (Some(_purpose), Some(_digest), Some("history")) if segments.next().is_none() => {
                 history::ROUTE
+            }
+            (Some(_purpose), Some(_digest), Some("break")) if segments.next().is_none() => {
+                operator::ROUTE
             }
             _ => "unmatched",
         };
@@ -228,6 +234,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(history::routes())
         .merge(watch::routes())
         .merge(operator::routes())
+        .merge(purpose_watch::routes())
         .merge(health::routes(metrics_on_api))
         .merge(openapi::routes())
         .merge(docs::routes())
@@ -416,6 +423,8 @@ mod tests {
                 "/leases/p/v1.d/history",
                 "/leases/{purpose}/{digest}/history",
             ),
+            ("/leases/p/events", "/leases/{purpose}/events"),
+            ("/leases/p/v1.d/break", "/leases/{purpose}/{digest}/break"),
             ("/livez", "/livez"),
             ("/readyz", "/readyz"),
             ("/openapi.json", "/openapi.json"),

@@ -4,8 +4,12 @@
 //! store reports reaches both. One owner: the registry holds the hub, and
 //! every store feeds the registry.
 
+mod purpose;
+mod purpose_event;
 mod waits;
 mod watch;
 
+pub use self::purpose::{Next, PurposeHub, PurposeIo, PurposeWatcher, Start, RING, WATCHER_BUFFER};
+pub use self::purpose_event::{event_id, with_digest, PurposeEvent};
 pub use self::waits::{ResourceWaiters, WaitGuard, WaitRegistry};
-pub use self::watch::{newer, Read, Snapshot, WatchHub, Watcher, REFRESH};
+pub use self::watch::{newer, Admitted, Read, Snapshot, WatchHub, Watcher, REFRESH};

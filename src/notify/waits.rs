@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use super::purpose::PurposeHub;
 use super::watch::WatchHub;
 use crate::domain::Change;
 
@@ -71,6 +72,7 @@ pub struct WaitRegistry {
     waiting: AtomicUsize,
     max_waiters: usize,
     watch: WatchHub,
+    purposes: PurposeHub,
 }
 
 impl WaitRegistry {
@@ -81,12 +83,18 @@ impl WaitRegistry {
             waiting: AtomicUsize::new(0),
             max_waiters,
             watch: WatchHub::default(),
+            purposes: PurposeHub::default(),
         }
     }
 
     /// The watch hub fed by the same events as the waiters.
     pub fn watch(&self) -> &WatchHub {
         &self.watch
+    }
+
+    /// The purpose watchers, fed by the same events.
+    pub fn purposes(&self) -> &PurposeHub {
+        &self.purposes
     }
 
     /// `change` happened to `tag` (on any instance): waiters look again when
@@ -96,12 +104,14 @@ impl WaitRegistry {
             self.wake(tag);
         }
         self.watch.changed(tag, Some(change));
+        self.purposes.changed(tag, Some(change));
     }
 
     /// An operator broke `tag` (or permits of it): waiters look again, as
     /// after a release; watchers hear `revoked` with who and why.
     pub fn revoked(&self, tag: &str, revocation: crate::domain::Revocation) {
         self.wake(tag);
+        self.purposes.revoked(tag, revocation.clone());
         self.watch.revoked(tag, revocation);
     }
 
@@ -110,6 +120,7 @@ impl WaitRegistry {
     pub fn changed_somehow(&self, tag: &str) {
         self.wake(tag);
         self.watch.changed(tag, None);
+        self.purposes.changed(tag, None);
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ResourceWaiters>>> {
@@ -161,6 +172,7 @@ impl WaitRegistry {
             resource.wake.notify_one();
         }
         self.watch.changed_all();
+        self.purposes.changed_all();
     }
 
     /// Whether any wait for `tag` is registered on this instance.

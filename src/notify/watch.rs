@@ -112,7 +112,7 @@ impl Snapshot {
 
     /// When the first of the holders' permits runs out, as far as this read
     /// knows.
-    fn expires_at(&self) -> Option<Instant> {
+    pub(super) fn expires_at(&self) -> Option<Instant> {
         let i = &self.inspection;
         let soonest = i
             .permits
@@ -175,7 +175,7 @@ struct Group {
     rx: watch::Receiver<Published>,
 }
 
-fn hint_bit(change: Option<Change>) -> u8 {
+pub(super) fn hint_bit(change: Option<Change>) -> u8 {
     match change {
         Some(Change::Acquired) => 1,
         Some(Change::Released) => 2,
@@ -230,6 +230,19 @@ impl WatchHub {
             group.hints.fetch_or(hint_bit(None), Ordering::AcqRel);
             group.wake.notify_one();
         }
+    }
+
+    /// Takes a place under the watch cap `max_watchers` for a watcher that
+    /// is not a resource's (a purpose watcher), or `None` when all are taken.
+    pub fn admit(&self, max_watchers: usize) -> Option<Admitted> {
+        self.inner
+            .watchers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max_watchers).then_some(n + 1)
+            })
+            .ok()?;
+        metrics::gauge!(WATCHERS).increment(1.0);
+        Some(Admitted { hub: self.clone() })
     }
 
     /// Watchers on this instance.
@@ -292,6 +305,18 @@ impl WatchHub {
             group,
             last: None,
         })
+    }
+}
+
+/// A place under the watch cap ([`WatchHub::admit`]), given back on drop.
+pub struct Admitted {
+    hub: WatchHub,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.hub.inner.watchers.fetch_sub(1, Ordering::AcqRel);
+        metrics::gauge!(WATCHERS).decrement(1.0);
     }
 }
 
@@ -406,7 +431,7 @@ pub fn newer(version: &str, than: &str) -> bool {
 /// expiry when its time was up (and no release was heard, and the store
 /// counted no change: an expiry is not one); the same ones under a new
 /// version are a holder change.
-fn classify(old: &Snapshot, new: &Snapshot, hints: u8) -> Change {
+pub(super) fn classify(old: &Snapshot, new: &Snapshot, hints: u8) -> Change {
     let (was, is) = (old.fences(), new.fences());
     if is.iter().any(|(f, _)| !was.iter().any(|(g, _)| g == f)) {
         return Change::Acquired;

@@ -1,11 +1,12 @@
 //! Listing a purpose's leases: one store page under the admission limit,
 //! turned into the `listed` outcome and counted as verb `list`.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::LeaseService;
 use crate::domain::{
     Failure, ListCursor, ListLimit, ListedLease, Listing, OutcomeName as _, PermitView, Purpose,
+    ResourceDigest,
 };
 use crate::store::StoreListed;
 
@@ -46,6 +47,43 @@ impl LeaseService {
             started.elapsed().as_secs_f64(),
         );
         result
+    }
+
+    /// The digests of every live lease of `purpose`: a listing to its end,
+    /// in pages of 1000 (a purpose watch's first load and re-lists).
+    pub async fn live_digests(&self, purpose: &Purpose) -> Result<Vec<ResourceDigest>, Failure> {
+        let mut cursor: Option<ListCursor> = None;
+        let mut out = Vec::new();
+        loop {
+            let page = match self
+                .admitted(
+                    self.store
+                        .list(purpose, cursor.as_ref(), usize::from(ListLimit::MAX)),
+                )
+                .await
+            {
+                Ok(Ok(page)) => page,
+                Ok(Err(err)) => return Err(self.failure(err, None)),
+                Err(overloaded) => return Err(overloaded),
+            };
+            out.extend(page.leases.into_iter().map(|l| l.digest));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Marks `purpose` watched in the store; answers how long until every
+    /// instance announces its changes (docs/watching.md).
+    pub async fn mark_purpose_watched(&self, purpose: &Purpose) -> Result<Duration, Failure> {
+        self.store
+            .mark_purpose(purpose)
+            .await
+            .map_err(|err| self.failure(err, None))
     }
 
     /// Whether the store issues cursors like `cursor` (one of the other

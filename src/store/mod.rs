@@ -15,6 +15,7 @@ pub mod memory;
 pub mod redis;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::domain::{
     Attempt, HeldBy, HolderLabel, LeaseShape, Mode, OwnerToken, ResourceId, StoreTime, Ttl,
@@ -447,6 +448,16 @@ impl Store {
         match self {
             Store::Memory(s) => s.history_bound(),
             Store::Redis(s) => s.history,
+        }
+    }
+
+    /// Marks `purpose` watched (docs/watching.md, "Watching a purpose") and
+    /// answers how long until every instance announces its changes.
+    pub async fn mark_purpose(&self, purpose: &Purpose) -> Result<Duration, StoreError> {
+        match self {
+            // One process: every change reaches the hub at once.
+            Store::Memory(_) => Ok(Duration::ZERO),
+            Store::Redis(s) => s.mark_purpose(purpose).await,
         }
     }
 

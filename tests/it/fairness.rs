@@ -859,6 +859,7 @@ fn raw_acquire(server: &RedisServer, keys: [&str; 2], attempt: [&str; 2], shape:
         shape,
         "100",
         "604800000",
+        "",
         "7",
     ]);
     let first: i64 = out

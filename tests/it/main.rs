@@ -34,6 +34,7 @@ mod mixed_history;
 mod operator;
 mod parsers_prop;
 mod permits;
+mod purpose_watch;
 mod redis_failures;
 mod refusals;
 mod roles;

@@ -86,6 +86,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::history::history,
         crate::http::watch::events,
         crate::http::operator::break_lease,
+        crate::http::purpose_watch::events,
         crate::http::health::livez,
         crate::http::health::readyz,
         crate::http::health::metrics_on_api,

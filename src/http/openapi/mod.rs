@@ -13,6 +13,7 @@
 mod break_tests;
 mod document;
 mod events;
+mod purpose_events;
 #[cfg(test)]
 mod same_words;
 mod schemas;
@@ -22,4 +23,5 @@ mod tests;
 pub(super) use self::document::routes;
 pub use self::document::{document_json, openapi_json, ApiDoc, REGENERATE, ROUTE};
 pub use self::events::{lease_events, LeaseEvent, STATE_EVENT};
+pub use self::purpose_events::{purpose_events, PurposeEventDoc};
 pub use self::schemas::*;

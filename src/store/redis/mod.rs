@@ -26,6 +26,7 @@ mod sentinel_logic;
 mod settings;
 mod store;
 mod wakeups;
+mod watched;
 
 pub use self::keys::{lease_key, seq_key};
 pub use self::settings::{RedisSettings, RedisSetupError, ReplicaAcks, TlsFiles, Topology};

@@ -44,6 +44,9 @@ pub struct RedisStore {
     pub(super) history_args: [String; 2],
     /// `leasehold_store_command_duration_seconds` by script.
     pub(super) durations: crate::telemetry::Handles<&'static str, metrics::Histogram>,
+    /// The purposes marked watched at this instance's last read of the
+    /// registry (docs/watching.md, "Watching a purpose").
+    pub(super) watched_purposes: super::watched::WatchedPurposes,
 }
 
 impl RedisStore {
@@ -185,6 +188,7 @@ impl RedisStore {
                 settings.history.max_age_ms.to_string(),
             ],
             durations: crate::telemetry::Handles::new(),
+            watched_purposes: super::watched::WatchedPurposes::default(),
         })
     }
 
@@ -279,6 +283,7 @@ impl RedisStore {
                 WakeSource::Sentinel(Arc::clone(s))
             }
         };
+        tokio::spawn(Arc::clone(self).poll_purposes(shutdown.clone()));
         let channel = self.wake_channel.clone();
         let waiters = Arc::clone(&self.waiters);
         tokio::spawn(subscribe_wakeups(

@@ -13,6 +13,7 @@ mod evalsha;
 mod header;
 mod history;
 mod inspect;
+mod purposes;
 mod queue;
 mod release;
 mod renew;

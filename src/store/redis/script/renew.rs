@@ -33,11 +33,13 @@ struct Args<'a> {
     /// [`RedisStore::history_args`]: the history's bound.
     history_length: &'a str,
     history_ttl_ms: &'a str,
+    /// `'1'` while the purpose is watched (docs/watching.md), else `''`.
+    purpose_watched: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 9> {
+    fn named(&self) -> Named<'a, 10> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
@@ -48,6 +50,7 @@ impl<'a> Args<'a> {
             ("resource tag", self.resource_tag),
             ("history length", self.history_length),
             ("history ttl ms", self.history_ttl_ms),
+            ("purpose watched", self.purpose_watched),
         ]
     }
 }
@@ -107,6 +110,7 @@ impl RedisStore {
             resource_tag: &tag,
             history_length: &self.history_args[0],
             history_ttl_ms: &self.history_args[1],
+            purpose_watched: self.purpose_watched_arg(resource),
         };
         let done = self
             .run_on_record(

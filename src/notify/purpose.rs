@@ -1,0 +1,565 @@
+//! Purpose-wide watches (docs/watching.md, "Watching a purpose"): every
+//! change of every lease of a purpose, for any number of watchers on this
+//! instance, from one *purpose group* per purpose.
+//!
+//! A group
+//!
+//! - marks the purpose watched in the store (`mark`), so every instance
+//!   announces acquires and holder changes of the purpose's resources, and
+//!   waits the store's settle time before it looks;
+//! - lists the live leases (`live`) and reads each: its *live map*;
+//! - reads a resource again on every event for it ([`PurposeHub::changed`],
+//!   fed by the same wake-up channel as waits and watches), at its holders'
+//!   expiry (a timer), and every live resource when events may have been
+//!   missed ([`PurposeHub::changed_all`]: it lists again);
+//! - turns each read whose version differs from the live map's into one
+//!   event (the kind as [`super::watch`] classifies it), numbered in a
+//!   per-group sequence, kept in a ring of the last [`RING`] events for
+//!   resumption and sent on a bounded broadcast channel to its watchers.
+//!
+//! A watcher starts from the live map (a snapshot) or, resuming with an
+//! event id still in the ring, from the events after it. A watcher that
+//! falls [`WATCHER_BUFFER`] events behind is told so ([`Next::Lagged`]) and
+//! starts again from a snapshot: a slow watcher never holds up the group or
+//! the others. The group ends with its last watcher, or at shutdown.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use tokio::sync::{broadcast, watch, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::purpose_event::{event_id, parse_id, PurposeEvent};
+use super::watch::{classify, hint_bit, Admitted, Read, Snapshot, REFRESH};
+use crate::domain::{Change, Failure, Purpose, ResourceDigest, ResourceId, Revocation};
+use crate::telemetry::{WATCH_EVENTS, WATCH_READS};
+
+/// Events a group keeps for `Last-Event-ID` resumption.
+pub const RING: usize = 4096;
+
+/// Events a watcher may fall behind before it starts over from a snapshot.
+pub const WATCHER_BUFFER: usize = 1024;
+
+/// Reads at once while a group loads or re-lists.
+const READS_AT_ONCE: usize = 16;
+
+/// A group outlives its last watcher by this much, so a watcher that comes
+/// back (`Last-Event-ID`) within it resumes.
+pub const LINGER: Duration = Duration::from_secs(30);
+
+/// After a failed read or listing, a group tries again this much later.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// A boxed future of the store calls a group makes.
+type Call<T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send>>;
+
+/// How a purpose group talks to the store.
+#[derive(Clone)]
+pub struct PurposeIo {
+    /// Reads one resource (the watcher read).
+    pub read: Read,
+    /// The digests of the purpose's live leases (every page of a listing).
+    pub live: Arc<dyn Fn(Purpose) -> Call<Vec<ResourceDigest>> + Send + Sync>,
+    /// Marks the purpose watched in the store and answers how long to wait
+    /// before every instance announces its changes (0: at once).
+    pub mark: Arc<dyn Fn(Purpose) -> Call<Duration> + Send + Sync>,
+}
+
+/// What a group shows to new watchers, under one lock with the sequence.
+struct Ring {
+    /// Picked at random when the group starts: ids of another group (an
+    /// earlier one, another instance's) never resume here.
+    epoch: u32,
+    /// The sequence number of the latest event (0: none yet).
+    head: u64,
+    /// The latest events, oldest first.
+    events: VecDeque<Arc<PurposeEvent>>,
+    /// The live leases as last read, by digest.
+    live: BTreeMap<ResourceDigest, Arc<Snapshot>>,
+}
+
+/// Where a group's load stands.
+#[derive(Debug, Clone)]
+enum Loaded {
+    Pending,
+    Ready,
+    Failed(Failure),
+}
+
+/// One watched purpose on this instance.
+struct Group {
+    ring: Mutex<Ring>,
+    tx: broadcast::Sender<Arc<PurposeEvent>>,
+    loaded: watch::Receiver<Loaded>,
+    /// Digests with events since the last read, with their hint bits.
+    pending: Mutex<HashMap<String, u8>>,
+    /// Who broke which digest, since the last read of it.
+    revocations: Mutex<HashMap<String, Revocation>>,
+    /// Set when events may have been missed: list again.
+    relist: AtomicBool,
+    wake: Notify,
+    watchers: AtomicUsize,
+    stop: CancellationToken,
+}
+
+impl Group {
+    fn ring(&self) -> MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The purpose watchers of this instance (cheap to clone).
+#[derive(Clone, Default)]
+pub struct PurposeHub {
+    groups: Arc<Mutex<HashMap<String, Arc<Group>>>>,
+}
+
+impl PurposeHub {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Group>>> {
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `change` (when known) happened to `tag` (`<purpose>:<digest>`).
+    pub fn changed(&self, tag: &str, change: Option<Change>) {
+        let Some((purpose, digest)) = tag.split_once(':') else {
+            return;
+        };
+        if let Some(group) = self.map().get(purpose) {
+            let mut pending = group.pending.lock().unwrap_or_else(|p| p.into_inner());
+            *pending.entry(digest.to_owned()).or_default() |= hint_bit(change);
+            drop(pending);
+            group.wake.notify_one();
+        }
+    }
+
+    /// An operator broke `tag` (or permits of it): its next event is
+    /// `revoked`, carrying `revocation`.
+    pub fn revoked(&self, tag: &str, revocation: Revocation) {
+        let Some((purpose, digest)) = tag.split_once(':') else {
+            return;
+        };
+        if let Some(group) = self.map().get(purpose) {
+            group
+                .revocations
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(digest.to_owned(), revocation);
+        }
+        self.changed(tag, Some(Change::Revoked));
+    }
+
+    /// Events may have been missed: every group lists its purpose again.
+    pub fn changed_all(&self) {
+        for group in self.map().values() {
+            group.relist.store(true, Ordering::Release);
+            group.wake.notify_one();
+        }
+    }
+
+    /// Purposes watched on this instance.
+    pub fn groups(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Registers a watcher of `purpose` (the caller has counted it against
+    /// the watch cap, `admitted`). The first starts the purpose's group.
+    pub fn join(
+        &self,
+        purpose: &Purpose,
+        io: impl FnOnce() -> PurposeIo,
+        shutdown: &CancellationToken,
+        admitted: Admitted,
+    ) -> PurposeWatcher {
+        let mut map = self.map();
+        let group = match map.get(purpose.as_str()) {
+            Some(group) => Arc::clone(group),
+            None => {
+                let (loaded_tx, loaded) = watch::channel(Loaded::Pending);
+                let (tx, _) = broadcast::channel(WATCHER_BUFFER);
+                let group = Arc::new(Group {
+                    ring: Mutex::new(Ring {
+                        epoch: epoch(),
+                        head: 0,
+                        events: VecDeque::new(),
+                        live: BTreeMap::new(),
+                    }),
+                    tx,
+                    loaded,
+                    pending: Mutex::new(HashMap::new()),
+                    revocations: Mutex::new(HashMap::new()),
+                    relist: AtomicBool::new(false),
+                    wake: Notify::new(),
+                    watchers: AtomicUsize::new(0),
+                    stop: shutdown.child_token(),
+                });
+                map.insert(purpose.as_str().to_owned(), Arc::clone(&group));
+                tokio::spawn(run_group(
+                    self.clone(),
+                    Arc::clone(&group),
+                    loaded_tx,
+                    purpose.clone(),
+                    io(),
+                ));
+                group
+            }
+        };
+        group.watchers.fetch_add(1, Ordering::Relaxed);
+        drop(map);
+        PurposeWatcher {
+            hub: self.clone(),
+            group,
+            rx: None,
+            _admitted: admitted,
+        }
+    }
+}
+
+/// A random epoch (0 when the system has no randomness to give: ids then
+/// still resume only within this group's sequence, as the ring is checked).
+fn epoch() -> u32 {
+    let mut bytes = [0u8; 4];
+    let _ = getrandom::fill(&mut bytes);
+    u32::from_le_bytes(bytes)
+}
+
+/// How a watcher starts.
+#[derive(Debug)]
+pub enum Start {
+    /// Resumed: the events after the id it named (possibly none).
+    Resumed(Vec<Arc<PurposeEvent>>),
+    /// A snapshot of the live leases (digest, state as of now) and the id
+    /// the changes after it follow; `reset` when the watcher named an id
+    /// this group cannot resume from.
+    Snapshot {
+        reset: bool,
+        leases: Vec<(ResourceDigest, Arc<Snapshot>)>,
+        id: String,
+    },
+}
+
+/// The next thing a watcher hears.
+#[derive(Debug)]
+pub enum Next {
+    /// A change.
+    Event(Arc<PurposeEvent>),
+    /// It fell behind by more than [`WATCHER_BUFFER`] events: start over.
+    Lagged,
+}
+
+/// One purpose watcher; dropping it unregisters it, and the last one ends
+/// the group.
+pub struct PurposeWatcher {
+    hub: PurposeHub,
+    group: Arc<Group>,
+    rx: Option<broadcast::Receiver<Arc<PurposeEvent>>>,
+    _admitted: Admitted,
+}
+
+impl PurposeWatcher {
+    /// Waits for the group's first load, then starts: from `last_event_id`
+    /// when the ring still holds every event after it, else from a snapshot.
+    /// From here on [`PurposeWatcher::next`] reports the changes after it.
+    pub async fn start(&mut self, last_event_id: Option<&str>) -> Result<Start, Failure> {
+        let mut loaded = self.group.loaded.clone();
+        loop {
+            let state = loaded.borrow_and_update().clone();
+            match state {
+                Loaded::Ready => break,
+                Loaded::Failed(failure) => return Err(failure),
+                Loaded::Pending => {
+                    if loaded.changed().await.is_err() {
+                        return Err(Failure::Unavailable {
+                            retry_after_ms: 1000,
+                        });
+                    }
+                }
+            }
+        }
+        let ring = self.group.ring();
+        self.rx = Some(self.group.tx.subscribe());
+        let asked = last_event_id.map(|id| (id, parse_id(id)));
+        if let Some((_, Some((epoch, seq)))) = asked {
+            let oldest = ring.events.front().map_or(ring.head + 1, |e| e.seq);
+            if epoch == ring.epoch && seq <= ring.head && seq + 1 >= oldest {
+                let after = ring.events.iter().filter(|e| e.seq > seq).cloned();
+                return Ok(Start::Resumed(after.collect()));
+            }
+        }
+        Ok(Start::Snapshot {
+            reset: asked.is_some(),
+            leases: ring
+                .live
+                .iter()
+                .map(|(d, s)| (d.clone(), Arc::clone(s)))
+                .collect(),
+            id: event_id(ring.epoch, ring.head),
+        })
+    }
+
+    /// The next change; `None` when the group ended (shutdown). Cancel-safe.
+    pub async fn next(&mut self) -> Option<Next> {
+        let rx = self.rx.as_mut()?;
+        match rx.recv().await {
+            Ok(event) => {
+                metrics::counter!(WATCH_EVENTS, "kind" => event.change.as_str()).increment(1);
+                Some(Next::Event(event))
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(Next::Lagged),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
+impl Drop for PurposeWatcher {
+    fn drop(&mut self) {
+        // The group lingers: its task ends it [`LINGER`] after this, unless
+        // a watcher joins (both under the hub's map lock).
+        let map = self.hub.map();
+        if self.group.watchers.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.group.wake.notify_one();
+        }
+        drop(map);
+    }
+}
+
+/// Ends `group` when it has had no watcher since `idle_since` for
+/// [`LINGER`]: true when it ended.
+fn end_if_idle(
+    hub: &PurposeHub,
+    purpose: &Purpose,
+    group: &Arc<Group>,
+    idle_since: Instant,
+) -> bool {
+    idle_since.elapsed() >= LINGER && end_if_unwatched(hub, purpose, group)
+}
+
+/// Ends `group` when it has no watcher: true when it ended.
+fn end_if_unwatched(hub: &PurposeHub, purpose: &Purpose, group: &Arc<Group>) -> bool {
+    let mut map = hub.map();
+    if group.watchers.load(Ordering::Relaxed) > 0 {
+        return false;
+    }
+    if map
+        .get(purpose.as_str())
+        .is_some_and(|g| Arc::ptr_eq(g, group))
+    {
+        map.remove(purpose.as_str());
+    }
+    group.stop.cancel();
+    true
+}
+
+/// Reads `digests` of `purpose`, [`READS_AT_ONCE`] at a time; a failed
+/// read leaves its digest out (and is counted).
+async fn read_all(
+    io: &PurposeIo,
+    purpose: &Purpose,
+    digests: Vec<ResourceDigest>,
+) -> Vec<(ResourceDigest, Result<Snapshot, Failure>)> {
+    futures_util::stream::iter(digests)
+        .map(|digest| {
+            let read = Arc::clone(&io.read);
+            let resource = ResourceId {
+                purpose: purpose.clone(),
+                digest: digest.clone(),
+            };
+            async move {
+                let result = read(resource).await.map(Snapshot::new);
+                metrics::counter!(WATCH_READS, "result" => if result.is_ok() { "ok" } else { "error" })
+                    .increment(1);
+                (digest, result)
+            }
+        })
+        .buffer_unordered(READS_AT_ONCE)
+        .collect()
+        .await
+}
+
+/// The group's task: mark, settle, load, then follow events, expiries and
+/// re-lists until the last watcher leaves or shutdown.
+async fn run_group(
+    hub: PurposeHub,
+    group: Arc<Group>,
+    loaded: watch::Sender<Loaded>,
+    purpose: Purpose,
+    io: PurposeIo,
+) {
+    let stop = group.stop.clone();
+    let body = async {
+        let mut marked_at = Instant::now();
+        let settle = loop {
+            match (io.mark)(purpose.clone()).await {
+                Ok(settle) => break settle,
+                Err(failure) => {
+                    let _ = loaded.send(Loaded::Failed(failure));
+                    // Its watchers were answered with the failure and left.
+                    if end_if_unwatched(&hub, &purpose, &group) {
+                        return;
+                    }
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        };
+        // Every instance announces the purpose's changes from here on.
+        tokio::time::sleep(settle).await;
+        let mut relist = true;
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            if group.watchers.load(Ordering::Relaxed) == 0 {
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if end_if_idle(&hub, &purpose, &group, since) {
+                    return;
+                }
+            } else {
+                idle_since = None;
+            }
+            let mut digests: Vec<ResourceDigest> = Vec::new();
+            if relist || group.relist.swap(false, Ordering::AcqRel) {
+                match (io.live)(purpose.clone()).await {
+                    Ok(found) => {
+                        digests = found;
+                        relist = false;
+                    }
+                    Err(failure) => {
+                        relist = true;
+                        if matches!(*loaded.borrow(), Loaded::Pending | Loaded::Failed(_)) {
+                            let _ = loaded.send(Loaded::Failed(failure));
+                            if end_if_unwatched(&hub, &purpose, &group) {
+                                return;
+                            }
+                        }
+                        tokio::time::sleep(RETRY).await;
+                        continue;
+                    }
+                }
+                let ring = group.ring();
+                digests.extend(ring.live.keys().cloned());
+            }
+            let hints: HashMap<String, u8> =
+                std::mem::take(&mut *group.pending.lock().unwrap_or_else(|p| p.into_inner()));
+            let mut revocations: HashMap<String, Revocation> =
+                std::mem::take(&mut *group.revocations.lock().unwrap_or_else(|p| p.into_inner()));
+            for digest in hints.keys() {
+                if let Ok(digest) = ResourceDigest::parse(digest) {
+                    digests.push(digest);
+                }
+            }
+            let now = Instant::now();
+            digests.extend(
+                group
+                    .ring()
+                    .live
+                    .iter()
+                    .filter(|(_, s)| s.expires_at().is_some_and(|at| at <= now))
+                    .map(|(d, _)| d.clone()),
+            );
+            digests.sort();
+            digests.dedup();
+            let mut failed = false;
+            // The first load fills the live map: what was live before the
+            // first watcher came is the snapshot, not a change.
+            let announce = matches!(*loaded.borrow(), Loaded::Ready);
+            for (digest, result) in read_all(&io, &purpose, digests).await {
+                let hint = hints.get(digest.as_str()).copied().unwrap_or(0);
+                match result {
+                    Ok(mut snapshot) => {
+                        snapshot.revocation = revocations.remove(digest.as_str());
+                        apply(&group, digest, snapshot, hint, announce);
+                    }
+                    Err(_) => {
+                        // Read again at the retry, with the hints it had.
+                        failed = true;
+                        let mut pending = group.pending.lock().unwrap_or_else(|p| p.into_inner());
+                        *pending.entry(digest.as_str().to_owned()).or_default() |= hint;
+                    }
+                }
+            }
+            if !announce {
+                let _ = loaded.send(Loaded::Ready);
+            }
+            if marked_at.elapsed() >= REFRESH && (io.mark)(purpose.clone()).await.is_ok() {
+                marked_at = Instant::now();
+            }
+            let soonest = group
+                .ring()
+                .live
+                .values()
+                .filter_map(|s| s.expires_at())
+                .min();
+            let mut wake_at = marked_at + REFRESH;
+            if let Some(since) = idle_since {
+                wake_at = wake_at.min(since + LINGER);
+            }
+            if failed {
+                wake_at = wake_at.min(Instant::now() + RETRY);
+            }
+            if let Some(at) = soonest {
+                // +1 ms: the remaining time is truncated to whole milliseconds.
+                wake_at = wake_at.min(at + Duration::from_millis(1));
+            }
+            tokio::select! {
+                () = group.wake.notified() => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+    };
+    tokio::select! {
+        biased;
+        () = stop.cancelled() => {}
+        () = body => {}
+    }
+}
+
+/// A read of `digest`: an event when its version differs from the live
+/// map's (a resource the map does not know and nobody holds is no event);
+/// without `announce` (the first load) only the live map is filled.
+fn apply(group: &Group, digest: ResourceDigest, snapshot: Snapshot, hint: u8, announce: bool) {
+    let snapshot = Arc::new(snapshot);
+    let mut ring = group.ring();
+    if !announce {
+        if snapshot.inspection.held {
+            ring.live.insert(digest, snapshot);
+        }
+        return;
+    }
+    let change = match ring.live.get(&digest) {
+        Some(old) if old.version() == snapshot.version() => {
+            // A renewal or a refresh: the fresher countdown, no event.
+            ring.live.insert(digest, snapshot);
+            return;
+        }
+        Some(old) => classify(old, &snapshot, hint),
+        None if snapshot.inspection.held => Change::Acquired,
+        None => return,
+    };
+    if snapshot.inspection.held {
+        ring.live.insert(digest.clone(), Arc::clone(&snapshot));
+    } else {
+        ring.live.remove(&digest);
+    }
+    ring.head += 1;
+    let event = Arc::new(PurposeEvent {
+        epoch: ring.epoch,
+        seq: ring.head,
+        change,
+        digest,
+        snapshot,
+    });
+    if ring.events.len() >= RING {
+        ring.events.pop_front();
+    }
+    ring.events.push_back(Arc::clone(&event));
+    // Under the ring's lock: a watcher that starts takes the ring and
+    // subscribes in one step, so it misses nothing and sees nothing twice.
+    let _ = group.tx.send(event);
+}
+
+#[cfg(test)]
+#[path = "purpose_tests.rs"]
+mod tests;

@@ -1,0 +1,62 @@
+//! One event of a purpose's stream ([`PurposeEvent`]), its id and its data
+//! (docs/watching.md, "Watching a purpose").
+
+use std::sync::Arc;
+
+use super::watch::Snapshot;
+use crate::domain::{Change, ResourceDigest};
+
+/// One change of a lease of the purpose.
+#[derive(Debug)]
+pub struct PurposeEvent {
+    /// The group's epoch (the event id's first part).
+    pub epoch: u32,
+    /// Its place in the group's sequence (the event id's second part).
+    pub seq: u64,
+    /// What happened.
+    pub change: Change,
+    /// Which resource.
+    pub digest: ResourceDigest,
+    /// The state after it.
+    pub snapshot: Arc<Snapshot>,
+}
+
+impl PurposeEvent {
+    /// The event id: `<epoch, 8 hex digits>-<seq>`.
+    pub fn id(&self) -> String {
+        event_id(self.epoch, self.seq)
+    }
+
+    /// The state as JSON with the digest first, rendered once for every
+    /// watcher (`remainingMs` as of the read).
+    pub fn data(&self) -> String {
+        let data = with_digest(&self.digest, self.snapshot.json());
+        match (&self.snapshot.revocation, self.change) {
+            (Some(revocation), Change::Revoked) => {
+                let who = serde_json::to_string(revocation).unwrap_or_else(|_| "{}".into());
+                let open = data.strip_suffix('}').unwrap_or(&data);
+                format!("{open},\"revocation\":{who}}}")
+            }
+            _ => data,
+        }
+    }
+}
+
+/// `{"digest":"…",` then the inspection's members.
+pub fn with_digest(digest: &ResourceDigest, inspection_json: &str) -> String {
+    let rest = inspection_json.strip_prefix('{').unwrap_or(inspection_json);
+    format!("{{\"digest\":\"{}\",{rest}", digest.as_str())
+}
+
+/// An event id: `<epoch hex>-<seq>`.
+pub fn event_id(epoch: u32, seq: u64) -> String {
+    format!("{epoch:08x}-{seq}")
+}
+
+pub(super) fn parse_id(id: &str) -> Option<(u32, u64)> {
+    let (epoch, seq) = id.split_once('-')?;
+    if epoch.len() != 8 {
+        return None;
+    }
+    Some((u32::from_str_radix(epoch, 16).ok()?, seq.parse().ok()?))
+}
