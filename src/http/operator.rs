@@ -38,7 +38,8 @@ pub(super) fn routes() -> Router<AppState> {
 pub struct BreakBody {
     /// Optional: break only the permit with this fencing token (left out:
     /// every permit of the resource).
-    #[serde(default)]
+    // As every integer member: `611.0` is the integer 611 (JSON Schema).
+    #[serde(default, deserialize_with = "super::leases::whole_opt")]
     #[schema(
         minimum = 1,
         maximum = 9007199254740991_i64,
