@@ -389,9 +389,7 @@ class LeaseLost(LeaseholdError):
     """The lease no longer protects the work (LOST, UNKNOWN, or RELEASED): stop it and
     stop presenting the fencing token."""
 
-    def __init__(
-        self, state: LeaseState, fencing_token: int, reason: Optional[str] = None
-    ) -> None:
+    def __init__(self, state: LeaseState, fencing_token: int, reason: Optional[str] = None) -> None:
         why = f" ({reason})" if reason else ""
         super().__init__(f"the lease (fencing token {fencing_token}) is {state}{why}")
         self.state = state
