@@ -63,15 +63,19 @@ local ttl = tonumber(ARGV[3])
 -- GET tells a plain record (a string) from a hash (WRONGTYPE) or none.
 local cur = redis.pcall('GET', KEYS[1])
 local H, HMAX = nil, tonumber(ARGV[6])
-if not cur then
-  -- No record. When the newest history entry leaves holders open (an
-  -- acquire or holder change nothing closed), their permits ran out and
-  -- Redis dropped the record: their expiries are written now ('X').
-  -- One LINDEX on the fast path; the rest only then.
+-- No record: the sequence is read first (the fast path needs it anyway).
+local seq0 = not cur and redis.call('GET', KEYS[2])
+if seq0 then
+  -- No record, but a sequence: when the newest history entry left holders
+  -- live (its version "<changes>.<live>" counts some), their permits ran
+  -- out since and Redis dropped the record: their expiries are written now
+  -- ('X'), for every acquire or holder change nothing closed. One LINDEX
+  -- on the fast path; the rest only then. (No sequence: nothing was
+  -- acquired here for 7 days, so no holder is left to close.)
   H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
   local head = redis.call('LINDEX', H, 0)
-  local hb = head and string.byte(head, 1)
-  if hb == 97 or hb == 104 then -- 'a', 'h'
+  local left = head and string.match(head, '^%a|%d+|%d+|%d+%.(%d+)|')
+  if left and left ~= '0' then
     local all = redis.call('LRANGE', H, 0, -1)
     local open, order = {}, {}
     for i = #all, 1, -1 do
@@ -85,8 +89,7 @@ if not cur then
         open[f] = false
       end
     end
-    local seq0 = redis.call('GET', KEYS[2])
-    local version = ((seq0 and string.match(seq0, '^%d+:(%d+):')) or '0') .. '.0'
+    local version = (string.match(seq0, '^%d+:(%d+):') or '0') .. '.0'
     local at_text = string.format('%d', now)
     local push = {}
     for i = 1, #order do
@@ -106,7 +109,7 @@ if not cur and ARGV[5] == '' then
   -- queues for. It writes what the general path below writes in that case,
   -- in the fewest Lua steps: on the uncontended acquire every bytecode and
   -- every new string is paid by Redis per call (docs/storage-v2.md).
-  local seq = redis.call('GET', KEYS[2])
+  local seq = seq0
   local last, changes, watched, marks = 0, 0, 0, ':0:0'
   if seq then
     local a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
@@ -143,6 +146,7 @@ if not cur and ARGV[5] == '' then
     if type(done) == 'table' and done.err then
       return {tag - 9, done.err}
     end
+    H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
     done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[4])
     if type(done) == 'number' and done > HMAX then
       redis.pcall('LTRIM', H, 0, HMAX - 1)
@@ -401,8 +405,8 @@ if seen then
       known[(k == 'X' and 'x' or k) .. f] = true
     end
   end
-  local seq0 = redis.call('GET', KEYS[2])
-  local version = ((seq0 and string.match(seq0, '^%d+:(%d+):')) or '0') .. '.' .. live
+  local seq1 = redis.call('GET', KEYS[2])
+  local version = ((seq1 and string.match(seq1, '^%d+:(%d+):')) or '0') .. '.' .. live
   local push = {}
   for i = 1, #seen, 4 do
     local f, exp_at, ld, who = seen[i], string.format('%d', seen[i + 1]), seen[i + 2], seen[i + 3]

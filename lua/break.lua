@@ -4,8 +4,12 @@
 -- ARGV[1] fencing token or '' (every permit)  ARGV[2] sequence key ttl ms
 -- ARGV[3] event channel  ARGV[4] resource tag ("<purpose>:<digest>")
 -- ARGV[5] reason or ''  ARGV[6] key name or ''
--- ARGV[7] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- ARGV[7] history length  ARGV[8] history ttl ms (see acquire.lua)
+-- ARGV[9] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
+-- History (see acquire.lua): one 'b' entry per broken permit (at most
+-- history length of them), "b|<now>|<fence>|<version>|<key name>|<reason
+-- bytes>|<reason><holder>".
 -- Returns {tag(1), permits} broken, {tag(0)} no live permit (with that
 -- token): nothing changed, {tag(-9), error} Redis refused (nothing applied:
 -- the tombstones are the first write).
@@ -17,7 +21,7 @@
 -- counts as a change (the version moves, as for an acquire) and publishes
 -- "<tag>\t<version>\trevoked\t<key name>\t<reason>" (neither holds a tab:
 -- no control characters), which wakes waiters as a release does.
-local tag = tonumber(ARGV[7]) * 16 + 9
+local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
@@ -33,15 +37,20 @@ else
   return {tag}
 end
 local victims, tombs, last_end = {}, {}, 0
+local gone = {} -- the broken permits' fence and holder, for their history
 local rest, latest, live = 0, 0, 0
 local top = 0
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local fence, exp, ld = string.match(rec[i + 1], '^(%d+)|(%d+)|%d+|%d+|%d+|(%d+)|')
+    local fence, exp, ld, at = string.match(rec[i + 1], '^(%d+)|(%d+)|%d+|%d+|%d+|(%d+)|()')
     exp = tonumber(exp)
     if exp > now and (ARGV[1] == '' or fence == ARGV[1]) then
       victims[#victims + 1] = field
+      if #gone < tonumber(ARGV[7]) * 2 then
+        gone[#gone + 1] = fence
+        gone[#gone + 1] = string.sub(rec[i + 1], at)
+      end
       tombs[#tombs + 1] = field
       tombs[#tombs + 1] = string.format('%d', exp) .. '|revoked'
       if exp > last_end then
@@ -111,4 +120,18 @@ else
 end
 redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes_text .. '.' .. live
   .. '\trevoked\t' .. ARGV[6] .. '\t' .. ARGV[5])
+local H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+local head = 'b|' .. string.format('%d', now) .. '|'
+local tail = '|' .. changes_text .. '.' .. live .. '|' .. ARGV[6] .. '|' .. #ARGV[5] .. '|' .. ARGV[5]
+for i = 1, #gone, 400 do
+  local push = {}
+  for j = i, math.min(i + 398, #gone - 1), 2 do
+    push[#push + 1] = head .. gone[j] .. tail .. gone[j + 1]
+  end
+  redis.pcall('LPUSH', H, unpack(push))
+end
+if #gone > 0 then
+  redis.pcall('LTRIM', H, 0, tonumber(ARGV[7]) - 1)
+  redis.pcall('PEXPIRE', H, ARGV[8])
+end
 return {tag + 1, #victims}

@@ -3,8 +3,9 @@
 #
 #   ./scripts/test.sh
 #
-# Installs what is missing (redis-server, redis-tools, luacheck, openssl and
-# the validators the check scripts pull from apt/PyPI/npm), then runs:
+# Installs what is missing (redis-server, redis-tools, luacheck, openssl,
+# chromium and nodejs for the console test, and the validators the check
+# scripts pull from apt/PyPI/npm), then runs:
 # rustfmt, clippy, luacheck, every cargo test (the contract suite against the
 # embedded store and real redis-server processes it starts itself), the
 # deployment checks against a live scrape, the API checks (when present), the
@@ -28,6 +29,10 @@ command -v luacheck >/dev/null 2>&1 || need+=(lua-check)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+# The console test (tests/it/console/) drives Debian's chromium from Node.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+[[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || need+=(fonts-dejavu-core)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
 if [[ ${#need[@]} -gt 0 ]]; then
   log "apt-get install ${need[*]}"
   "${SUDO[@]}" apt-get update -q >/dev/null

@@ -140,6 +140,11 @@ pub async fn run_with(
     let tls = server_tls_files(&config.http.tls)
         .map(|files| http::tls::ServerTls::load(&files))
         .transpose()?;
+    // Traces (feature `otel`): an exporter task only when an endpoint is set.
+    #[cfg(feature = "otel")]
+    let exporter = telemetry::trace::Settings::from_env()
+        .map_err(|e| ConfigError::new(e.variable, e.problem))?
+        .map(telemetry::trace::Exporter::start);
     let token = CancellationToken::new();
     let waiters = Arc::new(WaitRegistry::new(config.limits.max_waiters));
     let store = build_store(&config.store, Arc::clone(&waiters))?;
@@ -163,6 +168,8 @@ pub async fn run_with(
             max_watchers: config.limits.max_watchers,
             keepalive: Duration::from_millis(config.limits.sse_keepalive_ms),
         },
+        #[cfg(feature = "otel")]
+        tracer: exporter.as_ref().map(|e| Arc::clone(e.tracer())),
     });
     // Histogram samples are buffered until a scrape or an upkeep drains them:
     // without a scraper they would grow memory by every request. Drain them
@@ -227,6 +234,11 @@ pub async fn run_with(
             tracing::warn!(grace_ms = config.http.shutdown_grace_ms, "grace period over; dropping remaining connections");
             server.abort();
         }
+    }
+    // The spans of the last requests, exported before the process exits.
+    #[cfg(feature = "otel")]
+    if let Some(exporter) = exporter {
+        exporter.shutdown().await;
     }
     Ok(())
 }

@@ -1,5 +1,8 @@
 //! Logs and metrics: names, help texts, the Prometheus recorder, and the
-//! bounded `purpose` label.
+//! bounded `purpose` label; with the `otel` feature, traces ([`trace`]).
+
+#[cfg(feature = "otel")]
+pub mod trace;
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -60,6 +60,15 @@ pub struct ApiKeys {
     keys: HashMap<[u8; 32], Grant>,
 }
 
+/// One key's reach, as [`ApiKeys::reach`] answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    /// Its role on every purpose (a `*` line), if any.
+    pub any: Option<Role>,
+    /// The purposes it names, sorted, with its role on each.
+    pub named: Vec<(String, Role)>,
+}
+
 /// Why an API keys file was rejected (never quotes a key). The setting's
 /// name is added by whoever reports it.
 #[derive(Debug)]
@@ -256,6 +265,26 @@ impl ApiKeys {
     /// if keys are configured and it has one; never the key itself.
     pub fn key_name(&self, headers: &HeaderMap) -> Option<String> {
         self.lookup(headers).ok().flatten()?.name.clone()
+    }
+
+    /// What the sent key may read: its role on every purpose (`*`), if
+    /// any, and on each purpose it names (sorted, each at least as strong
+    /// as the `*` role). `None` when the API is open; 401 without a valid
+    /// key. For `GET /purposes`; never says anything about other keys.
+    pub fn reach(&self, headers: &HeaderMap) -> Result<Option<Reach>, ApiError> {
+        let Some(grant) = self.lookup(headers)? else {
+            return Ok(None);
+        };
+        let mut named: Vec<(String, Role)> = grant
+            .named
+            .iter()
+            .map(|(p, role)| (p.clone(), grant.any.max(Some(*role)).unwrap_or(*role)))
+            .collect();
+        named.sort();
+        Ok(Some(Reach {
+            any: grant.any,
+            named,
+        }))
     }
 
     /// 401/403 unless the key has the `metrics` scope (when keys are

@@ -5,6 +5,7 @@
 
 pub mod attempts;
 pub mod auth;
+pub mod console;
 pub mod docs;
 pub mod extract;
 pub mod health;
@@ -66,6 +67,9 @@ pub struct App {
     pub http_meters: Handles<(&'static str, &'static str, u16), (Counter, Histogram)>,
     /// Watch bounds (long-polls and event streams).
     pub watch: watch::WatchSettings,
+    /// Where request spans go; `None` when no OTLP endpoint is set.
+    #[cfg(feature = "otel")]
+    pub tracer: Option<Arc<crate::telemetry::trace::Tracer>>,
 }
 
 impl App {
@@ -190,6 +194,7 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
         docs::ROUTE,
     ]
     .into_iter()
+    .chain(console::ROUTES)
     .chain(serves_metrics.then_some(health::METRICS))
     .find(|route| *route == path)
     .unwrap_or("unmatched")
@@ -230,6 +235,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(health::routes(metrics_on_api))
         .merge(openapi::routes())
         .merge(docs::routes())
+        .merge(console::routes())
         .merge(problems::routes())
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -277,7 +283,9 @@ pub fn metrics_router(app: AppState) -> Router {
 ///   PATCH, DELETE) and timed out is `indeterminate` with its operation id,
 ///   never a clean failure; anything else is 503 `request_timeout`;
 /// - a panic guard: a panicking handler is answered problem+json 500;
-/// - HTTP metrics by method, route template (never the raw path) and status.
+/// - HTTP metrics by method, route template (never the raw path) and status;
+/// - with the `otel` feature and an OTLP endpoint: a trace span per request
+///   (`crate::telemetry::trace`).
 #[derive(Clone)]
 pub struct Front<S> {
     inner: S,
@@ -324,6 +332,12 @@ where
             .get(extract::OPERATION_ID_HEADER)
             .filter(|_| mutating)
             .cloned();
+        // With traces on (feature `otel` and an endpoint set): the request's
+        // span, its parent from a valid `traceparent`.
+        #[cfg(feature = "otel")]
+        let trace_span = app.tracer.as_ref().and_then(|tracer| {
+            crate::telemetry::trace::RequestSpan::start(tracer, req.headers(), method, route)
+        });
         let span = tracing::debug_span!(
             "request",
             method,
@@ -377,6 +391,14 @@ where
             duration.record(elapsed.as_secs_f64());
             Ok(response)
         };
+        #[cfg(feature = "otel")]
+        if let Some(trace_span) = trace_span {
+            let status = |out: &Result<Response, Infallible>| match out {
+                Ok(response) => response.status().as_u16(),
+                Err(never) => match *never {},
+            };
+            return Box::pin(trace_span.serve(answer, status).instrument(span));
+        }
         Box::pin(answer.instrument(span))
     }
 }
@@ -403,6 +425,9 @@ mod tests {
             ("/readyz", "/readyz"),
             ("/openapi.json", "/openapi.json"),
             ("/docs", "/docs"),
+            ("/console", "/console"),
+            ("/console/app.js", "/console/app.js"),
+            ("/purposes", "/purposes"),
             ("/metrics", "/metrics"),
             ("/problems/contended", "/problems/{type}"),
             ("/problems/", "unmatched"),

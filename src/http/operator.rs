@@ -18,8 +18,9 @@ use super::AppState;
 use crate::domain::{BreakReason, Revocation};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::{
-    BreakNotFound, Broken, ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem,
-    PayloadTooLargeProblem, ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
+    BreakNotFound, Broken, ForbiddenProblem, HeadersTooLargeProblem, IndeterminateProblem,
+    InvalidRequestProblem, PayloadTooLargeProblem, ServiceUnavailable, UnauthorizedProblem,
+    UnsupportedMediaTypeProblem,
 };
 
 /// The route template (also its metric label).
@@ -84,8 +85,9 @@ pub struct BreakBody {
         (status = 415, description = "`unsupported_media_type`: a body that is not `application/json`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: well-formed JSON with invalid values (a reason out of bounds, a wrong type, an unknown member).", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`: the request's header block is over 16 KiB.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable` (the store could not be reached, or its answer was uncertain: a break may then have been applied; breaking again is safe) or `overloaded`.", body = ServiceUnavailable, content_type = "application/problem+json",
+        (status = 503, description = "`unavailable` or `overloaded`: not applied.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds, rounded up (at least 1)."))),
+        (status = 504, description = "`indeterminate` (`operationId: break`): sent, no certain reply; it may have been applied. Inspect, or break again (a second break finds nothing to break).", body = IndeterminateProblem, content_type = "application/problem+json"),
     ),
     security((), ("apiKey" = []))
 )]

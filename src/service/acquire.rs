@@ -70,7 +70,7 @@ impl LeaseService {
         let (store, resource, attempt) = (self.store.clone(), resource.clone(), attempt.clone());
         let (request, member) = (request.clone(), member.map(str::to_owned));
         let clean_up = self.settings.release_abandoned;
-        tokio::spawn(async move {
+        let task = async move {
             let result = store
                 .acquire(&resource, &attempt, &request.spec(member.as_deref()))
                 .await;
@@ -87,7 +87,11 @@ impl LeaseService {
                     );
                 }
             }
-        });
+        };
+        // Traces (feature `otel`): the store call stays under the request's span.
+        #[cfg(feature = "otel")]
+        let task = crate::telemetry::trace::propagate(task);
+        tokio::spawn(task);
         rx.await.unwrap_or(Err(StoreError::Indeterminate(
             "acquire task ended without a reply",
         )))

@@ -3,8 +3,8 @@
 use std::time::Instant;
 
 use super::core::LeaseService;
-use crate::domain::{BreakOutcome, Failure, ResourceId, Revocation};
-use crate::store::StoreBreak;
+use crate::domain::{BreakOutcome, Failure, OperationId, ResourceId, Revocation};
+use crate::store::{StoreBreak, StoreError};
 
 impl LeaseService {
     /// Removes every live permit of `resource`, or the one with
@@ -36,8 +36,16 @@ impl LeaseService {
                 Ok(BreakOutcome::Broken { permits })
             }
             Ok(Ok(StoreBreak::NothingToBreak)) => Ok(BreakOutcome::NothingToBreak),
-            // No attempt names a break: an uncertain one is `unavailable`
-            // (retrying is safe: a second break finds nothing to break).
+            // No attempt names a break: an uncertain one is `indeterminate`
+            // with the operation id `break` (it may have applied; breaking
+            // again is safe: a second break finds nothing to break).
+            Ok(Err(StoreError::Indeterminate(reason))) => match OperationId::parse("break") {
+                Ok(operation_id) => {
+                    tracing::warn!(reason, "store reply uncertain (break)");
+                    Err(Failure::Indeterminate { operation_id })
+                }
+                Err(_) => Err(self.failure(StoreError::Indeterminate(reason), None)),
+            },
             Ok(Err(err)) => Err(self.failure(err, None)),
         };
         self.record("break", resource, started, &result);

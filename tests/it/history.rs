@@ -273,6 +273,7 @@ impl Recorder {
             Verb::Renew => http.patch(url),
             Verb::Release => http.delete(url),
             Verb::Inspect => http.get(url),
+            Verb::Break => http.post(format!("{url}/break")),
         };
         if let Some(token) = attempt_token {
             rb = rb
@@ -537,6 +538,30 @@ async fn pause(ms: u64) {
     }
 }
 
+/// An operator (issue 24): about once a second, breaks every permit of one
+/// of the resources through a random instance. The checker then judges
+/// that no broken holder is renewed afterwards and exempts from safety
+/// only the overlap a break makes (the broken holder's belief runs on
+/// until its next renew or its local validity).
+async fn breaker(rec: Arc<Recorder>) {
+    let mut rng = Rng::new();
+    let apps = rec.bases.len() as u64;
+    pause(300 + rng.below(700)).await;
+    while !rec.stop.load(Ordering::SeqCst) {
+        let event = Event {
+            client: CLIENTS,
+            app: rng.below(apps) as usize,
+            resource: rng.below(RESOURCES as u64) as usize,
+            attempt: unique("break-"),
+            verb: Some(Verb::Break),
+            ..Event::default()
+        };
+        rec.call(event, None, Some(json!({"reason": "history"})), None)
+            .await;
+        pause(700 + rng.below(800)).await;
+    }
+}
+
 /// Starts the clients; `finish` stops them and returns the history.
 struct Running {
     rec: Arc<Recorder>,
@@ -546,9 +571,10 @@ struct Running {
 impl Running {
     fn start(apps: &[&TestApp]) -> Running {
         let rec = Recorder::new(apps);
-        let tasks = (0..CLIENTS)
+        let mut tasks: Vec<_> = (0..CLIENTS)
             .map(|id| tokio::spawn(client(rec.clone(), id)))
             .collect();
+        tasks.push(tokio::spawn(breaker(rec.clone())));
         Running { rec, tasks }
     }
 

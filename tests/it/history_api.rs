@@ -25,10 +25,12 @@ both_stores!(
     acquire_relabel_and_release_are_recorded_newest_first,
     an_expiry_is_written_by_the_next_call_that_finds_it,
     an_expiry_beside_a_live_permit_keeps_its_own_time,
+    a_holder_left_after_a_release_is_closed_when_it_lapses,
     a_lock_delay_follows_the_expiry_that_started_it,
     limit_and_the_bound_cut_the_history,
     bad_limits_and_paths_are_refused_by_name,
     a_read_key_reads_the_history_and_another_purpose_may_not,
+    a_break_is_recorded_with_its_reason_and_key_name,
 );
 
 async fn history(app: &TestApp, d: &str, query: &str) -> Reply {
@@ -230,6 +232,51 @@ async fn an_expiry_beside_a_live_permit_keeps_its_own_time(backend: Backend) {
     assert!(
         epoch_ms(&expired["at"]).abs_diff(acquired_at + 100) <= 1,
         "{expired:#}"
+    );
+}
+
+async fn a_holder_left_after_a_release_is_closed_when_it_lapses(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let d = digest();
+    let (a, b, c) = (
+        app.attempt().await,
+        app.attempt().await,
+        app.attempt().await,
+    );
+    let long = app
+        .acquire_body(P, &d, &a, &json!({"ttlMs": 30_000, "limit": 2}))
+        .await;
+    assert_eq!(long.outcome(), "acquired", "{:#}", long.body);
+    let short = app
+        .acquire_body(P, &d, &b, &json!({"ttlMs": 300, "limit": 2}))
+        .await;
+    assert_eq!(short.outcome(), "acquired", "{:#}", short.body);
+    // The newest entry is now a release that left one holder live.
+    assert_eq!(app.release(P, &d, &a).await.outcome(), "released");
+    let version = app.inspect(P, &d, None).await.body["version"]
+        .as_str()
+        .expect("version")
+        .to_owned();
+    let free = until_changed(&app, &d, &version).await;
+    assert_eq!(free.body["held"], false, "{:#}", free.body);
+    let next = app.acquire(P, &d, &c, 30_000).await;
+    assert_eq!(next.outcome(), "acquired", "{:#}", next.body);
+    let (ta, tb, tc) = (
+        long.fencing_token(),
+        short.fencing_token(),
+        next.fencing_token(),
+    );
+    let e = entries(&history(&app, &d, "").await);
+    assert_eq!(
+        kinds(&e),
+        [
+            format!("acquired:{tc}"),
+            format!("expired:{tb}"),
+            format!("released:{ta}"),
+            format!("acquired:{tb}"),
+            format!("acquired:{ta}")
+        ],
+        "{e:#?}"
     );
 }
 
@@ -515,4 +562,110 @@ async fn the_cli_prints_the_history_as_json_lines_and_a_table() {
     .await;
     assert_eq!(out.code(), 69, "stderr: {}", out.stderr);
     drop(redis);
+}
+
+async fn a_break_is_recorded_with_its_reason_and_key_name(backend: Backend) {
+    let dir = std::env::temp_dir().join(unique("leasehold-history-break-"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let admin = unique("oncall-key-0123456789-");
+    let file = dir.join("keys");
+    std::fs::write(&file, format!("{admin} {P} admin name=oncall\n")).expect("keys");
+    let app = TestApp::spawn_with(args(
+        &backend,
+        &["--api-keys-file", file.to_str().expect("utf-8 path")],
+    ))
+    .await;
+    let d = digest();
+    let bearer = format!("Bearer {admin}");
+    let mut tokens = Vec::new();
+    for holder in ["pod-1", "pod-2"] {
+        let a = TestApp::reply(
+            app.http
+                .post(format!("{}/attempts", app.base))
+                .header("authorization", &bearer)
+                .json(&json!({"operationId": unique("op-")}))
+                .send()
+                .await
+                .expect("send"),
+        )
+        .await
+        .body;
+        let got = TestApp::reply(
+            app.http
+                .put(format!("{}/leases/{P}/{d}", app.base))
+                .header("authorization", &bearer)
+                .header(
+                    "Lease-Owner-Token",
+                    a["ownerToken"].as_str().expect("token"),
+                )
+                .header("Lease-Operation-Id", a["operationId"].as_str().expect("op"))
+                .json(&json!({"ttlMs": 30_000, "limit": 2, "holder": holder}))
+                .send()
+                .await
+                .expect("send"),
+        )
+        .await;
+        assert_eq!(got.outcome(), "acquired", "{:#}", got.body);
+        tokens.push(got.fencing_token());
+    }
+    let broke = TestApp::reply(
+        app.http
+            .post(format!("{}/leases/{P}/{d}/break", app.base))
+            .header("authorization", &bearer)
+            .json(&json!({"reason": "stuck | since the deploy"}))
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!(broke.outcome(), "broken", "{:#}", broke.body);
+    let after = TestApp::reply(
+        app.http
+            .get(format!("{}/leases/{P}/{d}", app.base))
+            .header("authorization", &bearer)
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    let r = TestApp::reply(
+        app.http
+            .get(format!("{}/leases/{P}/{d}/history", app.base))
+            .header("authorization", &bearer)
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    let e = entries(&r);
+    let mut top = kinds(&e[..2]);
+    top.sort();
+    let mut want = vec![
+        format!("revoked:{}", tokens[0]),
+        format!("revoked:{}", tokens[1]),
+    ];
+    want.sort();
+    assert_eq!(top, want, "{e:#?}");
+    assert_eq!(
+        kinds(&e[2..]),
+        [
+            format!("acquired:{}", tokens[1]),
+            format!("acquired:{}", tokens[0])
+        ]
+    );
+    for (entry, holder) in e[..2].iter().map(|x| {
+        let h = if x["fencingToken"] == tokens[0] {
+            "pod-1"
+        } else {
+            "pod-2"
+        };
+        (x, h)
+    }) {
+        assert_eq!(entry["reason"], "stuck | since the deploy", "{entry:#}");
+        assert_eq!(entry["keyName"], "oncall", "{entry:#}");
+        assert_eq!(entry["holder"], holder, "{entry:#}");
+        assert_eq!(entry["version"], after.body["version"], "{entry:#}");
+        assert!(!entry.to_string().contains(&admin), "never the key");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,6 +18,7 @@ mod cli_tls;
 mod client;
 #[cfg(feature = "client")]
 mod conformance;
+mod console;
 mod contract;
 #[cfg(feature = "client")]
 mod election;
@@ -40,6 +41,8 @@ mod roles;
 mod soak;
 mod tls;
 mod topologies;
+#[cfg(feature = "otel")]
+mod traces;
 mod upgrade;
 mod waits;
 mod watch;

@@ -2,8 +2,9 @@
 //! store and on a real `redis-server`. A break removes every permit or the
 //! one with a fencing token, needs `admin`, wakes waiters, starts no
 //! lock-delay, tells the broken holder (`lost`/`revoked` on renew,
-//! `already_absent`/`revoked` on release) and its watchers (`revoked`,
-//! with the reason and the key's name).
+//! `already_absent`/`revoked` on release), its watchers (`revoked`,
+//! with the reason and the key's name) and the history (a `revoked`
+//! entry per broken permit).
 
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ both_stores!(
     break_needs_the_admin_scope,
     break_wakes_a_waiter_and_starts_no_lock_delay,
     watchers_get_revoked_with_reason_and_key_name,
+    each_broken_permit_is_a_revoked_history_entry,
 );
 
 /// `POST …/break` with `body` (`None`: no body at all) and `key`.
@@ -348,4 +350,69 @@ async fn watchers_get_revoked_with_reason_and_key_name(backend: Backend) {
             assert!(!text.contains(secret.as_str()), "{text}");
         }
     }
+}
+
+async fn each_broken_permit_is_a_revoked_history_entry(backend: Backend) {
+    let keys = Keys::write();
+    let app = keys.app(&backend).await;
+    let d = digest();
+    let with =
+        |rb: reqwest::RequestBuilder| rb.header("authorization", format!("Bearer {}", keys.writer));
+    let mut tokens = Vec::new();
+    for holder in ["pod-1", "pod-2"] {
+        let op = unique("op-");
+        let created = with(app.http.post(format!("{}/attempts", app.base)))
+            .json(&json!({"operationId": op}))
+            .send()
+            .await
+            .expect("attempt");
+        let token = TestApp::reply(created).await.body["ownerToken"]
+            .as_str()
+            .expect("token")
+            .to_owned();
+        let r = with(app.http.put(format!("{}/leases/{P}/{d}", app.base)))
+            .header("Lease-Owner-Token", &token)
+            .header("Lease-Operation-Id", &op)
+            .json(&json!({"ttlMs": 30_000, "limit": 2, "holder": holder}))
+            .send()
+            .await
+            .expect("acquire");
+        let r = TestApp::reply(r).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+        tokens.push(r.fencing_token());
+    }
+    let body = json!({"reason": "rotating the | pods"});
+    let r = break_lease(&app, &d, Some(body), Some(&keys.admin)).await;
+    assert_eq!(r.outcome(), "broken", "{:?}", r.body);
+    let seen = with(app.http.get(format!("{}/leases/{P}/{d}", app.base)))
+        .send()
+        .await
+        .expect("inspect");
+    let version = TestApp::reply(seen).await.body["version"].clone();
+    let h = with(app.http.get(format!("{}/leases/{P}/{d}/history", app.base)))
+        .send()
+        .await
+        .expect("history");
+    let h = TestApp::reply(h).await;
+    let entries = h.body["entries"].as_array().expect("entries").clone();
+    let revoked: Vec<&Value> = entries.iter().filter(|e| e["event"] == "revoked").collect();
+    assert_eq!(revoked.len(), 2, "{:#}", h.body);
+    let mut broken: Vec<u64> = revoked
+        .iter()
+        .map(|e| e["fencingToken"].as_u64().expect("token"))
+        .collect();
+    broken.sort_unstable();
+    assert_eq!(broken, tokens);
+    for e in &revoked {
+        assert_eq!(e["reason"], "rotating the | pods", "{e}");
+        assert_eq!(e["keyName"], "ops-oncall", "{e}");
+        assert_eq!(
+            e["version"], version,
+            "the version inspect answers after the break"
+        );
+        assert!(e["holder"] == "pod-1" || e["holder"] == "pod-2", "{e}");
+    }
+    // Newest first: the two revoked entries come before the acquisitions.
+    assert_eq!(entries[0]["event"], "revoked", "{:#}", h.body);
+    assert_eq!(entries[1]["event"], "revoked", "{:#}", h.body);
 }

@@ -436,6 +436,8 @@ impl Recorder {
             Verb::Renew => self.http.patch(url),
             Verb::Release => self.http.delete(url),
             Verb::Inspect => self.http.get(url),
+            // The upgrade run sends no breaks (an older instance has none).
+            Verb::Break => self.http.post(format!("{url}/break")),
         };
         if let Some(token) = attempt_token {
             rb = rb

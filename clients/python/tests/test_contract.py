@@ -19,6 +19,7 @@ from leasehold import (
     Contended,
     InvalidRequest,
     Lease,
+    LeaseLost,
     LeaseState,
     LimitMismatch,
     Lost,
@@ -312,3 +313,27 @@ def test_unavailable_from_the_service(redis_service_fresh: Service) -> None:
         c.acquire(P, "gone", attempt=c.attempt(), ttl=5)
     assert caught.value.cause == "service"
     assert caught.value.retry_after is not None and caught.value.retry_after > 0
+
+
+def test_a_broken_lease_says_revoked(client: Client, service: Service, raw_id: str) -> None:
+    import json
+    import urllib.request
+
+    got = acquired(client.acquire(P, raw_id, attempt=client.attempt(), ttl=30))
+    lease = got.handle
+    # An operator breaks it (the service runs without keys: no admin key needed).
+    url = f"{service.url}/leases/{P}/{digest(raw_id)}/break"
+    req = urllib.request.Request(url, data=b'{"reason":"test"}', method="POST")
+    req.add_header("content-type", "application/json")
+    with urllib.request.urlopen(req) as resp:
+        assert json.load(resp) == {"outcome": "broken", "permitsBroken": 1}
+    renewed = lease.renew()
+    assert isinstance(renewed, Lost) and renewed.reason == "revoked", renewed
+    assert lease.state is LeaseState.LOST
+    assert lease.lost_reason == "revoked"
+    with pytest.raises(LeaseLost) as lost:
+        lease.check()
+    assert lost.value.reason == "revoked"
+    assert "revoked" in str(lost.value)
+    released = client.release(P, raw_id, attempt=lease.attempt)
+    assert released == AlreadyAbsent("revoked"), released

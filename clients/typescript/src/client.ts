@@ -481,8 +481,9 @@ export class Client {
     });
     const outcome = outcomeOf(reply);
     switch (outcome) {
-      case "released":
       case "already_absent":
+        return str(reply.body?.["reason"]) === "revoked" ? { outcome, reason: "revoked" } : { outcome };
+      case "released":
       case "not_owner":
         return { outcome };
       default:

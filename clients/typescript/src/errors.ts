@@ -148,11 +148,18 @@ export class LeaseLost extends LeaseholdError {
   readonly state: LeaseState;
   readonly reason: LossReason;
   readonly fencingToken: number;
-  constructor(state: LeaseState, reason: LossReason, fencingToken: number) {
-    super("lease_lost", `the lease (fencing token ${fencingToken}) no longer protects the work: ${reason} (${state.toUpperCase()})`);
+  /**
+   * The service's `reason` when a renew answered `lost`: `absent`, `not_owner`,
+   * `revoked` (an operator broke the lease) or `max_hold`; undefined otherwise.
+   */
+  readonly serverReason: string | undefined;
+  constructor(state: LeaseState, reason: LossReason, fencingToken: number, serverReason?: string) {
+    const why = serverReason === undefined ? "" : `, ${serverReason}`;
+    super("lease_lost", `the lease (fencing token ${fencingToken}) no longer protects the work: ${reason}${why} (${state.toUpperCase()})`);
     this.state = state;
     this.reason = reason;
     this.fencingToken = fencingToken;
+    this.serverReason = serverReason;
   }
 }
 

@@ -67,6 +67,7 @@ export class Lease implements AsyncDisposable {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #keepAlive: AbortController | undefined;
   #lastRecord: LeaseRecord;
+  #serverReason: string | undefined;
 
   /** @internal Made by `Client.acquire`. */
   constructor(
@@ -204,6 +205,7 @@ export class Lease implements AsyncDisposable {
         this.#lastRecord = result.lease;
       } else {
         reply = { kind: "lost" };
+        this.#serverReason = result.reason;
       }
       this.#core.finishRenew(now(), sentAt, reply);
       this.#settle();
@@ -326,7 +328,7 @@ export class Lease implements AsyncDisposable {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#stopKeepAlive();
-    const error = new LeaseLost(state, reason, this.record.fencingToken);
+    const error = new LeaseLost(state, reason, this.record.fencingToken, reason === "lost" ? this.#serverReason : undefined);
     this.#abort.abort(error);
     if (reason !== "released") {
       for (const callback of this.#onLost.splice(0)) {

@@ -108,7 +108,8 @@ export type RenewResult =
 /** A release's own outcomes. */
 export type ReleaseResult =
   | { readonly outcome: "released" }
-  | { readonly outcome: "already_absent" }
+  /** `reason: "revoked"` when an operator broke the caller's permit. */
+  | { readonly outcome: "already_absent"; readonly reason?: "revoked" }
   | { readonly outcome: "not_owner" };
 
 /** One event of a watch stream. */

@@ -85,6 +85,27 @@ for (const store of ["embedded", "redis"] as const) {
       assert.ok(first.handle.signal.aborted);
     });
 
+    it("a broken lease: renew lost/revoked, the handle's LeaseLost says revoked, release already_absent/revoked", async () => {
+      const r = fresh();
+      const a = await client.attempt();
+      const got = await client.acquire(r, a, { ttlMs: 30_000 });
+      assert.ok(got.outcome === "acquired");
+      // An operator breaks it (no API keys here: no admin key needed).
+      const res = await fetch(`${service.url}/leases/${r.purpose}/${r.digest}/break`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ reason: "test" }),
+      });
+      assert.deepEqual(await res.json(), { outcome: "broken", permitsBroken: 1 });
+      assert.deepEqual(await got.handle.renew(), { outcome: "lost", reason: "revoked" });
+      assert.equal(got.handle.state, "lost");
+      const lost: unknown = got.handle.signal.reason;
+      assert.ok(lost instanceof LeaseLost);
+      assert.equal(lost.reason, "lost");
+      assert.equal(lost.serverReason, "revoked");
+      assert.deepEqual(await client.release(r, a), { outcome: "already_absent", reason: "revoked" });
+    });
+
     it("acquire with waitMs: a release wakes the waiter at once", async () => {
       const r = fresh();
       const holder = await client.acquire(r, await client.attempt(), { ttlMs: 30_000 });

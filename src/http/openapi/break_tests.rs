@@ -21,6 +21,9 @@ async fn every_break_outcome_conforms_to_its_documented_response() {
             retry_after_ms: 1000,
         }),
         respond_one(&Failure::Overloaded { retry_after_ms: 50 }),
+        respond_one(&Failure::Indeterminate {
+            operation_id: crate::domain::OperationId::parse("break").expect("op"),
+        }),
         ApiError::RequestTimeout.into_response(),
         ApiError::Forbidden.into_response(),
         missing_scope("admin"),

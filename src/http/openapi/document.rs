@@ -92,6 +92,8 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::health::metrics_on_api,
         openapi_json,
         crate::http::docs::page,
+        crate::http::console::page,
+        crate::http::console::purposes::purposes,
         crate::http::problems::page,
     ),
     components(schemas(
@@ -107,6 +109,9 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::operator::BreakBody, Broken, NothingToBreakProblem, BreakNotFound, RevocationView,
         crate::domain::EndedReason,
         crate::http::history::HistoryAnswer, crate::domain::HistoryItem,
+        crate::http::console::purposes::PurposesListed, crate::http::console::purposes::PurposeScopes,
+        crate::http::console::purposes::AnyPurpose, crate::http::console::purposes::KeyScope,
+        crate::http::console::purposes::KeyAccess,
     )),
     modifiers(&Meta),
     tags(

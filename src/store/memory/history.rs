@@ -63,13 +63,10 @@ impl Histories {
     /// Writes, once per permit, the expiry of every permit of `entry` that
     /// ran out (at its expiry), then the lock-delay it started: what the
     /// Redis scripts write when they read an expired permit.
-    pub(super) fn note_expiries(
-        &mut self,
-        key: &str,
-        entry: &mut Entry,
-        now: Instant,
-        wall: StoreTime,
-    ) {
+    pub(super) fn note_expiries(&mut self, key: &str, entry: &mut Entry, now: Instant) {
+        if !entry.permits.iter().any(|p| !p.noted && !p.live(now)) {
+            return;
+        }
         let live = entry.live_count(now);
         let version = format!("{}.{live}", entry.changes);
         for p in entry
@@ -78,11 +75,8 @@ impl Histories {
             .filter(|p| !p.live(now) && !p.noted)
         {
             p.noted = true;
-            let ago = now.saturating_duration_since(p.expires_at).as_millis();
-            let at = StoreTime(
-                wall.0
-                    .saturating_sub(u64::try_from(ago).unwrap_or(u64::MAX)),
-            );
+            // The wall-clock expiry, as the Redis scripts compute it.
+            let at = StoreTime(p.renewed_at.0.saturating_add(p.ttl_ms));
             self.push(key, of(p, HistoryEvent::Expired, at, &version));
             if !p.lock_delay.is_zero() {
                 let lock_delay_ms = u64::try_from(p.lock_delay.as_millis()).unwrap_or(u64::MAX);

@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
+use super::super::history::of;
 use super::super::records::same_secret;
-use super::{MemoryStore, State};
-use crate::domain::{Attempt, ResourceId, Revocation};
+use super::{wall_ms, MemoryStore, State};
+use crate::domain::{Attempt, HistoryEntry, HistoryEvent, ResourceId, Revocation};
 use crate::store::{StoreBreak, StoreError};
 
 /// A broken permit's tombstone: whose it was and when it would have
@@ -59,9 +60,16 @@ impl MemoryStore {
                 return Ok(StoreBreak::NothingToBreak);
             };
             let mut gone = Vec::new();
+            let mut revoked = Vec::new();
+            let event = HistoryEvent::Revoked {
+                reason: revocation.reason.as_ref().map(|r| r.as_str().to_owned()),
+                key_name: revocation.key_name.clone(),
+            };
+            let at = wall_ms();
             entry.permits.retain(|p| {
                 let goes = p.live(now) && fencing_token.is_none_or(|t| t == p.fencing_token);
                 if goes {
+                    revoked.push(of(p, event.clone(), at, ""));
                     gone.push(Tomb {
                         owner_token: p.owner_token.clone(),
                         operation_id: p.operation_id.clone(),
@@ -74,8 +82,13 @@ impl MemoryStore {
                 return Ok(StoreBreak::NothingToBreak);
             }
             entry.changes = stamp;
+            let version = format!("{stamp}.{}", entry.live_count(now));
             let empty = entry.permits.is_empty();
             state.changes = stamp;
+            for e in revoked {
+                let version = version.clone();
+                state.history.push(&key, HistoryEntry { version, ..e });
+            }
             if empty {
                 Self::forget(&mut state, &key);
             }

@@ -91,7 +91,7 @@ impl MemoryStore {
     fn entry<'a>(state: &'a mut State, key: &str, now: Instant) -> Option<&'a mut Entry> {
         let empty = match state.leases.get_mut(key) {
             Some(e) => {
-                state.history.note_expiries(key, e, now, wall_ms());
+                state.history.note_expiries(key, e, now);
                 e.prune(now);
                 e.permits.is_empty()
             }
@@ -536,14 +536,13 @@ impl MemoryStore {
     /// Drops every resource with nothing left, writing the expiries it
     /// finds to the history first.
     fn sweep(state: &mut State, now: Instant) {
-        let wall = wall_ms();
         let State {
             leases, history, ..
         } = &mut *state;
         let over: Vec<String> = leases
             .iter_mut()
             .filter_map(|(k, e)| {
-                history.note_expiries(k, e, now, wall);
+                history.note_expiries(k, e, now);
                 e.prune(now);
                 e.permits.is_empty().then(|| k.clone())
             })

@@ -93,6 +93,50 @@ pub async fn run_script(
     asking: bool,
     deadline: Instant,
 ) -> Result<Vec<Value>, RunError> {
+    let run = evalsha(conn, script, keys, args, nonce, asking, deadline);
+    // Traces (feature `otel`): each script run is a span under the store call.
+    #[cfg(feature = "otel")]
+    let run = {
+        use crate::telemetry::trace::{child, Kind, Value::Str};
+        let attributes = vec![
+            ("db.system.name", Str("redis")),
+            ("db.operation.name", Str("EVALSHA")),
+            ("leasehold.script", Str(script.name)),
+        ];
+        child(
+            ("EVALSHA", script.name),
+            Kind::Client,
+            attributes,
+            run,
+            |out| match out {
+                Ok(_) => None,
+                Err(RunError::Redirect(_)) => Some(("redirect", "MOVED/ASK")),
+                Err(RunError::Failed(err)) => Some(trace_error(err)),
+            },
+        )
+    };
+    run.await
+}
+
+/// A store failure as a span's error class and description.
+#[cfg(feature = "otel")]
+pub fn trace_error(err: &StoreError) -> (&'static str, &'static str) {
+    match err {
+        StoreError::Unavailable(why) => ("unavailable", why),
+        StoreError::Indeterminate(why) => ("indeterminate", why),
+    }
+}
+
+/// [`run_script`] without its span.
+async fn evalsha(
+    conn: &mut Conn,
+    script: &Script,
+    keys: &[&str],
+    args: &[&str],
+    nonce: &Nonce,
+    asking: bool,
+    deadline: Instant,
+) -> Result<Vec<Value>, RunError> {
     let evalsha = script.evalsha(keys, args, nonce.as_str());
     // Only the reply is on the hot path; the rest is boxed so that every
     // call's future (moved at each await up the chain) stays small.

@@ -40,6 +40,8 @@ pub enum Verb {
     Release,
     /// `GET` inspect.
     Inspect,
+    /// `POST …/break` (an operator; every permit of the resource).
+    Break,
 }
 
 /// One request and its answer.
@@ -294,6 +296,12 @@ pub fn check_safety(events: &[Event], drift: Duration, faults: &[FaultWindow]) -
                 .iter()
                 .any(|f| f.data_loss && f.end >= a.event.send && f.start <= b.start)
         });
+        // An operator's break may end `a` without its knowledge: `a` still
+        // believes until its next renew or its local validity, and the next
+        // holder may acquire meanwhile. That overlap is the break's (fencing
+        // protects, and `check_breaks` judges that `a` is never renewed
+        // after it); it is not a safety violation.
+        overlapping.retain(|a| !broken_between(events, a, b));
         if overlapping.is_empty() {
             continue;
         }
@@ -345,6 +353,84 @@ pub fn check_safety(events: &[Event], drift: Duration, faults: &[FaultWindow]) -
             what,
             events: involved,
         });
+    }
+    out
+}
+
+/// Whether a break of `a`'s resource may have applied after `a`'s grant
+/// and before `b`'s: one answered `broken`, or one whose answer leaves it
+/// open (`unavailable` after an uncertain reply, a transport error).
+fn broken_between(events: &[Event], a: &Belief, b: &Belief) -> bool {
+    events.iter().any(|k| {
+        k.verb() == Verb::Break
+            && !matches!(k.outcome.as_str(), "nothing_to_break" | "overloaded")
+            && k.resource == a.event.resource
+            && k.reply > a.event.send
+            && k.send < b.event.reply
+    })
+}
+
+/// Breaks (issue 24): a holder whose permit a break removed is never
+/// `renewed` afterwards. For every break answered `broken` (every permit of
+/// its resource), an attempt granted the resource before the break was
+/// sent, and not acquiring it again since, must not be answered `renewed`
+/// to a renew sent after the break's answer: its belief ends at that renew
+/// (`lost`, `reason: revoked`) or at its local validity. Also, a renew
+/// answered `lost` with `reason: revoked` names an attempt some break could
+/// have broken.
+pub fn check_breaks(events: &[Event]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let breaks: Vec<&Event> = events
+        .iter()
+        .filter(|k| k.verb() == Verb::Break && k.outcome == "broken")
+        .collect();
+    for k in &breaks {
+        let mut held: Vec<&str> = events
+            .iter()
+            .filter(|g| g.resource == k.resource && g.grants() && g.reply < k.send)
+            .map(|g| g.attempt.as_str())
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        for attempt in held {
+            let again = |before: Duration| {
+                events.iter().any(|e| {
+                    e.attempt == attempt
+                        && e.resource == k.resource
+                        && e.verb() == Verb::Acquire
+                        && e.reply > k.send
+                        && e.send < before
+                })
+            };
+            if let Some(r) = events.iter().find(|r| {
+                r.attempt == attempt
+                    && r.resource == k.resource
+                    && r.verb() == Verb::Renew
+                    && r.outcome == "renewed"
+                    && r.send > k.reply
+                    && !again(r.send)
+            }) {
+                out.push(Violation {
+                    check: "breaks",
+                    what: format!("attempt {attempt} was renewed after a break removed its permit"),
+                    events: vec![(*k).clone(), r.clone()],
+                });
+            }
+        }
+    }
+    for r in events.iter().filter(|r| {
+        r.verb() == Verb::Renew && r.outcome == "lost" && r.reason.as_deref() == Some("revoked")
+    }) {
+        let explained = breaks
+            .iter()
+            .any(|k| k.resource == r.resource && k.send < r.reply);
+        if !explained {
+            out.push(Violation {
+                check: "breaks",
+                what: "a renew answered lost/revoked with no break before it".into(),
+                events: vec![r.clone()],
+            });
+        }
     }
     out
 }
@@ -538,6 +624,10 @@ pub fn documented(verb: Verb, status: u16, outcome: &str) -> bool {
             (200, "released") | (200, "already_absent") | (409, "not_owner")
         ),
         Verb::Inspect => matches!((status, outcome), (200, "inspected")),
+        Verb::Break => matches!(
+            (status, outcome),
+            (200, "broken") | (404, "nothing_to_break")
+        ),
     };
     own || (verb != Verb::Attempt && shared)
 }
@@ -574,7 +664,13 @@ pub fn check_typed(events: &[Event]) -> Vec<Violation> {
             if e.grants() && (e.fencing_token.is_none() || e.remaining_ms.is_none()) {
                 bad.push("grant without fencingToken/remainingMs".into());
             }
-            if e.outcome == "indeterminate" && e.operation_id.as_deref() != Some(&e.attempt) {
+            // A break names no attempt: its operation id is `break`.
+            let named = if e.verb() == Verb::Break {
+                "break"
+            } else {
+                e.attempt.as_str()
+            };
+            if e.outcome == "indeterminate" && e.operation_id.as_deref() != Some(named) {
                 bad.push("indeterminate without the attempt's operationId".into());
             }
         }
@@ -953,6 +1049,7 @@ pub fn check_all(
     let mut out = Vec::new();
     if checks.safety {
         out.extend(check_safety(events, drift, faults));
+        out.extend(check_breaks(events));
     }
     out.extend(check_fencing(events));
     if checks.honesty {

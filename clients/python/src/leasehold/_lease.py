@@ -57,6 +57,7 @@ class LeaseBase:
         self._core = HandleCore(sent, ttl, record.remaining_ms / 1000, drift)
         self._published = LeaseState.ACTIVE
         self._callbacks: list[LostCallback] = []
+        self._lost_reason: Optional[str] = None
 
     # -- identity -----------------------------------------------------------------------
 
@@ -127,6 +128,13 @@ class LeaseBase:
         return self._core.drift
 
     @property
+    def lost_reason(self) -> Optional[str]:
+        """The service's ``reason`` when a renew answered ``lost``: ``absent``, ``not_owner``,
+        ``revoked`` (an operator broke the lease) or ``max_hold``; ``None`` otherwise."""
+        with self._mutex:
+            return self._lost_reason
+
+    @property
     def expired_locally(self) -> bool:
         """Whether it became LOST because local validity ran out (not by the server's word)."""
         with self._mutex:
@@ -136,7 +144,7 @@ class LeaseBase:
         """Raises ``LeaseLost`` unless the lease is ACTIVE and locally valid now."""
         state = self.state
         if state is not LeaseState.ACTIVE:
-            raise LeaseLost(state, self.fencing_token)
+            raise LeaseLost(state, self.fencing_token, self.lost_reason)
 
     def add_lost_callback(self, callback: LostCallback) -> None:
         """Calls ``callback(lease)`` once when the lease becomes LOST or UNKNOWN (at once if
@@ -192,6 +200,8 @@ class LeaseBase:
             reply, remaining = RenewReply.RENEWED, result.lease.remaining_ms / 1000
         elif isinstance(result, Lost):
             reply = RenewReply.LOST
+            with self._mutex:
+                self._lost_reason = result.reason
         elif isinstance(result, (Indeterminate, asyncio.CancelledError)):
             reply = RenewReply.INDETERMINATE
         else:

@@ -296,5 +296,6 @@ class AsyncLockContext:
             raise LeaseLost(
                 state if state is not LeaseState.RELEASED else LeaseState.LOST,
                 lease.fencing_token,
+                lease.lost_reason,
             ) from exc
         return None

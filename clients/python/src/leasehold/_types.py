@@ -389,10 +389,16 @@ class LeaseLost(LeaseholdError):
     """The lease no longer protects the work (LOST, UNKNOWN, or RELEASED): stop it and
     stop presenting the fencing token."""
 
-    def __init__(self, state: LeaseState, fencing_token: int) -> None:
-        super().__init__(f"the lease (fencing token {fencing_token}) is {state}")
+    def __init__(
+        self, state: LeaseState, fencing_token: int, reason: Optional[str] = None
+    ) -> None:
+        why = f" ({reason})" if reason else ""
+        super().__init__(f"the lease (fencing token {fencing_token}) is {state}{why}")
         self.state = state
         self.fencing_token = fencing_token
+        #: The service's ``reason`` when a renew answered ``lost`` (``absent``,
+        #: ``not_owner``, ``revoked``: an operator broke it, ``max_hold``); else ``None``.
+        self.reason = reason
 
 
 class NotAcquired(LeaseholdError):

@@ -35,11 +35,14 @@ struct Args<'a> {
     resource_tag: &'a str,
     reason: &'a str,
     key_name: &'a str,
+    /// [`RedisStore::history_args`]: the history's bound.
+    history_length: &'a str,
+    history_ttl_ms: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 6> {
+    fn named(&self) -> Named<'a, 8> {
         [
             ("fencing token", self.fencing_token),
             ("sequence key ttl ms", self.seq_ttl_ms),
@@ -47,6 +50,8 @@ impl<'a> Args<'a> {
             ("resource tag", self.resource_tag),
             ("reason", self.reason),
             ("key name", self.key_name),
+            ("history length", self.history_length),
+            ("history ttl ms", self.history_ttl_ms),
         ]
     }
 }
@@ -93,6 +98,8 @@ impl RedisStore {
             resource_tag: &tag,
             reason: revocation.reason.as_ref().map_or("", |r| r.as_str()),
             key_name: revocation.key_name.as_deref().unwrap_or(""),
+            history_length: &self.history_args[0],
+            history_ttl_ms: &self.history_args[1],
         };
         let done = self
             .run(Call {

@@ -44,13 +44,31 @@ impl RedisStore {
             lease_key(&self.namespace, resource),
             seq_key(&self.namespace, resource),
         );
-        self.run(Call {
+        let keys = evalsha::values(&record_keys(&lease, &seq));
+        let run = self.run(Call {
             script,
             tag,
-            keys: &evalsha::values(&record_keys(&lease, &seq)),
+            keys: &keys,
             args,
             acks: self.acks.filter(|_| writes),
-        })
-        .await
+        });
+        // Traces (feature `otel`): the store call, retries included, as a
+        // span under the request's.
+        #[cfg(feature = "otel")]
+        let run = {
+            use crate::telemetry::trace::{child, Kind, Value::Str};
+            let attributes = vec![
+                ("db.system.name", Str("redis")),
+                ("leasehold.script", Str(script.name)),
+            ];
+            child(
+                ("store", script.name),
+                Kind::Internal,
+                attributes,
+                run,
+                |out| out.as_ref().err().map(super::exec::trace_error),
+            )
+        };
+        run.await
     }
 }
