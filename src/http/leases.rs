@@ -131,7 +131,7 @@ fn whole_ms<'de, D: serde::Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
 }
 
 /// An optional [`whole_ms`].
-fn whole_opt<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<u64>, D::Error> {
+pub(super) fn whole_opt<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<u64>, D::Error> {
     whole_ms(de).map(Some)
 }
 

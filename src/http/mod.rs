@@ -175,6 +175,9 @@ fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             (Some(_purpose), Some(_digest), Some("history")) if segments.next().is_none() => {
                 history::ROUTE
             }
+            (Some(_purpose), Some(_digest), Some("break")) if segments.next().is_none() => {
+                operator::ROUTE
+            }
             _ => "unmatched",
         };
     }
@@ -421,6 +424,7 @@ mod tests {
                 "/leases/{purpose}/{digest}/history",
             ),
             ("/leases/p/events", "/leases/{purpose}/events"),
+            ("/leases/p/v1.d/break", "/leases/{purpose}/{digest}/break"),
             ("/livez", "/livez"),
             ("/readyz", "/readyz"),
             ("/openapi.json", "/openapi.json"),

@@ -38,7 +38,9 @@ pub(super) fn routes() -> Router<AppState> {
 pub struct BreakBody {
     /// Optional: break only the permit with this fencing token (left out:
     /// every permit of the resource).
-    #[serde(default)]
+    // A whole number sent as `5.0` is that integer, as for `ttlMs`
+    // (schemathesis sends one; the schema says `integer`).
+    #[serde(default, deserialize_with = "super::leases::whole_opt")]
     #[schema(
         minimum = 1,
         maximum = 9007199254740991_i64,

@@ -137,6 +137,7 @@ async fn break_bodies_are_validated(backend: Backend) {
         (json!({"fencingToken": 0}), "fencingToken"),
         (json!({"fencingToken": -1}), "fencingToken"),
         (json!({"fencingToken": "12"}), "fencingToken"),
+        (json!({"fencingToken": 1.5}), "fencingToken"),
         (json!({"force": true}), ""),
     ] {
         let r = break_lease(&app, &d, Some(body.clone()), None).await;
@@ -165,6 +166,11 @@ async fn break_bodies_are_validated(backend: Backend) {
     assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
     let bad_digest = break_lease(&app, "v1.nope", None, None).await;
     assert_eq!(bad_digest.status, StatusCode::BAD_REQUEST);
+    // A whole number written as a float is that integer (as for ttlMs;
+    // schemathesis sends one): no permit has it, so nothing to break.
+    let whole = break_lease(&app, &d, Some(json!({"fencingToken": 690_035_392.0})), None).await;
+    assert_eq!(whole.status, StatusCode::NOT_FOUND, "{:?}", whole.body);
+    assert_eq!(whole.outcome(), "nothing_to_break");
     // Nothing of it broke the lease; 256 characters are fine.
     let ok = json!({"reason": "é".repeat(256)});
     assert_eq!(

@@ -494,3 +494,107 @@ async fn a_hung_collector_costs_spans_not_requests() {
         "{logs}"
     );
 }
+
+/// A waiting acquire's later tries run on a task of their own (so that a
+/// caller who leaves cannot be handed the lease): their store calls are
+/// still in the waiter's trace, under its request span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_keeps_its_store_calls_under_its_span() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::start("127.0.0.1:0").await;
+    let service = Service::start(&[
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{}", receiver.addr),
+        ),
+        ("LEASEHOLD_REDIS_URL", redis.url()),
+    ])
+    .await;
+    let http = reqwest::Client::new();
+    let lease = format!("{}/leases/{}/{}", service.base, unique("p"), digest());
+    let mut attempts = Vec::new();
+    for _ in 0..2 {
+        let op = unique("op-");
+        let r = http
+            .post(format!("{}/attempts", service.base))
+            .json(&json!({ "operationId": op }))
+            .send()
+            .await
+            .expect("attempt");
+        let body: Value = r.json().await.expect("json");
+        attempts.push((body["ownerToken"].as_str().expect("token").to_owned(), op));
+    }
+    let put = |(token, op): &(String, String), body: Value| {
+        http.put(&lease)
+            .header("lease-owner-token", token)
+            .header("lease-operation-id", op)
+            .json(&body)
+            .send()
+    };
+    let r = put(&attempts[0], json!({ "ttlMs": 30000 }))
+        .await
+        .expect("acquire");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let waiter = tokio::spawn(put(
+        &attempts[1],
+        json!({ "ttlMs": 30000, "waitMs": 20000 }),
+    ));
+    // The waiter is queued (as TestApp::until_waiters does it).
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let ready: Value = reqwest::get(format!("{}/readyz", service.base))
+            .await
+            .expect("readyz")
+            .json()
+            .await
+            .expect("json");
+        if ready["waiters"] == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no waiter: {ready}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let r = http
+        .delete(&lease)
+        .header("lease-owner-token", &attempts[0].0)
+        .header("lease-operation-id", &attempts[0].1)
+        .send()
+        .await
+        .expect("release");
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = waiter.await.expect("task").expect("waiting acquire");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    service.stop().await;
+
+    let spans: Vec<Value> = receiver.spans().into_iter().map(|(_, s)| s).collect();
+    let puts: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "PUT /leases/{purpose}/{digest}")
+        .collect();
+    assert_eq!(puts.len(), 2, "{puts:#?}");
+    let stores: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "store acquire")
+        .collect();
+    for store in &stores {
+        assert!(
+            puts.iter()
+                .any(|p| p["spanId"] == store["parentSpanId"] && p["traceId"] == store["traceId"]),
+            "a store call outside its request's trace: {store}"
+        );
+    }
+    // The holder's one try; the waiter's first (contended) and, from its
+    // own task, the one after the release.
+    let under = |put: &Value| {
+        stores
+            .iter()
+            .filter(|s| s["parentSpanId"] == put["spanId"])
+            .count()
+    };
+    let mut counts = [under(puts[0]), under(puts[1])];
+    counts.sort_unstable();
+    assert!(
+        counts[0] == 1 && counts[1] >= 2,
+        "store calls per PUT: {counts:?}"
+    );
+}

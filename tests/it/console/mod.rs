@@ -7,9 +7,9 @@
 //!
 //! Needs `chromium` (Debian's package) and Node ≥ 18 (`nodejs`); a missing
 //! one fails the test naming what to install. Break and history are
-//! checked through the console once the service documents them in
-//! `/openapi.json` (issue 24 items 2 and 5); until then the console must
-//! say they are not available, and `drive.mjs` prints which it checked.
+//! checked through the console when the service documents them in
+//! `/openapi.json`; a service without them must have the console say they
+//! are not available, and `drive.mjs` prints which it checked.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -51,7 +51,7 @@ impl Keys {
             scraper: unique("console-scraper-0123456789-"),
         };
         let text = format!(
-            "{} {P} admin\n{} {P} write\n{} report,{P} read\n{} * read\n{} report write\n{} - metrics\n",
+            "{} {P} admin name=console-admin\n{} {P} write\n{} report,{P} read\n{} * read\n{} report write\n{} - metrics\n",
             keys.admin, keys.writer, keys.reader, keys.everywhere, keys.everywhere, keys.scraper
         );
         std::fs::write(keys.dir.join("keys"), text).expect("write keys");

@@ -484,6 +484,7 @@
     const admin = state.scopes.includes('admin');
     $('break-area').hidden = !(admin && i.held);
     const permits = i.permits || [];
+    $('permits').hidden = !permits.length;
     // Rebuilt only when the permits change (a button rebuilt under the
     // pointer would swallow the click); otherwise the times are updated.
     const shown = JSON.stringify([admin, permits.map((p) => [p.fencingToken, p.holder, p.renewedAt])]);
@@ -537,7 +538,8 @@
     status.textContent = entries.length ? 'Newest first.' : 'No history kept for this lease.';
     tbody.replaceChildren();
     for (const e of entries) {
-      tbody.appendChild(row([e.event, e.at, e.holder || '—', e.fencingToken ?? '—', e.reason || '—', e.keyName || '—']));
+      const why = e.reason || (e.lockDelayMs ? 'lock-delay ' + ms(e.lockDelayMs) : '') || (e.noticed ? 'seen after expiry' : '—');
+      tbody.appendChild(row([e.event, e.at, e.holder || '—', e.fencingToken ?? '—', why, e.keyName || '—']));
     }
   }
 
