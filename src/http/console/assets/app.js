@@ -296,6 +296,9 @@
       return fresh;
     }
     const now = performance.now();
+    // The purpose stream starts over (`reset`): the snapshot that follows
+    // replaces what is shown.
+    if (name === 'reset') return true;
     if (name === 'snapshot') {
       if (fresh) state.leases.clear();
       for (const lease of body.leases || []) state.leases.set(lease.digest, { lease, at: now });
