@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::common::history::Event;
 use crate::common::history::{
-    beliefs, check_fencing, check_honesty, check_liveness, check_recovery, check_refusals,
-    check_safety, check_typed, documented, FaultWindow, Liveness, Verb,
+    beliefs, check_breaks, check_fencing, check_honesty, check_liveness, check_recovery,
+    check_refusals, check_safety, check_typed, documented, FaultWindow, Liveness, Verb,
 };
 
 const DRIFT: Duration = Duration::from_millis(10);
@@ -703,4 +703,71 @@ fn resp_frames_are_delimited_whole() {
         assert_eq!(whole(&script[..cut]), None, "cut at {cut}");
     }
     assert!(frame_end(b"?what\r\n", 0).is_err());
+}
+
+// --- breaks ------------------------------------------------------------------
+
+/// An operator's break of resource 0, answered `broken`.
+fn broke(send: u64, reply: u64) -> Event {
+    ev("break-1", Verb::Break, send, reply, "broken")
+}
+
+#[test]
+fn breaks_fail_when_a_broken_holder_is_renewed_after_the_break() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        broke(20, 25),
+        grant("a", Verb::Renew, 30, 35, "renewed", 1, 100),
+    ]);
+    let v = check_breaks(&h);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].what.contains("renewed after a break"), "{v:?}");
+}
+
+#[test]
+fn breaks_pass_for_a_renew_before_the_break_or_after_acquiring_again() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        grant("a", Verb::Renew, 10, 15, "renewed", 1, 100),
+        broke(20, 25),
+        Event {
+            reason: Some("revoked".into()),
+            ..ev("a", Verb::Renew, 30, 35, "lost")
+        },
+        grant("a", Verb::Acquire, 40, 45, "acquired", 2, 100),
+        grant("a", Verb::Renew, 50, 55, "renewed", 2, 100),
+    ]);
+    assert!(check_breaks(&h).is_empty());
+}
+
+#[test]
+fn breaks_fail_for_lost_revoked_with_no_break_before_it() {
+    let h = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        Event {
+            reason: Some("revoked".into()),
+            ..ev("a", Verb::Renew, 30, 35, "lost")
+        },
+        broke(40, 45),
+    ]);
+    let v = check_breaks(&h);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].what.contains("no break before it"), "{v:?}");
+}
+
+#[test]
+fn safety_exempts_only_the_overlap_a_break_makes() {
+    // b acquires while a still believes: a violation without the break,
+    // none with it in between.
+    let without = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        grant("b", Verb::Acquire, 30, 35, "acquired", 2, 100),
+    ]);
+    assert_eq!(check_safety(&without, DRIFT, &[]).len(), 1);
+    let with = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        broke(20, 25),
+        grant("b", Verb::Acquire, 30, 35, "acquired", 2, 100),
+    ]);
+    assert!(check_safety(&with, DRIFT, &[]).is_empty());
 }
