@@ -27,10 +27,12 @@ async fn service() -> (RedisServer, TestApp) {
 /// A script that marks its start, and on SIGTERM marks it and (if `exits`)
 /// exits 0; otherwise it runs until killed.
 fn looping_child(dir: &Path, exits: bool) -> String {
+    // `started` appears by rename, with the pid in it: a reader that saw
+    // the file before `echo` wrote it once read it empty (a CI failure).
     let d = dir.display();
     let on_term = if exits { "; exit 0" } else { "" };
     format!(
-        "trap 'echo term > {d}/term{on_term}' TERM; echo $$ > {d}/started; \
+        "trap 'echo term > {d}/term{on_term}' TERM; echo $$ > {d}/started.tmp && mv {d}/started.tmp {d}/started; \
          while :; do sleep 0.05; done"
     )
 }
