@@ -47,6 +47,11 @@ pub struct LockArgs {
     /// inspect or list the purpose sees it.
     #[arg(long, value_name = "LABEL")]
     pub holder: Option<String>,
+    /// Bounds the whole hold (the service's `maxHoldMs`): renewals stop
+    /// there, and COMMAND is stopped as for a lost lease (exit 75,
+    /// "(max_hold)"). Default: no bound.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub max_hold: Option<Duration>,
     /// When the lease is lost: how long COMMAND may take to exit after
     /// SIGTERM before it gets SIGKILL.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
@@ -156,6 +161,7 @@ async fn lock(args: LockArgs) -> Result<ExitCode, Exit> {
         let options = AcquireOptions {
             wait: round,
             holder: holder.clone(),
+            max_hold: args.max_hold,
             ..AcquireOptions::new(args.ttl)
         };
         let acquired = tokio::select! {

@@ -171,6 +171,18 @@ impl Shared {
         self.core.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether the acquisition was granted less than the TTL asked because
+    /// of its hold bound (`maxHoldMs` below the TTL).
+    pub(super) fn acquired_held_out(&self) -> bool {
+        self.held_out(&self.lease)
+    }
+
+    /// Whether `lease`, an answer for this handle, was granted less than
+    /// the TTL asked because it reached its hold bound (`maxHoldMs`).
+    pub(super) fn held_out(&self, lease: &Lease) -> bool {
+        lease.hold_ends_at.is_some() && Duration::from_millis(lease.ttl_ms) < self.core().ttl()
+    }
+
     /// Publishes `state` if it differs from the last published one.
     fn publish(&self, state: LeaseState) {
         self.state_tx.send_if_modified(|last| {

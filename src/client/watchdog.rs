@@ -29,8 +29,9 @@ pub enum EndReason {
     /// An operator broke the lease: a renew answered `lost` with `reason:
     /// revoked` (`POST …/break`).
     Revoked,
-    /// The lease reached its hold bound (`maxHoldMs`): a renew answered
-    /// `lost` with `reason: max_hold`.
+    /// The lease reached its hold bound (`maxHoldMs`): renewals were
+    /// capped there and validity ran out at it, or a renew answered `lost`
+    /// with `reason: max_hold`.
     MaxHold,
     /// A renew or release got no certain reply: the handle is UNKNOWN.
     Unknown,
@@ -192,6 +193,7 @@ impl Watchdog {
             jitter: Jitter::seeded(id),
             valid_until: shared.stop_at(),
             permit: Some(permit),
+            held_out: shared.acquired_held_out(),
         };
         runtime.spawn(task.run());
         Ok(Registration {
@@ -281,6 +283,9 @@ struct Task {
     valid_until: Instant,
     /// The registration slot, freed before the end is announced.
     permit: Option<OwnedSemaphorePermit>,
+    /// The last answer was capped at the lease's hold bound: when validity
+    /// runs out now, the bound is why ([`EndReason::MaxHold`]).
+    held_out: bool,
 }
 
 impl Task {
@@ -328,7 +333,7 @@ impl Task {
             drop(shared);
             match state {
                 LeaseState::Active => {}
-                LeaseState::Lost if expired => return EndReason::Expired,
+                LeaseState::Lost if expired => return self.expired(),
                 LeaseState::Lost => return EndReason::Lost,
                 LeaseState::Unknown => return EndReason::Unknown,
                 LeaseState::Released => return EndReason::Released,
@@ -349,7 +354,7 @@ impl Task {
                     }
                 }
                 // Stop the work one drift budget before validity ends.
-                _ = sleep_until(stop_at) => return EndReason::Expired,
+                _ = sleep_until(stop_at) => return self.expired(),
                 _ = sleep_until(renew_at) => {
                     next_renew = None;
                     let Some(shared) = self.shared.upgrade() else { continue };
@@ -359,7 +364,7 @@ impl Task {
                         _ = self.token.cancelled() => return EndReason::CancelledByCaller,
                         // Validity is about to run out with the renew in
                         // flight: the work stops; the request is abandoned.
-                        _ = sleep_until(stop_at) => return EndReason::Expired,
+                        _ = sleep_until(stop_at) => return self.expired(),
                         // The user released it (or it ended otherwise)
                         // meanwhile: stop waiting for this renew.
                         _ = self.state_rx.changed() => continue,
@@ -367,6 +372,7 @@ impl Task {
                     };
                     match result {
                         Ok(RenewOutcome::Renewed { lease }) => {
+                            self.held_out = shared.held_out(&lease);
                             let (_, valid_for) = shared.snapshot();
                             tracing::debug!(purpose = %self.purpose, registration = self.id, remaining_ms = lease.remaining_ms, "watchdog renewed");
                             self.emit(EventKind::Renewed { remaining_ms: lease.remaining_ms, valid_for });
@@ -387,6 +393,16 @@ impl Task {
                     }
                 }
             }
+        }
+    }
+
+    /// Local validity ran out: at the lease's hold bound when the last
+    /// answer was capped there, else before a renew succeeded.
+    fn expired(&self) -> EndReason {
+        if self.held_out {
+            EndReason::MaxHold
+        } else {
+            EndReason::Expired
         }
     }
 

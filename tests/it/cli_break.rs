@@ -124,3 +124,26 @@ async fn break_stops_a_lock_with_75_revoked_and_exits_by_outcome() {
     assert_eq!(token.code(), 1, "stderr: {}", token.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `leasehold lock --max-hold`: the watchdog renews up to the bound and no
+/// further, and the command is stopped there as for a lost lease (exit 75,
+/// "(max_hold)"), while its TTL alone would have been renewed for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_with_max_hold_stops_its_command_at_the_bound_with_75() {
+    let redis = RedisServer::start();
+    let dir = temp_dir();
+    let app = TestApp::spawn_with(args(&Backend::Redis(redis.url()), &[])).await;
+    let raw = unique("order-");
+    let d = dir.display();
+    let lock = leasehold(&[
+        "lock", "--url", &app.base, "--ttl", "3s", "--max-hold", "1500ms", "export", &raw,
+        "--", "sh", "-c",
+        &format!("trap 'echo term > {d}/term; exit 0' TERM; echo $$ > {d}/started; while :; do sleep 0.05; done"),
+    ]);
+    let out = finish(lock).await;
+    assert_eq!(out.code(), 75, "stderr: {}", out.stderr);
+    assert!(out.stderr.contains("(max_hold)"), "stderr: {}", out.stderr);
+    assert!(dir.join("started").exists(), "the command ran");
+    assert!(dir.join("term").exists(), "the command got SIGTERM");
+    let _ = std::fs::remove_dir_all(&dir);
+}
