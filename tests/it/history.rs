@@ -429,6 +429,13 @@ async fn client(rec: Arc<Recorder>, id: usize) {
         if shared {
             body["mode"] = json!("shared");
         }
+        // A quarter of the holders bound their hold (issue 24), mostly
+        // within reach of their renewals: those get capped, and a late one
+        // hears `lost`/`max_hold`.
+        let max_hold = rng.chance(25).then(|| ttl / 2 + rng.below(ttl));
+        if let Some(m) = max_hold {
+            body["maxHoldMs"] = json!(m);
+        }
         // Acquire; on an uncertain answer (or after leaving) retry with the
         // same attempt (on either instance) or inspect.
         let (mut held, mut left) = (false, false);
@@ -438,6 +445,7 @@ async fn client(rec: Arc<Recorder>, id: usize) {
             e.wait_ms = wait;
             e.limit = limit;
             e.shared = shared;
+            e.max_hold_ms = max_hold;
             let leave = rec.leave_after(&mut rng, wait);
             let a = rec.call(e, Some(&token), Some(body.clone()), leave).await;
             match a.outcome.as_str() {

@@ -79,6 +79,8 @@ pub struct Event {
     pub limit: Option<u64>,
     /// Asked for shared mode (acquire).
     pub shared: bool,
+    /// The hold bound asked for (acquire's `maxHoldMs`).
+    pub max_hold_ms: Option<u64>,
     /// Inspect's `heldBy`.
     pub held_by: Option<String>,
     /// `operationId` of an `indeterminate` answer.
@@ -749,6 +751,75 @@ fn latest_apply(e: &Event, faults: &[FaultWindow], slack: Duration) -> Duration 
     latest + slack
 }
 
+/// Bounded holds (issue 24): an attempt that acquired with `maxHoldMs` is
+/// never granted time past its bound, and `lost` with `reason: max_hold`
+/// comes only to such an attempt, once its bound may have passed. The
+/// store's `acquiredAt` lies between the attempt's first acquire send and
+/// its first grant's reply, and a grant's store instant between the send
+/// and reply of its request; so a grant must end by (first grant's reply +
+/// bound), judged from its send (`send + remainingMs`), and a `max_hold`
+/// answer must come after (first acquire's send + bound). A millisecond of
+/// rounding is allowed each way.
+pub fn check_max_hold(events: &[Event]) -> Vec<Violation> {
+    const SLACK: Duration = Duration::from_millis(2);
+    let mut own: BTreeMap<(&str, usize), Vec<&Event>> = BTreeMap::new();
+    for e in events {
+        if matches!(e.verb(), Verb::Acquire | Verb::Renew) {
+            own.entry((e.attempt.as_str(), e.resource))
+                .or_default()
+                .push(e);
+        }
+    }
+    let mut out = Vec::new();
+    for ((attempt, _), mine) in &mut own {
+        mine.sort_by_key(|e| e.send);
+        let bound = mine
+            .iter()
+            .find_map(|e| e.max_hold_ms.filter(|_| e.verb() == Verb::Acquire))
+            .map(Duration::from_millis);
+        let first_send = mine
+            .iter()
+            .find(|e| e.verb() == Verb::Acquire)
+            .map(|e| e.send);
+        let first_grant = mine
+            .iter()
+            .find(|e| e.verb() == Verb::Acquire && e.grants())
+            .map(|e| e.reply);
+        for e in mine.iter() {
+            if e.verb() == Verb::Renew
+                && e.outcome == "lost"
+                && e.reason.as_deref() == Some("max_hold")
+            {
+                let possible = match (bound, first_send) {
+                    (Some(b), Some(sent)) => e.reply + SLACK >= sent + b,
+                    _ => false,
+                };
+                if !possible {
+                    out.push(Violation {
+                        check: "max_hold",
+                        what: format!(
+                            "attempt {attempt} was told lost/max_hold before its bound could pass (or it had none)"
+                        ),
+                        events: vec![(*e).clone()],
+                    });
+                }
+            }
+            if let (true, Some(b), Some(granted), Some(left)) =
+                (e.grants(), bound, first_grant, e.remaining_ms)
+            {
+                if e.send + Duration::from_millis(left) > granted + b + SLACK {
+                    out.push(Violation {
+                        check: "max_hold",
+                        what: format!("attempt {attempt} was granted time past its maxHoldMs"),
+                        events: vec![(*e).clone()],
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
 /// When an attempt may *possibly* hold a resource (the store's view, as far
 /// as the history can bound it; wider than a belief): from the send of any
 /// grant or uncertain acquire/renew until its expiry (a grant: reply +
@@ -1053,6 +1124,7 @@ pub fn check_all(
     if checks.safety {
         out.extend(check_safety(events, drift, faults));
         out.extend(check_breaks(events));
+        out.extend(check_max_hold(events));
     }
     out.extend(check_fencing(events));
     if checks.honesty {

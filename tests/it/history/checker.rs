@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use crate::common::history::Event;
 use crate::common::history::{
-    beliefs, check_breaks, check_fencing, check_honesty, check_liveness, check_recovery,
-    check_refusals, check_safety, check_typed, documented, FaultWindow, Liveness, Verb,
+    beliefs, check_breaks, check_fencing, check_honesty, check_liveness, check_max_hold,
+    check_recovery, check_refusals, check_safety, check_typed, documented, FaultWindow, Liveness,
+    Verb,
 };
 
 const DRIFT: Duration = Duration::from_millis(10);
@@ -770,4 +771,54 @@ fn safety_exempts_only_the_overlap_a_break_makes() {
         grant("b", Verb::Acquire, 30, 35, "acquired", 2, 100),
     ]);
     assert!(check_safety(&with, DRIFT, &[]).is_empty());
+}
+
+// --- bounded holds -----------------------------------------------------------
+
+/// An acquire of resource 0 with `maxHoldMs`, granted for `left` ms.
+fn bounded(send: u64, reply: u64, max_hold_ms: u64, left: u64) -> Event {
+    Event {
+        max_hold_ms: Some(max_hold_ms),
+        ..grant("a", Verb::Acquire, send, reply, "acquired", 1, left)
+    }
+}
+
+fn held_out(send: u64, reply: u64) -> Event {
+    Event {
+        reason: Some("max_hold".into()),
+        ..ev("a", Verb::Renew, send, reply, "lost")
+    }
+}
+
+#[test]
+fn max_hold_passes_for_capped_renewals_and_a_late_max_hold() {
+    let h = numbered(vec![
+        bounded(0, 5, 100, 100),
+        // Capped: granted until 5 + 100 at the latest.
+        grant("a", Verb::Renew, 40, 45, "renewed", 1, 65),
+        held_out(110, 112),
+    ]);
+    assert!(check_max_hold(&h).is_empty(), "{:?}", check_max_hold(&h));
+}
+
+#[test]
+fn max_hold_fails_for_a_renewal_past_the_bound() {
+    let h = numbered(vec![
+        bounded(0, 5, 100, 100),
+        grant("a", Verb::Renew, 40, 45, "renewed", 1, 100),
+    ]);
+    let v = check_max_hold(&h);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].what.contains("past its maxHoldMs"), "{v:?}");
+}
+
+#[test]
+fn max_hold_fails_for_max_hold_too_early_or_without_a_bound() {
+    let early = numbered(vec![bounded(0, 5, 100, 100), held_out(50, 55)]);
+    assert_eq!(check_max_hold(&early).len(), 1);
+    let unbounded = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 100),
+        held_out(200, 205),
+    ]);
+    assert_eq!(check_max_hold(&unbounded).len(), 1);
 }
