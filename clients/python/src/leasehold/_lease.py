@@ -383,9 +383,12 @@ def _next_renew(now: float, valid_until: float, lease: LeaseBase, rng: random.Ra
 def _margin(lease: LeaseBase, stop_margin: Optional[float]) -> float:
     """How long before local validity ends the work is stopped when no renew landed:
     ``stop_margin`` (default TTL/10), at least one drift budget (as the Rust watchdog,
-    so the work has stopped before the store may hand the lease on), at most TTL/2."""
-    margin = lease.ttl / 10 if stop_margin is None else stop_margin
-    return min(max(lease.drift, margin), lease.ttl / 2)
+    so the work has stopped before the store may hand the lease on), at most TTL/2; the
+    TTL granted (a ``max_hold`` below the TTL asked is granted as the TTL)."""
+    granted = lease.record.ttl_ms / 1000
+    ttl = min(lease.ttl, granted) if granted > 0 else lease.ttl
+    margin = ttl / 10 if stop_margin is None else stop_margin
+    return min(max(lease.drift, margin), ttl / 2)
 
 
 class Keeper:
