@@ -27,6 +27,7 @@ from leasehold import (
     Replayed,
     digest,
 )
+from leasehold.election import Election, StopReason
 
 P = "py-max-hold"
 RAW = "order-42"
@@ -281,3 +282,36 @@ async def test_async_capped_renew_then_hold_end() -> None:
     # After the short grant renewals come at a third of the TTL (they still hear a
     # break), not ever faster as the time left shrinks.
     assert 1 <= len(script.sent("PATCH")) <= 3, script.sent("PATCH")
+
+
+async def test_an_election_term_ends_at_the_hold_end() -> None:
+    """``Election(max_hold=...)`` sends it; the term ends EXPIRING before the hold's end
+    (the leading margin taken from the TTL granted) and the candidate campaigns again."""
+    script = Script(PUT=[acquired(600, 600, 600)], DELETE=[ABSENT_MAX_HOLD])
+    stopped: asyncio.Queue[StopReason] = asyncio.Queue()
+    started: asyncio.Queue[int] = asyncio.Queue()
+    async with AsyncClient(URL, transport=httpx.MockTransport(script)) as client:
+        election = Election(
+            client,
+            P,
+            RAW,
+            holder="alpha",
+            ttl=3,
+            max_hold=0.6,
+            follow=False,
+            on_started_leading=lambda term: started.put_nowait(term.fencing_token),
+            on_stopped_leading=lambda term, why: stopped.put_nowait(why),
+        )
+        campaign = asyncio.ensure_future(election.campaign())
+        first = await asyncio.wait_for(stopped.get(), 5)
+        await asyncio.wait_for(started.get(), 5)
+        await asyncio.wait_for(started.get(), 5)  # a second term: it campaigned again
+        await election.resign()
+        await campaign
+    assert first is StopReason.EXPIRING
+    assert script.sent("PUT")[0] == {
+        "ttlMs": 3_000,
+        "waitMs": 10_000,
+        "holder": "alpha",
+        "maxHoldMs": 600,
+    }

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { Client, HandleCore, LeaseLost, resourceOf, type Attempt, type Lease } from "../src/index.js";
+import { Client, Election, HandleCore, LeaseLost, resourceOf, type Attempt, type Lease, type StopReason } from "../src/index.js";
 
 const P = "ts-max-hold";
 const RAW = "order-42";
@@ -265,5 +265,29 @@ describe("bounded holds (maxHoldMs)", () => {
     const renews = script.sent("PATCH").length;
     assert.ok(renews >= 1 && renews <= 3, String(renews));
     await lease[Symbol.asyncDispose]();
+  });
+  it("Election: maxHoldMs is sent; a term ends expiring at the hold's end and the candidate campaigns again", async () => {
+    const script = new Script({ PUT: [acquired(600, 600, 600)], DELETE: [ABSENT_MAX_HOLD] });
+    const stops: StopReason[] = [];
+    let terms = 0;
+    let secondTerm!: () => void;
+    const second = new Promise<void>((resolve) => (secondTerm = resolve));
+    const election = new Election(script.client(), resource, {
+      holder: "alpha",
+      ttlMs: 3_000,
+      maxHoldMs: 600,
+      follow: false,
+      onStartedLeading: () => {
+        terms += 1;
+        if (terms === 2) secondTerm();
+      },
+      onStoppedLeading: (stopped) => stops.push(stopped.reason),
+    });
+    const campaign = election.campaign();
+    await second;
+    await election.resign();
+    await campaign;
+    assert.equal(stops[0], "expiring");
+    assert.deepEqual(script.sent("PUT")[0], { ttlMs: 3_000, waitMs: 10_000, holder: "alpha", maxHoldMs: 600 });
   });
 });
