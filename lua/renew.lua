@@ -15,10 +15,17 @@
 -- (see acquire.lua).
 -- History (see acquire.lua): 'h' when the label changes; a plain renew
 -- writes none.
--- Returns {tag(1), fence, acquiredAt, now, holder} renewed (renewedAt = now),
+-- Bounded holds (docs/storage-v2.md, "Bounded holds"): a permit acquired
+-- with maxHoldMs keeps "\30<maxHoldMs>|" before its label. No renewal
+-- reaches past acquiredAt + maxHoldMs: the renew that would is granted the
+-- time left (its TTL is capped), and leaves a tombstone "<end>|max_hold"
+-- (as break.lua's, end = the bound + the TTL asked), so that the holder's
+-- renew or release after the bound hears why.
+-- Returns {tag(1), fence, acquiredAt, now, holder slot, ttl granted} renewed
+-- (renewedAt = now; the slot as stored, bound mark included),
 -- {tag(0)} absent, {tag(-1)} someone else holds it, {tag(-2), why} the
--- caller's permit ended early and its tombstone (break.lua) says why
--- ('revoked'), {tag(-9), error} Redis
+-- caller's permit ended early and its tombstone says why ('revoked':
+-- break.lua, 'max_hold': above), {tag(-9), error} Redis
 -- refused (nothing applied: the permit's own expiresAt is what counts, and
 -- it is written last).
 local tag = tonumber(ARGV[11]) * 16 + 9
@@ -43,6 +50,15 @@ local function tombstone()
     return why
   end
 end
+-- A permit value's label slot at `at`: its hold bound (ms) or nil, and
+-- where the label itself starts.
+local function slot(value, at)
+  if string.byte(value, at) == 30 then
+    local bound, label_at = string.match(value, '^\30(%d+)|()', at)
+    return tonumber(bound), label_at
+  end
+  return nil, at
+end
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
@@ -56,7 +72,7 @@ elseif type(cur) == 'table' then
   local own = redis.call('HGET', KEYS[1], mine)
   if own then
     local exp, at = string.match(own, '^%d+|(%d+)|%d+|%d+|%d+|%d+|()')
-    if tonumber(exp) > now and (not relabel_asked or string.sub(own, at) == ARGV[4]) then
+    if tonumber(exp) > now and (not relabel_asked or string.sub(own, select(2, slot(own, at))) == ARGV[4]) then
       v = own
       rec = {}
     end
@@ -106,21 +122,34 @@ if not v then
   return {tag}
 end
 local fence, acq, ld, at = string.match(v, '^(%d+)|%d+|(%d+)|%d+|%d+|(%d+)|()')
-local holder = string.sub(v, at)
+local bound, label_at = slot(v, at)
+local holder = string.sub(v, label_at)
 local relabel = relabel_asked and ARGV[4] ~= holder
 if relabel then
   holder = ARGV[4]
 end
+local ttl, ttl_text, hold_end = tonumber(ARGV[3]), ARGV[3], nil
+if bound then
+  hold_end = tonumber(acq) + bound
+  if now + ttl >= hold_end then
+    -- (at least 1 ms: only a pod that knows no bound renews past it)
+    ttl = math.max(hold_end - now, 1)
+    ttl_text = string.format('%d', ttl)
+  else
+    hold_end = nil
+  end
+end
 local now_text = string.format('%d', now)
-local value = fence .. '|' .. string.format('%d', now + tonumber(ARGV[3]))
-  .. '|' .. acq .. '|' .. now_text .. '|' .. ARGV[3] .. '|' .. ld .. '|' .. holder
+local kept = string.sub(v, at, label_at - 1) .. holder
+local value = fence .. '|' .. string.format('%d', now + ttl)
+  .. '|' .. acq .. '|' .. now_text .. '|' .. ttl_text .. '|' .. ld .. '|' .. kept
 -- The permit is written first: a write Redis refuses (MISCONF, NOREPLICAS)
 -- is refused at the first one, so a refused renew changes nothing, no TTL
 -- and no label event. What follows cannot be refused once it was accepted.
 local done
 if not hashed then
   -- A plain lease: the whole record in one SET, with its new TTL.
-  done = redis.pcall('SET', KEYS[1], mine .. '|' .. value, 'PX', ARGV[3])
+  done = redis.pcall('SET', KEYS[1], mine .. '|' .. value, 'PX', ttl_text)
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}
   end
@@ -133,7 +162,7 @@ else
   -- renew only ever lengthens that (one PTTL, not a walk over every permit
   -- on every renew); a record left longer than needed holds only expired
   -- permits, which every script reads as gone.
-  local ends = now + tonumber(ARGV[3]) + tonumber(ld)
+  local ends = now + ttl + tonumber(ld)
   if latest > ends then
     ends = latest
   end
@@ -144,7 +173,7 @@ else
   -- The expiry index (see acquire.lua) learns the new expiry, and lives as
   -- long as the record (also when this ZADD created it).
   local IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
-  local added = redis.pcall('ZADD', IDX, string.format('%d', now + tonumber(ARGV[3])), mine)
+  local added = redis.pcall('ZADD', IDX, string.format('%d', now + ttl), mine)
   if extend then
     redis.pcall('PEXPIRE', IDX, ends - now)
   elseif added == 1 then
@@ -155,6 +184,16 @@ else
     local j = math.min(i + 199, #stale)
     redis.pcall('HDEL', KEYS[1], unpack(stale, i, j))
     redis.pcall('ZREM', IDX, unpack(stale, i, j))
+  end
+end
+if hold_end then
+  -- Capped at the hold bound: the tombstone that tells the holder why its
+  -- lease ends there, kept one asked TTL past the bound.
+  local T = (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1))
+  local tomb_end = hold_end + tonumber(ARGV[3])
+  redis.pcall('HSET', T, mine, string.format('%d', tomb_end) .. '|max_hold')
+  if redis.call('PTTL', T) < tomb_end - now then
+    redis.pcall('PEXPIRE', T, tomb_end - now)
   end
 end
 if relabel then
@@ -181,4 +220,4 @@ if relabel then
   end
   redis.pcall('PEXPIRE', H, ARGV[9])
 end
-return {tag + 1, tonumber(fence), tonumber(acq), now, holder}
+return {tag + 1, tonumber(fence), tonumber(acq), now, kept, ttl}

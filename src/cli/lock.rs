@@ -294,6 +294,9 @@ async fn hold(
                             ReleaseOutcome::AlreadyAbsent {
                                 reason: Some(crate::domain::EndedReason::Revoked),
                             } => "an operator broke it",
+                            ReleaseOutcome::AlreadyAbsent {
+                                reason: Some(crate::domain::EndedReason::MaxHold),
+                            } => "it reached its maximum hold time",
                             _ => "it had expired",
                         }
                     );
@@ -309,9 +312,13 @@ async fn hold(
             Ok(status_exit(status))
         }
         None => {
-            let reason = registration
-                .end_reason()
-                .map_or_else(|| "ended".to_owned(), |r| format!("{r:?}").to_lowercase());
+            let reason = registration.end_reason().map_or_else(
+                || "ended".to_owned(),
+                |r| match r {
+                    crate::client::EndReason::MaxHold => "max_hold".to_owned(),
+                    r => format!("{r:?}").to_lowercase(),
+                },
+            );
             eprintln!(
                 "leasehold lock: the lease on {}/{} is no longer held ({reason}); stopping the command",
                 resource.purpose, resource.digest

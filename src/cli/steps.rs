@@ -316,6 +316,7 @@ async fn renew(args: &RenewArgs) -> Result<u64, Exit> {
                         LostReason::Absent => "it expired or was released",
                         LostReason::NotOwner => "someone else holds it now",
                         LostReason::Revoked => "an operator broke it",
+                        LostReason::MaxHold => "it reached its maximum hold time",
                     }
                 ),
             ))

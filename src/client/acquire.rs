@@ -24,6 +24,12 @@ pub struct AcquireOptions {
     pub holder: Option<HolderLabel>,
     /// Limit, mode and lock-delay (the default: a plain lease).
     pub shape: LeaseShape,
+    /// Bounds the whole hold (`maxHoldMs`): no renewal reaches past the
+    /// acquisition plus this, and the renew after it answers `lost` with
+    /// [`LostReason::MaxHold`](crate::domain::LostReason::MaxHold) (a
+    /// [`Watchdog`](super::Watchdog) ends with
+    /// [`EndReason::MaxHold`](super::EndReason::MaxHold)). `None`: no bound.
+    pub max_hold: Option<Duration>,
 }
 
 impl AcquireOptions {
@@ -34,6 +40,7 @@ impl AcquireOptions {
             wait: Duration::ZERO,
             holder: None,
             shape: LeaseShape::default(),
+            max_hold: None,
         }
     }
 }
@@ -142,6 +149,9 @@ impl Client {
         }
         if shape.lock_delay_ms > 0 {
             body["lockDelayMs"] = json!(shape.lock_delay_ms);
+        }
+        if let Some(bound) = options.max_hold {
+            body["maxHoldMs"] = json!(millis(bound));
         }
         let op = &attempt.operation_id;
         let timeout = self.settings().request_timeout.saturating_add(wait);

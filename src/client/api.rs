@@ -386,6 +386,9 @@ impl Client {
                 Some("revoked") => Ok(RenewOutcome::Lost {
                     reason: LostReason::Revoked,
                 }),
+                Some("max_hold") => Ok(RenewOutcome::Lost {
+                    reason: LostReason::MaxHold,
+                }),
                 _ => Err(reply.unexpected(op)),
             },
             _ => Err(reply.failure(op)),
@@ -415,6 +418,7 @@ impl Client {
             "already_absent" => Ok(ReleaseOutcome::AlreadyAbsent {
                 reason: match reply.wire().reason.as_deref() {
                     Some("revoked") => Some(EndedReason::Revoked),
+                    Some("max_hold") => Some(EndedReason::MaxHold),
                     _ => None,
                 },
             }),

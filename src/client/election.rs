@@ -350,6 +350,7 @@ impl Election {
                     lock_delay_ms: millis(inner.settings.lock_delay),
                     ..LeaseShape::default()
                 },
+                max_hold: None,
             };
             let answer = tokio::select! {
                 biased;

@@ -37,6 +37,7 @@ impl StopReason {
             // election: nothing keeps the lease any more.
             EndReason::Lost
             | EndReason::Revoked
+            | EndReason::MaxHold
             | EndReason::Released
             | EndReason::CancelledByCaller
             | EndReason::Stopped => Self::Lost,

@@ -81,6 +81,10 @@ struct WireLease {
     holder: Option<HolderLabel>,
     acquired_at: StoreTime,
     renewed_at: StoreTime,
+    #[serde(default)]
+    max_hold_ms: Option<u64>,
+    #[serde(default)]
+    hold_ends_at: Option<StoreTime>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -207,6 +211,8 @@ impl Reply {
             holder: w.holder.clone(),
             acquired_at: w.acquired_at,
             renewed_at: w.renewed_at,
+            max_hold_ms: w.max_hold_ms,
+            hold_ends_at: w.hold_ends_at,
         })
     }
 

@@ -29,6 +29,9 @@ pub enum EndReason {
     /// An operator broke the lease: a renew answered `lost` with `reason:
     /// revoked` (`POST …/break`).
     Revoked,
+    /// The lease reached its hold bound (`maxHoldMs`): a renew answered
+    /// `lost` with `reason: max_hold`.
+    MaxHold,
     /// A renew or release got no certain reply: the handle is UNKNOWN.
     Unknown,
     /// Local validity was about to run out (within one drift budget, so
@@ -370,6 +373,9 @@ impl Task {
                         }
                         Ok(RenewOutcome::Lost { reason: LostReason::Revoked }) => {
                             return EndReason::Revoked;
+                        }
+                        Ok(RenewOutcome::Lost { reason: LostReason::MaxHold }) => {
+                            return EndReason::MaxHold;
                         }
                         // The handle's state says what happened; the next look ends it.
                         Ok(RenewOutcome::Lost { .. }) | Err(Error::Refused(_)) => {}

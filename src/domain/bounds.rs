@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+/// The longest hold bound (`maxHoldMs`) an acquire may ask: 30 days.
+pub const MAX_HOLD_MS: u64 = 30 * 24 * 3_600_000;
+
 /// The configured limits a TTL or wait must fall within.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
@@ -32,6 +35,19 @@ impl Bounds {
             ))
         } else {
             Ok(Ttl(ms))
+        }
+    }
+
+    /// Checks a requested hold bound (`maxHoldMs`): from the smallest TTL
+    /// to [`MAX_HOLD_MS`].
+    pub fn max_hold(&self, ms: u64) -> Result<u64, String> {
+        if ms < self.min_ttl_ms || ms > MAX_HOLD_MS {
+            Err(format!(
+                "must be between {} and {MAX_HOLD_MS} milliseconds",
+                self.min_ttl_ms
+            ))
+        } else {
+            Ok(ms)
         }
     }
 
@@ -157,6 +173,12 @@ impl Ttl {
     pub fn duration(self) -> Duration {
         Duration::from_millis(self.0)
     }
+
+    /// This TTL, or `ms` when shorter (a lease whose hold bound is below
+    /// its TTL is granted the bound).
+    pub fn at_most(self, ms: Option<u64>) -> Self {
+        Self(ms.map_or(self.0, |ms| self.0.min(ms).max(1)))
+    }
 }
 
 /// A server-side wait within the configured bound, in milliseconds.
@@ -173,6 +195,19 @@ impl WaitMs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hold_bounds_run_from_the_smallest_ttl_to_30_days() {
+        let bounds = Bounds::new(10, 3_600_000, 30_000);
+        assert!(bounds.max_hold(19).is_err());
+        assert_eq!(bounds.max_hold(20), Ok(20));
+        assert_eq!(bounds.max_hold(MAX_HOLD_MS), Ok(MAX_HOLD_MS));
+        assert!(bounds.max_hold(MAX_HOLD_MS + 1).is_err());
+        let ttl = bounds.ttl(30_000).expect("ttl");
+        assert_eq!(ttl.at_most(None).ms(), 30_000);
+        assert_eq!(ttl.at_most(Some(60_000)).ms(), 30_000);
+        assert_eq!(ttl.at_most(Some(5_000)).ms(), 5_000);
+    }
 
     #[test]
     fn ttl_floor_is_twice_the_drift_budget() {

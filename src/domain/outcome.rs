@@ -58,6 +58,23 @@ pub struct Lease {
     /// When it was last renewed (the acquisition, if never).
     #[schema(value_type = String, format = DateTime, example = "2026-12-03T14:55:10.456Z")]
     pub renewed_at: StoreTime,
+    /// Present when the acquisition bounded the hold (`maxHoldMs`): no
+    /// renewal reaches past `holdEndsAt`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(
+        minimum = 20,
+        maximum = 2592000000_i64,
+        example = 3600000,
+        nullable = false
+    )]
+    pub max_hold_ms: Option<u64>,
+    /// `acquiredAt + maxHoldMs`, when the hold is bounded: the renew that
+    /// would reach past it is granted the time left (`ttlMs` and
+    /// `remainingMs` below what was asked), and after it the lease is
+    /// `lost` with `reason: max_hold`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-03T15:55:00.123Z", nullable = false)]
+    pub hold_ends_at: Option<StoreTime>,
     /// What this answer promises.
     pub guarantee: Guarantee,
     /// Present only when replica acknowledgements are configured
@@ -160,6 +177,19 @@ pub struct PermitView {
     /// When it was last renewed.
     #[schema(value_type = String, format = DateTime, example = "2026-12-03T14:55:18.120Z")]
     pub renewed_at: StoreTime,
+    /// Its hold bound (`maxHoldMs` of its acquisition), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        minimum = 20,
+        maximum = 2592000000_i64,
+        example = 3600000,
+        nullable = false
+    )]
+    pub max_hold_ms: Option<u64>,
+    /// `acquiredAt + maxHoldMs`: no renewal reaches past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-03T15:55:00.123Z", nullable = false)]
+    pub hold_ends_at: Option<StoreTime>,
 }
 
 /// Why a renew found the lease gone.
@@ -173,6 +203,9 @@ pub enum LostReason {
     /// An operator broke the caller's permit (`POST …/break`) (404;
     /// whoever holds the resource now).
     Revoked,
+    /// The lease reached its hold bound (`maxHoldMs` of its acquisition)
+    /// and ended there (404; whoever holds the resource now).
+    MaxHold,
 }
 
 /// Outcomes of renew other than the shared failures.
@@ -214,6 +247,8 @@ pub enum ReleaseOutcome {
 pub enum EndedReason {
     /// An operator broke it (`POST …/break`).
     Revoked,
+    /// It reached its hold bound (`maxHoldMs`) and ended there.
+    MaxHold,
 }
 
 /// Outcomes of break other than the shared failures.

@@ -82,6 +82,20 @@ pub struct AcquireBody {
     #[serde(default, deserialize_with = "whole_opt")]
     #[schema(minimum = 0, maximum = 60000, example = 0, nullable = false)]
     pub lock_delay_ms: Option<u64>,
+    /// Optional: bounds the whole hold, in milliseconds from the
+    /// acquisition (twice the drift budget, 20 by default, to 2592000000,
+    /// 30 days; left out: no bound). No renewal reaches past
+    /// `acquiredAt + maxHoldMs`: the renew that would is granted the time
+    /// left, and after it the lease is `lost` with `reason: max_hold`. A
+    /// `ttlMs` above it is granted `maxHoldMs`.
+    #[serde(default, deserialize_with = "whole_opt")]
+    #[schema(
+        minimum = 20,
+        maximum = 2592000000_i64,
+        example = 3600000,
+        nullable = false
+    )]
+    pub max_hold_ms: Option<u64>,
 }
 
 /// Body of a renew.
@@ -244,6 +258,12 @@ pub async fn acquire(
             lock_delay_ms: lock_delay_ms?,
         })
     });
+    let max_hold_ms = body.as_ref().and_then(|b| b.max_hold_ms).and_then(|ms| {
+        bounds
+            .max_hold(ms)
+            .map_err(|m| problems.value("maxHoldMs", m))
+            .ok()
+    });
     let result = async {
         problems.finish()?;
         let (resource, attempt, ttl, wait, shape) = (
@@ -259,6 +279,7 @@ pub async fn acquire(
             wait,
             holder: body.and_then(|b| b.holder),
             shape,
+            max_hold_ms,
         };
         Ok::<_, ApiError>(respond(
             &app.service.acquire(&resource, &attempt, &request).await,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::problem_table::{
-    ProblemType, Words, BODY_TIMEOUT, CONTENDED_LOCK_DELAY, CONTENDED_QUEUED, LIMIT,
+    ProblemType, Words, BODY_TIMEOUT, CONTENDED_LOCK_DELAY, CONTENDED_QUEUED, LIMIT, LOST_MAX_HOLD,
     LOST_NOT_OWNER, LOST_REVOKED, MISSING_PURPOSE_SCOPE, MISSING_SCOPE, PURPOSE, SCOPE,
 };
 use crate::domain::{
@@ -76,7 +76,7 @@ impl Answer for RenewOutcome {
         match self {
             Self::Renewed { .. } => StatusCode::OK,
             Self::Lost {
-                reason: LostReason::Absent | LostReason::Revoked,
+                reason: LostReason::Absent | LostReason::Revoked | LostReason::MaxHold,
             } => StatusCode::NOT_FOUND,
             Self::Lost {
                 reason: LostReason::NotOwner,
@@ -94,6 +94,9 @@ impl Answer for RenewOutcome {
             Self::Lost {
                 reason: LostReason::Revoked,
             } => LOST_REVOKED,
+            Self::Lost {
+                reason: LostReason::MaxHold,
+            } => LOST_MAX_HOLD,
             Self::Renewed { .. } => Words::NONE,
         }
     }

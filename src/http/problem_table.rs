@@ -355,6 +355,12 @@ pub const LOST_REVOKED: Words = Words {
     detail: "An operator broke this lease. Stop the work it protected.",
 };
 
+/// `lost` (404) after the lease's hold bound (`maxHoldMs`) ran out.
+pub const LOST_MAX_HOLD: Words = Words {
+    title: ProblemType::Lost.row().title,
+    detail: "This lease reached its maxHoldMs and ended there. Stop the work it protected.",
+};
+
 /// `forbidden` for a route that needs a scope the key lacks.
 pub const MISSING_SCOPE: Words = Words {
     title: ProblemType::Forbidden.row().title,

@@ -31,6 +31,9 @@ pub struct AcquireRequest {
     pub holder: Option<HolderLabel>,
     /// Limit, mode and lock-delay.
     pub shape: LeaseShape,
+    /// `maxHoldMs`: no renewal reaches past the acquisition plus this; a
+    /// TTL above it is granted it.
+    pub max_hold_ms: Option<u64>,
 }
 
 impl AcquireRequest {
@@ -41,15 +44,17 @@ impl AcquireRequest {
             wait: WaitMs::default(),
             holder: None,
             shape: LeaseShape::default(),
+            max_hold_ms: None,
         }
     }
 
     fn spec<'a>(&'a self, queued_as: Option<&'a str>) -> AcquireSpec<'a> {
         AcquireSpec {
-            ttl: self.ttl,
+            ttl: self.ttl.at_most(self.max_hold_ms),
             holder: self.holder.as_ref(),
             shape: self.shape,
             queued_as,
+            max_hold_ms: self.max_hold_ms,
         }
     }
 }

@@ -12,10 +12,12 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::{
     Attempt, Bounds, EndedReason, Failure, Guarantee, HolderLabel, Inspection, Lease, LostReason,
     OutcomeName, OwnerToken, PermitView, ReleaseOutcome, RenewOutcome, Replication, ResourceId,
-    Ttl,
+    StoreTime, Ttl,
 };
 use crate::notify::WaitRegistry;
-use crate::store::{Probe, Store, StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew};
+use crate::store::{
+    EndedEarly, Probe, Store, StoreError, StoreInspect, StoreLease, StoreRelease, StoreRenew,
+};
 use crate::telemetry::OperationMeters;
 
 /// Tunables of the service layer.
@@ -145,6 +147,7 @@ impl LeaseService {
         record: StoreLease,
         replication: Option<crate::store::Replication>,
     ) -> Lease {
+        let hold_ends_at = hold_end(&record);
         Lease {
             replication: replication.map(|r| Replication {
                 acknowledged: r.acknowledged,
@@ -158,6 +161,8 @@ impl LeaseService {
             holder: record.holder,
             acquired_at: record.acquired_at,
             renewed_at: record.renewed_at,
+            hold_ends_at,
+            max_hold_ms: record.max_hold_ms,
             guarantee: Guarantee::Fenced,
         }
     }
@@ -186,8 +191,11 @@ impl LeaseService {
             Ok(Ok((StoreRenew::NotOwner, _))) => Ok(RenewOutcome::Lost {
                 reason: LostReason::NotOwner,
             }),
-            Ok(Ok((StoreRenew::Revoked, _))) => Ok(RenewOutcome::Lost {
-                reason: LostReason::Revoked,
+            Ok(Ok((StoreRenew::Ended(why), _))) => Ok(RenewOutcome::Lost {
+                reason: match why {
+                    EndedEarly::Revoked => LostReason::Revoked,
+                    EndedEarly::MaxHold => LostReason::MaxHold,
+                },
             }),
             Ok(Err(err)) => Err(self.failure(err, Some(attempt))),
         };
@@ -220,8 +228,11 @@ impl LeaseService {
             Ok(Ok(StoreRelease::AlreadyAbsent)) => {
                 Ok(ReleaseOutcome::AlreadyAbsent { reason: None })
             }
-            Ok(Ok(StoreRelease::Revoked)) => Ok(ReleaseOutcome::AlreadyAbsent {
-                reason: Some(EndedReason::Revoked),
+            Ok(Ok(StoreRelease::Ended(why))) => Ok(ReleaseOutcome::AlreadyAbsent {
+                reason: Some(match why {
+                    EndedEarly::Revoked => EndedReason::Revoked,
+                    EndedEarly::MaxHold => EndedReason::MaxHold,
+                }),
             }),
             Ok(Ok(StoreRelease::NotOwner)) => Ok(ReleaseOutcome::NotOwner),
             Ok(Err(err)) => Err(self.failure(err, Some(attempt))),
@@ -338,9 +349,17 @@ pub fn inspection(found: StoreInspect) -> Inspection {
     }
 }
 
+/// `acquiredAt + maxHoldMs`, when the hold is bounded.
+fn hold_end(p: &StoreLease) -> Option<StoreTime> {
+    p.max_hold_ms
+        .map(|ms| StoreTime(p.acquired_at.0.saturating_add(ms)))
+}
+
 impl From<StoreLease> for PermitView {
     fn from(p: StoreLease) -> Self {
         PermitView {
+            hold_ends_at: hold_end(&p),
+            max_hold_ms: p.max_hold_ms,
             holder: p.holder,
             fencing_token: p.fencing_token,
             remaining_ms: p.remaining_ms,

@@ -37,6 +37,9 @@ pub struct StoreLease {
     pub renewed_at: StoreTime,
     /// The public holder label, if one was given.
     pub holder: Option<HolderLabel>,
+    /// The bound on the whole hold (`maxHoldMs` of the acquisition), if
+    /// one was asked: no renewal reaches past `acquired_at + max_hold_ms`.
+    pub max_hold_ms: Option<u64>,
 }
 
 /// What an acquire asks the store for.
@@ -51,6 +54,9 @@ pub struct AcquireSpec<'a> {
     /// The caller's entry in the resource's fair queue, when it waits
     /// ([`Store::queue_member`]); `None`: it goes only when nobody waits.
     pub queued_as: Option<&'a str>,
+    /// `maxHoldMs`: no renewal of the permit reaches past its acquisition
+    /// plus this (the TTL is at most this already: the service caps it).
+    pub max_hold_ms: Option<u64>,
 }
 
 impl<'a> AcquireSpec<'a> {
@@ -61,6 +67,7 @@ impl<'a> AcquireSpec<'a> {
             holder: None,
             shape: LeaseShape::default(),
             queued_as: None,
+            max_hold_ms: None,
         }
     }
 }
@@ -131,9 +138,20 @@ pub enum StoreRenew {
     Absent,
     /// Someone else's lease.
     NotOwner,
-    /// The caller's permit was broken by an operator (its tombstone says
-    /// so until the permit would have expired).
+    /// The caller's permit ended before its TTL said, and its tombstone
+    /// says why (until the permit would have expired, or for one TTL after
+    /// its hold bound).
+    Ended(EndedEarly),
+}
+
+/// Why a permit ended before its holder's TTL said, as its tombstone
+/// records it (renew answers `lost`, release `already_absent`, with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndedEarly {
+    /// An operator broke it (`POST …/break`).
     Revoked,
+    /// Its `maxHoldMs` ran out: renewals stopped at the bound.
+    MaxHold,
 }
 
 /// What a release script found and did.
@@ -150,8 +168,9 @@ pub enum StoreRelease {
     AlreadyAbsent,
     /// Someone else's lease; untouched.
     NotOwner,
-    /// The caller's permit is gone: an operator broke it (tombstone).
-    Revoked,
+    /// The caller's permit is gone before its TTL said (tombstone: an
+    /// operator broke it, or its hold bound ran out).
+    Ended(EndedEarly),
 }
 
 /// What a break script found and did.

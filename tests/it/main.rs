@@ -29,6 +29,7 @@ mod history_api;
 mod honesty;
 mod list;
 mod logs;
+mod max_hold;
 #[cfg(feature = "client")]
 mod mixed_history;
 mod operator;

@@ -1,4 +1,4 @@
-//! Break's outcomes, rendered by the real response code, conform to the
+//! Break's outcomes (and what a broken or held-out holder hears), rendered by the real response code, conform to the
 //! responses the document declares for `POST …/break` (as `tests.rs` does
 //! for the other lease operations).
 
@@ -43,6 +43,23 @@ async fn every_break_outcome_conforms_to_its_documented_response() {
     assert_eq!(
         (status.as_u16(), &body["reason"]),
         (200, &Value::from("revoked"))
+    );
+    // And a holder whose hold bound ran out (`maxHoldMs`).
+    let held_out = respond_one(&RenewOutcome::Lost {
+        reason: LostReason::MaxHold,
+    });
+    let (status, body) = check(&doc, lease_path, "patch", held_out).await;
+    assert_eq!(
+        (status.as_u16(), &body["reason"]),
+        (404, &Value::from("max_hold"))
+    );
+    let absent = respond_one(&ReleaseOutcome::AlreadyAbsent {
+        reason: Some(EndedReason::MaxHold),
+    });
+    let (status, body) = check(&doc, lease_path, "delete", absent).await;
+    assert_eq!(
+        (status.as_u16(), &body["reason"]),
+        (200, &Value::from("max_hold"))
     );
     let mut seen_break = std::collections::BTreeSet::new();
     for response in breaks {

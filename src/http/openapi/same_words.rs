@@ -116,6 +116,13 @@ fn answers() -> Vec<(ProblemType, bool, Response)> {
                 reason: LostReason::Revoked,
             }),
         ),
+        (
+            P::Lost,
+            false,
+            respond_one(&RenewOutcome::Lost {
+                reason: LostReason::MaxHold,
+            }),
+        ),
         (P::NotOwner, true, respond_one(&ReleaseOutcome::NotOwner)),
         (
             P::NothingToBreak,

@@ -56,7 +56,7 @@ outcome_tags! {
     NothingToBreakTag => NothingToBreak,
 }
 
-/// `reason` of a 404 `lost`: `absent` or `revoked`.
+/// `reason` of a 404 `lost`: `absent`, `revoked` or `max_hold`.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AbsentReason {
@@ -64,6 +64,8 @@ pub enum AbsentReason {
     Absent,
     /// An operator broke the caller's permit (`POST …/break`).
     Revoked,
+    /// The lease reached its hold bound (`maxHoldMs` of its acquisition).
+    MaxHold,
 }
 
 /// `reason: not_owner`.
@@ -140,8 +142,8 @@ pub struct AlreadyAbsent {
     #[schema(inline)]
     pub outcome: AlreadyAbsentTag,
     /// Present when the store knows why the caller's permit is gone:
-    /// `revoked` (an operator broke it). Left out: it expired or was
-    /// released.
+    /// `revoked` (an operator broke it) or `max_hold` (it reached its
+    /// `maxHoldMs`). Left out: it expired or was released.
     #[schema(nullable = false)]
     pub reason: Option<crate::domain::EndedReason>,
 }

@@ -7,13 +7,12 @@ use serde_json::{json, Value};
 
 use crate::domain::{
     AcquireOutcome, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason, OperationId,
-    Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest,
+    Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest, StoreTime,
 };
 use crate::http::problem::{respond_one, ApiError, FieldError};
 
-/// A JSON Schema subset: what this document uses (`$ref`, `oneOf`,
-/// `allOf`, `type`, `enum`, `properties`, `required`,
-/// `additionalProperties: false`, numeric and length bounds, `items`).
+/// A JSON Schema subset: what this document uses (`$ref`, `oneOf`, `allOf`, `type`,
+/// `enum`, `properties`, `required`, `additionalProperties: false`, bounds, `items`).
 fn validate(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
     if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
         let name = r.trim_start_matches("#/components/schemas/");
@@ -193,8 +192,10 @@ fn lease() -> Lease {
         guarantee: Guarantee::Fenced,
         replication: None,
         holder: None,
-        acquired_at: crate::domain::StoreTime(1_764_686_400_000),
-        renewed_at: crate::domain::StoreTime(1_764_686_400_000),
+        acquired_at: StoreTime(1_764_686_400_000),
+        renewed_at: StoreTime(1_764_686_400_000),
+        max_hold_ms: Some(3_600_000),
+        hold_ends_at: Some(StoreTime(1_764_690_000_000)),
     }
 }
 
@@ -204,8 +205,10 @@ fn permit(holder: Option<&str>) -> crate::domain::PermitView {
         fencing_token: 7,
         remaining_ms: 10,
         ttl_ms: 30_000,
-        acquired_at: crate::domain::StoreTime(1_764_686_400_000),
-        renewed_at: crate::domain::StoreTime(1_764_686_400_000),
+        acquired_at: StoreTime(1_764_686_400_000),
+        renewed_at: StoreTime(1_764_686_400_000),
+        max_hold_ms: None,
+        hold_ends_at: None,
     }
 }
 
@@ -322,8 +325,8 @@ async fn every_outcome_conforms_to_its_documented_response() {
             held_by: None,
             holder: None,
             ttl_ms: Some(30_000),
-            acquired_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
-            renewed_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
+            acquired_at: Some(StoreTime(1_764_686_400_000)),
+            renewed_at: Some(StoreTime(1_764_686_400_000)),
             limit: Some(1),
             mode: Some(crate::domain::Mode::Exclusive),
             holders: 1,
@@ -338,8 +341,8 @@ async fn every_outcome_conforms_to_its_documented_response() {
             held_by: Some(HeldBy::CallerOtherOperation),
             holder: crate::domain::HolderLabel::parse("pod-1").ok(),
             ttl_ms: Some(30_000),
-            acquired_at: Some(crate::domain::StoreTime(1_764_686_400_000)),
-            renewed_at: Some(crate::domain::StoreTime(1_764_686_401_000)),
+            acquired_at: Some(StoreTime(1_764_686_400_000)),
+            renewed_at: Some(StoreTime(1_764_686_401_000)),
             limit: Some(4),
             mode: Some(crate::domain::Mode::Shared),
             holders: 2,
@@ -410,8 +413,8 @@ async fn every_outcome_conforms_to_its_documented_response() {
                 fencing_token: 7,
                 remaining_ms: 10,
                 ttl_ms: 30_000,
-                acquired_at: crate::domain::StoreTime(1_764_686_400_000),
-                renewed_at: crate::domain::StoreTime(1_764_686_401_000),
+                acquired_at: StoreTime(1_764_686_400_000),
+                renewed_at: StoreTime(1_764_686_401_000),
                 holders: if next.is_some() { 2 } else { 1 },
                 limit: if next.is_some() { 3 } else { 1 },
                 mode: crate::domain::Mode::Exclusive,
@@ -419,12 +422,9 @@ async fn every_outcome_conforms_to_its_documented_response() {
                 permits: next.map(|_| {
                     [7, 9]
                         .map(|fencing_token| crate::domain::PermitView {
-                            holder: None,
                             fencing_token,
-                            remaining_ms: 10,
-                            ttl_ms: 30_000,
-                            acquired_at: crate::domain::StoreTime(1_764_686_400_000),
-                            renewed_at: crate::domain::StoreTime(1_764_686_401_000),
+                            renewed_at: StoreTime(1_764_686_401_000),
+                            ..permit(None)
                         })
                         .to_vec()
                 }),

@@ -5,17 +5,32 @@
 use std::time::Instant;
 
 use super::super::history::of;
-use super::super::records::same_secret;
+use super::super::records::{same_secret, Permit};
 use super::{wall_ms, MemoryStore, State};
 use crate::domain::{Attempt, HistoryEntry, HistoryEvent, ResourceId, Revocation};
-use crate::store::{StoreBreak, StoreError};
+use crate::store::{EndedEarly, StoreBreak, StoreError};
 
-/// A broken permit's tombstone: whose it was and when it would have
-/// expired (it is forgotten then).
+/// The tombstone of a permit that ended early: whose it was, why, and
+/// until when its holder may still ask (a broken permit: when it would
+/// have expired; a held-out one: one TTL past its bound). Forgotten then.
 pub(super) struct Tomb {
     owner_token: String,
     operation_id: String,
     until: Instant,
+    why: EndedEarly,
+}
+
+impl Tomb {
+    /// `permit` ended at its hold bound: its holder hears `max_hold` until
+    /// `until`.
+    pub(super) fn held_out(permit: &Permit, until: Instant) -> Self {
+        Self {
+            owner_token: permit.owner_token.clone(),
+            operation_id: permit.operation_id.clone(),
+            until,
+            why: EndedEarly::MaxHold,
+        }
+    }
 }
 
 /// Past this many resources with tombstones, a break sweeps the expired
@@ -23,21 +38,50 @@ pub(super) struct Tomb {
 const SWEEP_AT: usize = 1024;
 
 impl State {
-    /// Whether `attempt`'s permit of `key` was broken and would still be
-    /// live: read only when a renew or release did not find it.
-    pub(super) fn broken(&mut self, key: &str, attempt: &Attempt, now: Instant) -> bool {
-        let Some(tombs) = self.tombs.get_mut(key) else {
-            return false;
-        };
+    /// Why `attempt`'s permit of `key` ended early, while its tombstone
+    /// lasts: read only when a renew or release did not find it.
+    pub(super) fn ended(
+        &mut self,
+        key: &str,
+        attempt: &Attempt,
+        now: Instant,
+    ) -> Option<EndedEarly> {
+        let tombs = self.tombs.get_mut(key)?;
         tombs.retain(|t| t.until > now);
         if tombs.is_empty() {
             self.tombs.remove(key);
-            return false;
+            return None;
         }
-        tombs.iter().any(|t| {
-            same_secret(&t.owner_token, attempt.owner_token.expose())
-                && t.operation_id == attempt.operation_id.as_str()
-        })
+        tombs
+            .iter()
+            .rev()
+            .find(|t| {
+                same_secret(&t.owner_token, attempt.owner_token.expose())
+                    && t.operation_id == attempt.operation_id.as_str()
+            })
+            .map(|t| t.why)
+    }
+
+    /// Keeps `tomb` for its permit, in place of an older one of the same
+    /// permit (a capped renew writes it again each time).
+    pub(super) fn entomb(&mut self, key: &str, tomb: Tomb, now: Instant) {
+        self.sweep_tombs(now);
+        let tombs = self.tombs.entry(key.to_owned()).or_default();
+        tombs.retain(|t| {
+            !(same_secret(&t.owner_token, &tomb.owner_token) && t.operation_id == tomb.operation_id)
+        });
+        tombs.push(tomb);
+    }
+
+    /// Past [`SWEEP_AT`] resources with tombstones, the expired ones of
+    /// every resource go (amortised: each write adds at most a few).
+    fn sweep_tombs(&mut self, now: Instant) {
+        if self.tombs.len() >= SWEEP_AT {
+            self.tombs.retain(|_, tombs| {
+                tombs.retain(|t| t.until > now);
+                !tombs.is_empty()
+            });
+        }
     }
 }
 
@@ -74,6 +118,7 @@ impl MemoryStore {
                         owner_token: p.owner_token.clone(),
                         operation_id: p.operation_id.clone(),
                         until: p.expires_at,
+                        why: EndedEarly::Revoked,
                     });
                 }
                 !goes
@@ -92,12 +137,7 @@ impl MemoryStore {
             if empty {
                 Self::forget(&mut state, &key);
             }
-            if state.tombs.len() >= SWEEP_AT {
-                state.tombs.retain(|_, tombs| {
-                    tombs.retain(|t| t.until > now);
-                    !tombs.is_empty()
-                });
-            }
+            state.sweep_tombs(now);
             let n = gone.len();
             state.tombs.entry(key.clone()).or_default().extend(gone);
             u32::try_from(n).unwrap_or(u32::MAX)

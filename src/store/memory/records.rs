@@ -18,6 +18,9 @@ pub(super) struct Permit {
     pub(super) acquired_at: StoreTime,
     pub(super) renewed_at: StoreTime,
     pub(super) holder: Option<HolderLabel>,
+    /// `maxHoldMs`: no renewal reaches past `acquired_at` plus it (counted
+    /// on the wall clock that dates the permit, as Redis counts on its own).
+    pub(super) max_hold_ms: Option<u64>,
     /// Someone was told since the acquisition that this permit is held (a
     /// replay answered, or a renew): a clean-up after a waiter left must
     /// leave it alone (docs/design.md §14).
@@ -69,6 +72,7 @@ impl Permit {
             acquired_at: self.acquired_at,
             renewed_at: self.renewed_at,
             holder: self.holder.clone(),
+            max_hold_ms: self.max_hold_ms,
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::store::{
 
 use super::history::{of, Histories};
 use super::records::{Entry, Permit};
+use operator::Tomb;
 
 #[path = "operator.rs"]
 mod operator;
@@ -213,6 +214,7 @@ impl MemoryStore {
             acquired_at: at,
             renewed_at: at,
             holder: spec.holder.cloned(),
+            max_hold_ms: spec.max_hold_ms,
             claimed: false,
             noted: false,
         };
@@ -253,6 +255,7 @@ impl MemoryStore {
         let now = Instant::now();
         let mut state = self.lock();
         let stamp = state.changes + 1;
+        let mut held_out = None;
         let (answer, relabelled) = match Self::entry(&mut state, &key, now) {
             None => (StoreRenew::Absent, None),
             Some(entry) => {
@@ -265,16 +268,29 @@ impl MemoryStore {
                     None if others > 0 => (StoreRenew::NotOwner, None),
                     None => (StoreRenew::Absent, None),
                     Some(p) => {
-                        p.expires_at = now + ttl.duration();
-                        p.ttl_ms = ttl.ms();
-                        p.renewed_at = wall_ms();
+                        // At its hold bound a renewal is granted the time
+                        // left, and the tombstone says why it ends there.
+                        let renewed_at = wall_ms();
+                        let mut granted_ms = ttl.ms();
+                        if let Some(bound) = p.max_hold_ms {
+                            let end = p.acquired_at.0.saturating_add(bound);
+                            if renewed_at.0.saturating_add(granted_ms) >= end {
+                                granted_ms = end.saturating_sub(renewed_at.0).max(1);
+                                let until =
+                                    now + Duration::from_millis(granted_ms) + ttl.duration();
+                                held_out = Some(Tomb::held_out(p, until));
+                            }
+                        }
+                        p.expires_at = now + Duration::from_millis(granted_ms);
+                        p.ttl_ms = granted_ms;
+                        p.renewed_at = renewed_at;
                         p.claimed = true;
                         let relabelled = holder.is_some_and(|h| p.holder.as_ref() != Some(h));
                         if relabelled {
                             p.holder = holder.cloned();
                         }
                         let record = StoreLease {
-                            remaining_ms: ttl.ms(),
+                            remaining_ms: granted_ms,
                             ..p.record(now)
                         };
                         let relabel = relabelled
@@ -298,10 +314,13 @@ impl MemoryStore {
             state.history.push(&key, e);
             true
         });
+        if let Some(tomb) = held_out {
+            state.entomb(&key, tomb, now);
+        }
         let answer = match answer {
-            StoreRenew::Absent | StoreRenew::NotOwner if state.broken(&key, attempt, now) => {
-                StoreRenew::Revoked
-            }
+            StoreRenew::Absent | StoreRenew::NotOwner => state
+                .ended(&key, attempt, now)
+                .map_or(answer, StoreRenew::Ended),
             answer => answer,
         };
         drop(state);
@@ -376,11 +395,9 @@ impl MemoryStore {
                 Self::forget(&mut state, &key);
             }
             match outcome {
-                StoreRelease::AlreadyAbsent | StoreRelease::NotOwner
-                    if state.broken(&key, attempt, now) =>
-                {
-                    StoreRelease::Revoked
-                }
+                StoreRelease::AlreadyAbsent | StoreRelease::NotOwner => state
+                    .ended(&key, attempt, now)
+                    .map_or(outcome, StoreRelease::Ended),
                 outcome => outcome,
             }
         };

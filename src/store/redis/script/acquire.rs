@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, label, non_negative, store_time, token_of, STATUS};
+use super::decode::{int, label, non_negative, store_time, token_of, HOLD_MARK, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, HolderLabel, ResourceId};
 use crate::store::{AcquireSpec, Contention, Replicated, StoreAcquire, StoreError, StoreLease};
@@ -24,6 +24,8 @@ struct Args<'a> {
     owner_token: &'a str,
     operation_id: &'a str,
     ttl_ms: &'a str,
+    /// The label, after `"\x1e<maxHoldMs>|"` when the hold is bounded
+    /// ([`holder_arg`]).
     holder_label: &'a str,
     /// `''` for a plain lease not queued, else
     /// `<limit>:<mode>:<lock-delay ms>:<queue member or ''>`.
@@ -65,6 +67,18 @@ fn shape_arg(spec: &AcquireSpec<'_>) -> String {
         shape.lock_delay_ms,
         spec.queued_as.unwrap_or("")
     )
+}
+
+/// The `holder label` argument: the label, or `''`; with a hold bound,
+/// `"\x1e<maxHoldMs>|<label>"`, which the permit keeps in its label slot
+/// (docs/storage-v2.md, "Bounded holds": renew.lua reads the bound there,
+/// and every reader takes it off the label).
+fn holder_arg<'a>(spec: &AcquireSpec<'a>) -> std::borrow::Cow<'a, str> {
+    let label = spec.holder.map_or("", HolderLabel::as_str);
+    match spec.max_hold_ms {
+        None => label.into(),
+        Some(ms) => format!("{HOLD_MARK}{ms}|{label}").into(),
+    }
 }
 
 /// Positions in the reply, by status (the header's `Returns:`).
@@ -114,17 +128,20 @@ fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire
                 acquired_at: now,
                 renewed_at: now,
                 holder: spec.holder.cloned(),
+                max_hold_ms: spec.max_hold_ms,
             })
         }
         2 => {
             use at::replayed::*;
+            let (holder, max_hold_ms) = label(items, HOLDER)?;
             StoreAcquire::Replayed(StoreLease {
                 fencing_token: token_of(int(items, FENCE)?)?,
                 remaining_ms: non_negative(int(items, REMAINING)?).unwrap_or(0),
                 ttl_ms: non_negative(int(items, TTL_MS)?).ok_or_else(bad_reply)?,
                 acquired_at: store_time(int(items, ACQUIRED_AT)?)?,
                 renewed_at: store_time(int(items, RENEWED_AT)?)?,
-                holder: label(items, HOLDER)?,
+                holder,
+                max_hold_ms,
             })
         }
         3 => StoreAcquire::OwnerOperationConflict {
@@ -162,11 +179,12 @@ impl RedisStore {
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         let tag = resource.tag();
         let (ttl_ms, shape) = (spec.ttl.ms().to_string(), shape_arg(spec));
+        let holder = holder_arg(spec);
         let args = Args {
             owner_token: attempt.owner_token.expose(),
             operation_id: attempt.operation_id.as_str(),
             ttl_ms: &ttl_ms,
-            holder_label: spec.holder.map_or("", HolderLabel::as_str),
+            holder_label: &holder,
             shape: &shape,
             history_length: &self.history_args[0],
             history_ttl_ms: &self.history_args[1],

@@ -6,7 +6,7 @@ use redis::Value;
 
 use super::super::reply::bad_reply;
 use crate::domain::{HolderLabel, StoreTime};
-use crate::store::StoreError;
+use crate::store::{EndedEarly, StoreError};
 
 /// Every answer's first item: the script's status.
 pub const STATUS: usize = 0;
@@ -29,16 +29,42 @@ pub fn text(items: &[Value], at: usize) -> Result<&str, StoreError> {
 }
 
 /// Status `-2` of renew and release: the caller's permit ended early and
-/// its tombstone says why (`items[1]`); `revoked` is the only reason yet.
+/// its tombstone says why (`items[1]`).
 pub const ENDED_EARLY: i64 = -2;
 
-/// Whether the tombstone's reason at `items[1]` is one this build knows
-/// (`revoked`); anything else is a bad reply.
-pub fn revoked(items: &[Value]) -> Result<(), StoreError> {
+/// The tombstone's reason at `items[1]`: `revoked` (break.lua) or
+/// `max_hold` (renew.lua, at a hold bound); anything else is a bad reply.
+pub fn ended(items: &[Value]) -> Result<EndedEarly, StoreError> {
     match text(items, 1)? {
-        "revoked" => Ok(()),
+        "revoked" => Ok(EndedEarly::Revoked),
+        "max_hold" => Ok(EndedEarly::MaxHold),
         _ => Err(bad_reply()),
     }
+}
+
+/// The first byte of a permit's holder slot when the permit has a hold
+/// bound: the slot is then `"\x1e<maxHoldMs>|<label>"` (a label has no
+/// control characters, so the mark cannot be a label's; see
+/// docs/storage-v2.md, "Bounded holds").
+pub const HOLD_MARK: char = '\u{1e}';
+
+/// A permit's holder slot as the scripts store it: the label, and the hold
+/// bound in ms when the slot starts with [`HOLD_MARK`]. `None` when it is
+/// not what the service writes.
+pub fn holder_slot(slot: &str) -> Option<(Option<HolderLabel>, Option<u64>)> {
+    let (label, max_hold_ms) = match slot.strip_prefix(HOLD_MARK) {
+        Some(rest) => {
+            let (ms, label) = rest.split_once('|')?;
+            (label, Some(ms.parse().ok()?))
+        }
+        None => (slot, None),
+    };
+    if label.is_empty() {
+        return Some((None, max_hold_ms));
+    }
+    HolderLabel::parse(label)
+        .ok()
+        .map(|label| (Some(label), max_hold_ms))
 }
 
 /// A remaining time: `None` when negative (no expiry, or none left).
@@ -59,18 +85,11 @@ pub fn token_of(v: i64) -> Result<u64, StoreError> {
         .ok_or_else(bad_reply)
 }
 
-/// The holder label at `items[at]`: `''` is none; anything that is not a
-/// label the service could have written is a bad reply.
-pub fn label(items: &[Value], at: usize) -> Result<Option<HolderLabel>, StoreError> {
-    let text = match items.get(at) {
-        Some(Value::BulkString(b)) => std::str::from_utf8(b).map_err(|_| bad_reply())?,
-        Some(Value::SimpleString(s)) => s.as_str(),
-        _ => return Err(bad_reply()),
-    };
-    if text.is_empty() {
-        return Ok(None);
-    }
-    HolderLabel::parse(text).map(Some).map_err(|_| bad_reply())
+/// The holder slot at `items[at]` ([`holder_slot`]): the label (`''` is
+/// none) and the hold bound; anything the service could not have written
+/// is a bad reply.
+pub fn label(items: &[Value], at: usize) -> Result<(Option<HolderLabel>, Option<u64>), StoreError> {
+    holder_slot(text(items, at)?).ok_or_else(bad_reply)
 }
 
 #[cfg(test)]
@@ -81,16 +100,28 @@ mod tests {
         Value::BulkString(s.as_bytes().to_vec())
     }
 
+    fn shown(slot: &str) -> Result<(Option<String>, Option<u64>), StoreError> {
+        label(&[bulk(slot)], 0).map(|(l, b)| (l.map(|l| l.as_str().to_owned()), b))
+    }
+
     #[test]
     fn labels_are_empty_or_valid() {
-        assert_eq!(label(&[bulk("")], 0), Ok(None));
-        assert_eq!(
-            label(&[bulk("pod-1|a")], 0).map(|l| l.map(|l| l.as_str().to_owned())),
-            Ok(Some("pod-1|a".to_owned()))
-        );
+        assert_eq!(shown(""), Ok((None, None)));
+        assert_eq!(shown("pod-1|a"), Ok((Some("pod-1|a".to_owned()), None)));
         assert!(label(&[bulk("a\nb")], 0).is_err());
         assert!(label(&[Value::Int(1)], 0).is_err());
         assert!(label(&[], 0).is_err());
+    }
+
+    #[test]
+    fn a_hold_bound_is_read_off_the_front_of_the_slot() {
+        assert_eq!(shown("\u{1e}60000|"), Ok((None, Some(60_000))));
+        assert_eq!(
+            shown("\u{1e}60000|pod|1"),
+            Ok((Some("pod|1".to_owned()), Some(60_000)))
+        );
+        assert!(shown("\u{1e}x|pod").is_err());
+        assert!(shown("\u{1e}60000").is_err());
     }
 
     #[test]

@@ -8,9 +8,9 @@ use super::super::call::Call;
 use super::super::keys::history_key;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, store_time, STATUS};
+use super::decode::{holder_slot, int, store_time, STATUS};
 use super::evalsha::{values, Named, Script};
-use crate::domain::{HistoryEntry, HistoryEvent, HolderLabel, ResourceId, StoreTime};
+use crate::domain::{HistoryEntry, HistoryEvent, ResourceId, StoreTime};
 use crate::store::StoreError;
 
 /// The script, hashed once.
@@ -79,10 +79,8 @@ pub(in crate::store) fn parse_entry(text: &str) -> Option<HistoryEntry> {
         }
         _ => return None,
     };
-    let holder = match holder {
-        "" => None,
-        label => Some(HolderLabel::parse(label).ok()?),
-    };
+    // The permit's label slot, a hold bound's mark and all.
+    let (holder, _max_hold_ms) = holder_slot(holder)?;
     Some(HistoryEntry {
         event,
         at,
@@ -168,6 +166,11 @@ mod tests {
             Some("pod|1".into())
         );
         assert_eq!(parse_entry("r|1|7|3.0|").map(|e| e.holder), Some(None));
+        // A bounded hold's mark is not part of the label.
+        assert_eq!(
+            parse_entry("d|5|7|3.0|250|\u{1e}60000|pod").and_then(|e| e.holder),
+            crate::domain::HolderLabel::parse("pod").ok()
+        );
         assert!(parse_entry("X|5|7|3.0|").is_some_and(|e| e.noticed));
         assert_eq!(
             parse_entry("d|5|7|3.0|250|").map(|e| e.event),

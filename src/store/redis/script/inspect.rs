@@ -87,13 +87,15 @@ fn permit_at(items: &[Value], at: usize) -> Result<StoreLease, StoreError> {
     use permit::*;
     let [remaining, fence, acquired, renewed, granted] =
         [REMAINING, FENCE, ACQUIRED_AT, RENEWED_AT, TTL_MS].map(|p| int(items, at + p));
+    let (holder, max_hold_ms) = label(items, at + HOLDER)?;
     Ok(StoreLease {
         fencing_token: token_of(fence?)?,
         remaining_ms: non_negative(remaining?).unwrap_or(0),
         ttl_ms: non_negative(granted?).ok_or_else(bad_reply)?,
         acquired_at: store_time(acquired?)?,
         renewed_at: store_time(renewed?)?,
-        holder: label(items, at + HOLDER)?,
+        holder,
+        max_hold_ms,
     })
 }
 

@@ -7,9 +7,11 @@ use std::sync::LazyLock;
 
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, non_negative, revoked, ENDED_EARLY, STATUS};
+use super::decode::{ended, int, non_negative, ENDED_EARLY, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, ResourceId};
+#[cfg(test)]
+use crate::store::EndedEarly;
 use crate::store::{Replicated, StoreError, StoreRelease};
 
 /// The script, hashed once.
@@ -94,7 +96,7 @@ fn decode(items: &[redis::Value]) -> Result<StoreRelease, StoreError> {
         }),
         status::ABSENT => Ok(StoreRelease::AlreadyAbsent),
         status::NOT_OWNER => Ok(StoreRelease::NotOwner),
-        ENDED_EARLY => revoked(items).map(|()| StoreRelease::Revoked),
+        ENDED_EARLY => ended(items).map(StoreRelease::Ended),
         _ => Err(bad_reply()),
     }
 }
@@ -207,7 +209,15 @@ mod tests {
         assert_eq!(decode(&reply(&[-1])), Ok(StoreRelease::NotOwner));
         assert!(decode(&reply(&[2])).is_err());
         let broken = [Value::Int(-2), Value::BulkString(b"revoked".to_vec())];
-        assert_eq!(decode(&broken), Ok(StoreRelease::Revoked));
+        assert_eq!(
+            decode(&broken),
+            Ok(StoreRelease::Ended(EndedEarly::Revoked))
+        );
+        let held_out = [Value::Int(-2), Value::BulkString(b"max_hold".to_vec())];
+        assert_eq!(
+            decode(&held_out),
+            Ok(StoreRelease::Ended(EndedEarly::MaxHold))
+        );
         assert_eq!(decode_abandoned(&broken), Ok(false));
         assert!(decode(&[]).is_err());
         assert_eq!(decode_abandoned(&reply(&[1, 20])), Ok(true));

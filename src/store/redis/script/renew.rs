@@ -7,9 +7,11 @@ use std::sync::LazyLock;
 use super::super::keys::SEQ_KEY_TTL_MS;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, label, revoked, store_time, token_of, ENDED_EARLY, STATUS};
+use super::decode::{ended, int, label, non_negative, store_time, token_of, ENDED_EARLY, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, HolderLabel, ResourceId, Ttl};
+#[cfg(test)]
+use crate::store::EndedEarly;
 use crate::store::{Replicated, StoreError, StoreLease, StoreRenew};
 
 /// The script, hashed once.
@@ -55,34 +57,41 @@ impl<'a> Args<'a> {
     }
 }
 
-/// Positions in `{tag(1), fence, acquiredAt, now, holder}`: renewed (the
-/// other answers are the status alone).
+/// Positions in `{tag(1), fence, acquiredAt, now, holder slot, ttl
+/// granted}`: renewed (the other answers are the status alone, or the
+/// status and why).
 mod renewed {
     pub const FENCE: usize = 1;
     pub const ACQUIRED_AT: usize = 2;
     pub const NOW: usize = 3;
     pub const HOLDER: usize = 4;
+    pub const TTL_GRANTED: usize = 5;
 }
 
-/// Decodes an answer (`{status, ...}`); a renewal lives for `ttl` from now.
+/// Decodes an answer (`{status, ...}`); a renewal lives for the TTL the
+/// script granted from now: `ttl`, or less at a hold bound.
 fn decode(items: &[redis::Value], ttl: Ttl) -> Result<StoreRenew, StoreError> {
     use renewed::*;
     Ok(match int(items, STATUS)? {
         // The label sent or not, the script answers the label now held.
-        1 => StoreRenew::Renewed(StoreLease {
-            fencing_token: token_of(int(items, FENCE)?)?,
-            remaining_ms: ttl.ms(),
-            ttl_ms: ttl.ms(),
-            acquired_at: store_time(int(items, ACQUIRED_AT)?)?,
-            renewed_at: store_time(int(items, NOW)?)?,
-            holder: label(items, HOLDER)?,
-        }),
+        1 => {
+            let granted = non_negative(int(items, TTL_GRANTED)?)
+                .filter(|ms| (1..=ttl.ms()).contains(ms))
+                .ok_or_else(bad_reply)?;
+            let (holder, max_hold_ms) = label(items, HOLDER)?;
+            StoreRenew::Renewed(StoreLease {
+                fencing_token: token_of(int(items, FENCE)?)?,
+                remaining_ms: granted,
+                ttl_ms: granted,
+                acquired_at: store_time(int(items, ACQUIRED_AT)?)?,
+                renewed_at: store_time(int(items, NOW)?)?,
+                holder,
+                max_hold_ms,
+            })
+        }
         0 => StoreRenew::Absent,
         -1 => StoreRenew::NotOwner,
-        ENDED_EARLY => {
-            revoked(items)?;
-            StoreRenew::Revoked
-        }
+        ENDED_EARLY => StoreRenew::Ended(ended(items)?),
         _ => return Err(bad_reply()),
     })
 }
@@ -154,16 +163,33 @@ mod tests {
         let items = [1, 9, 100, 200].map(Value::Int);
         let mut renewed = items.to_vec();
         renewed.push(bulk("pod-1"));
+        renewed.push(Value::Int(5000));
         assert!(matches!(decode(&renewed, ttl), Ok(StoreRenew::Renewed(l))
             if l.fencing_token == 9 && l.acquired_at.0 == 100 && l.renewed_at.0 == 200
+                && l.holder.as_ref().is_some_and(|h| h.as_str() == "pod-1")
+                && l.remaining_ms == 5000 && l.max_hold_ms.is_none()));
+        // At a hold bound: less granted than asked, the bound read off the slot.
+        renewed[4] = bulk("\u{1e}9000|pod-1");
+        renewed[5] = Value::Int(1200);
+        assert!(matches!(decode(&renewed, ttl), Ok(StoreRenew::Renewed(l))
+            if l.remaining_ms == 1200 && l.ttl_ms == 1200 && l.max_hold_ms == Some(9000)
                 && l.holder.as_ref().is_some_and(|h| h.as_str() == "pod-1")));
+        // Never more than asked, never nothing.
+        renewed[5] = Value::Int(5001);
+        assert!(decode(&renewed, ttl).is_err());
+        renewed[5] = Value::Int(0);
+        assert!(decode(&renewed, ttl).is_err());
         assert!(decode(&items, ttl).is_err());
         assert_eq!(decode(&[Value::Int(0)], ttl), Ok(StoreRenew::Absent));
         assert_eq!(decode(&[Value::Int(-1)], ttl), Ok(StoreRenew::NotOwner));
         assert!(decode(&[Value::Int(5)], ttl).is_err());
         assert_eq!(
             decode(&[Value::Int(-2), bulk("revoked")], ttl),
-            Ok(StoreRenew::Revoked)
+            Ok(StoreRenew::Ended(EndedEarly::Revoked))
+        );
+        assert_eq!(
+            decode(&[Value::Int(-2), bulk("max_hold")], ttl),
+            Ok(StoreRenew::Ended(EndedEarly::MaxHold))
         );
         assert!(decode(&[Value::Int(-2), bulk("later")], ttl).is_err());
     }
