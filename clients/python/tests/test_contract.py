@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from typing import Optional
 
 import pytest
 
@@ -30,6 +31,7 @@ from leasehold import (
     Rejected,
     Released,
     Renewed,
+    RenewOutcome,
     Replayed,
     Unavailable,
     digest,
@@ -337,3 +339,53 @@ def test_a_broken_lease_says_revoked(client: Client, service: Service, raw_id: s
     assert "revoked" in str(lost.value)
     released = client.release(P, raw_id, attempt=lease.attempt)
     assert released == AlreadyAbsent("revoked"), released
+
+
+def test_a_bounded_hold_says_max_hold(client: Client, raw_id: str) -> None:
+    # A bound below the TTL is the TTL granted; the lease and inspect's permit carry it.
+    got = acquired(client.acquire(P, raw_id, attempt=client.attempt(), ttl=30, max_hold=0.5))
+    assert (got.lease.ttl_ms, got.lease.max_hold_ms) == (500, 500)
+    assert got.lease.hold_ends_at is not None
+    lease = got.handle
+    assert lease.at_hold_end and lease.valid_for() <= 0.5
+    (permit,) = client.inspect(P, raw_id).permits
+    assert (permit.max_hold_ms, permit.hold_ends_at) == (500, got.lease.hold_ends_at)
+    # The renew that would reach past the hold's end is granted the time left.
+    renewed = lease.renew()
+    assert isinstance(renewed, Renewed), renewed
+    assert renewed.lease.ttl_ms < 30_000 and renewed.lease.remaining_ms <= 500
+    assert renewed.lease.hold_ends_at == got.lease.hold_ends_at
+    # Once the hold has run out: lost / max_hold, and already_absent / max_hold.
+    assert _renew_past_the_hold(client, raw_id, lease.attempt, renewed) == Lost("max_hold")
+    assert client.release(P, raw_id, attempt=lease.attempt) == AlreadyAbsent("max_hold")
+    unbounded = acquired(client.acquire(P, raw_id, attempt=client.attempt(), ttl=30))
+    assert (unbounded.lease.max_hold_ms, unbounded.lease.hold_ends_at) == (None, None)
+    unbounded.handle.release()
+
+
+def test_lock_with_a_bounded_hold_ends_with_max_hold(client: Client, raw_id: str) -> None:
+    """The watchdog renews while the hold has room, takes the short grant at its end and
+    gives the lease up before it with ``max_hold``; the service then says the same."""
+    with client.lock(P, raw_id, ttl=0.6, max_hold=1.2) as lease:
+        assert lease.lost.wait(5)
+        assert lease.at_hold_end and lease.lost_reason == "max_hold"
+        with pytest.raises(LeaseLost) as lost:
+            lease.check()
+        assert lost.value.reason == "max_hold"
+        assert _renew_past_the_hold(client, raw_id, lease.attempt) == Lost("max_hold")
+
+
+def _renew_past_the_hold(
+    client: Client, raw_id: str, attempt: Attempt, last: Optional[RenewOutcome] = None
+) -> RenewOutcome:
+    """Renews, each time once the time the last renew granted has passed, until the
+    answer is not ``renewed`` (a bounded hold grants ever less, then ``lost``)."""
+    for _ in range(20):
+        if isinstance(last, Renewed):
+            end = time.monotonic() + last.lease.remaining_ms / 1000 + 0.02
+            while time.monotonic() < end:
+                time.sleep(max(0.0, end - time.monotonic()))
+        elif last is not None:
+            return last
+        last = client.renew(P, raw_id, attempt=attempt, ttl=30)
+    raise AssertionError(f"still renewed after 20 renewals: {last}")

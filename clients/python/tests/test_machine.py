@@ -70,3 +70,28 @@ def test_release_transitions() -> None:
 def test_give_up_is_a_local_expiry() -> None:
     c = core()
     assert c.give_up(105.0) is L and c.expired_locally
+
+
+def test_a_bounded_hold_caps_validity() -> None:
+    # Acquired at 100 for 10 s, the hold ending at 105 (less drift): validity stops there.
+    c = HandleCore(100.0, 10.0, 10.0, 0.1, hold_until=104.9)
+    assert c.valid_until == 104.9 and c.at_hold_end
+    assert c.finish_renew(101.0, 100.5, RenewReply.RENEWED, 10.0) is A
+    assert c.valid_until == 104.9, "no renew goes past the hold's end"
+    assert c.observe(104.9) is L and c.expired_locally
+
+
+def test_a_capped_renew_is_the_hold_end() -> None:
+    # 30 s asked, the renew sent at 125 granted the 14.8 s left of the hold: validity
+    # from what it answered (139.5), not the 30 s asked (154.7); nothing extends it after.
+    c = HandleCore(100.0, 30.0, 30.0, 0.3)
+    assert not c.at_hold_end and c.hold_until is None
+    assert c.finish_renew(125.5, 125.0, RenewReply.RENEWED, 14.8, capped=True) is A
+    assert c.valid_until == 125.0 + 14.8 - 0.3
+    assert c.at_hold_end and c.hold_until == c.valid_until
+    assert c.finish_renew(131.0, 130.0, RenewReply.RENEWED, 30.0) is A
+    assert c.valid_until == 125.0 + 14.8 - 0.3
+    # A capped answer shorter than what an earlier answer granted never shortens it.
+    d = HandleCore(100.0, 30.0, 30.0, 0.3)
+    d.finish_renew(101.0, 100.5, RenewReply.RENEWED, 20.0, capped=True)
+    assert d.valid_until == 129.7 and d.at_hold_end

@@ -89,6 +89,12 @@ export interface AcquireOptions extends CallOptions {
   readonly mode?: Mode;
   /** When this lease expires (not released), nobody else acquires for this long. */
   readonly lockDelayMs?: number;
+  /**
+   * Bounds the hold (20 ms to 30 days): renewals never extend the lease past
+   * acquisition + `maxHoldMs` (below `ttlMs`, it is the TTL granted); then
+   * renew answers `lost` with `reason: "max_hold"`.
+   */
+  readonly maxHoldMs?: number;
   /** Options of the returned handle (drift budget, margin). */
   readonly lease?: LeaseOptions;
 }
@@ -155,6 +161,8 @@ export interface LockOptions {
   readonly limit?: number;
   readonly mode?: Mode;
   readonly lockDelayMs?: number;
+  /** Bounds the hold: the signal aborts (`serverReason: "max_hold"`) `marginMs` before its end. */
+  readonly maxHoldMs?: number;
   /** The attempt's operation id (default: generated). */
   readonly operationId?: string;
   /**
@@ -393,6 +401,7 @@ export class Client {
     if (options.limit !== undefined && options.limit !== 1) body["limit"] = options.limit;
     if (options.mode === "shared") body["mode"] = "shared";
     if (options.lockDelayMs !== undefined && options.lockDelayMs > 0) body["lockDelayMs"] = options.lockDelayMs;
+    if (options.maxHoldMs !== undefined) body["maxHoldMs"] = options.maxHoldMs;
     const op = attempt.operationId;
     const sentAt = now();
     const reply = await this.#call({
@@ -481,8 +490,10 @@ export class Client {
     });
     const outcome = outcomeOf(reply);
     switch (outcome) {
-      case "already_absent":
-        return str(reply.body?.["reason"]) === "revoked" ? { outcome, reason: "revoked" } : { outcome };
+      case "already_absent": {
+        const reason = str(reply.body?.["reason"]);
+        return reason === "revoked" || reason === "max_hold" ? { outcome, reason } : { outcome };
+      }
       case "released":
       case "not_owner":
         return { outcome };
@@ -724,6 +735,7 @@ export class Client {
           ...(options.limit === undefined ? {} : { limit: options.limit }),
           ...(options.mode === undefined ? {} : { mode: options.mode }),
           ...(options.lockDelayMs === undefined ? {} : { lockDelayMs: options.lockDelayMs }),
+          ...(options.maxHoldMs === undefined ? {} : { maxHoldMs: options.maxHoldMs }),
           ...(options.lease === undefined ? {} : { lease: options.lease }),
           ...(signal === undefined ? {} : { signal }),
         });
@@ -870,6 +882,7 @@ function leaseRecord(reply: Reply, resource: Resource, op: string): LeaseRecord 
   }
   const holder = str(l["holder"]);
   const rep = l["replication"];
+  const bound = holdBound(l);
   return {
     purpose: resource.purpose,
     digest: resource.digest,
@@ -883,7 +896,15 @@ function leaseRecord(reply: Reply, resource: Resource, op: string): LeaseRecord 
     ...(isObject(rep) && num(rep["acknowledged"]) !== undefined && num(rep["required"]) !== undefined
       ? { replication: { acknowledged: num(rep["acknowledged"])!, required: num(rep["required"])! } }
       : {}),
+    ...bound,
   };
+}
+
+/** `maxHoldMs` and `holdEndsAt`, present only on a bounded hold. */
+function holdBound(o: JsonObject): { maxHoldMs?: number; holdEndsAt?: string } {
+  const maxHoldMs = num(o["maxHoldMs"]);
+  const holdEndsAt = str(o["holdEndsAt"]);
+  return { ...(maxHoldMs === undefined ? {} : { maxHoldMs }), ...(holdEndsAt === undefined ? {} : { holdEndsAt }) };
 }
 
 function permits(v: Json | undefined): PermitView[] | undefined {
@@ -898,7 +919,7 @@ function permits(v: Json | undefined): PermitView[] | undefined {
     const renewedAt = str(p["renewedAt"]);
     if (fencingToken === undefined || remainingMs === undefined || ttlMs === undefined || acquiredAt === undefined || renewedAt === undefined) continue;
     const holder = str(p["holder"]);
-    out.push({ ...(holder === undefined ? {} : { holder }), fencingToken, remainingMs, ttlMs, acquiredAt, renewedAt });
+    out.push({ ...(holder === undefined ? {} : { holder }), fencingToken, remainingMs, ttlMs, acquiredAt, renewedAt, ...holdBound(p) });
   }
   return out;
 }

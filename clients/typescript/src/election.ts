@@ -72,6 +72,12 @@ export interface ElectionOptions {
   readonly leadingMarginMs?: number;
   /** Consul's lock-delay: after a leader's lease *expires*, nobody leads for this long. Default 0. */
   readonly lockDelayMs?: number;
+  /**
+   * Bounds each term's lease (`maxHoldMs` of acquire): the term's signal
+   * aborts `leadingMarginMs` before the hold's end, and the candidate
+   * campaigns again. Default: unbounded.
+   */
+  readonly maxHoldMs?: number;
   /** Whether the candidate also follows the leader and calls `onNewLeader`. Default true. */
   readonly follow?: boolean;
   /** This candidate leads until `term.signal` aborts. */
@@ -125,6 +131,7 @@ export class Election {
   readonly #retryPeriodMs: number;
   readonly #marginMs: number;
   readonly #lockDelayMs: number;
+  readonly #maxHoldMs: number | undefined;
   readonly #follow: boolean;
   readonly #options: ElectionOptions;
   #holder: string;
@@ -142,6 +149,7 @@ export class Election {
     this.#retryPeriodMs = options.retryPeriodMs ?? 1000;
     this.#marginMs = Math.min(options.leadingMarginMs ?? this.#ttlMs / 10, this.#ttlMs / 2);
     this.#lockDelayMs = options.lockDelayMs ?? 0;
+    this.#maxHoldMs = options.maxHoldMs;
     this.#follow = options.follow ?? true;
   }
 
@@ -294,6 +302,7 @@ export class Election {
           waitMs: this.#waitMs,
           holder: this.#holder,
           ...(this.#lockDelayMs > 0 ? { lockDelayMs: this.#lockDelayMs } : {}),
+          ...(this.#maxHoldMs === undefined ? {} : { maxHoldMs: this.#maxHoldMs }),
           lease: { marginMs: this.#marginMs },
           signal: stop,
         });

@@ -2,6 +2,7 @@
 // one of these, each saying what the caller may assume (DESIGN §2, §8).
 
 import type { LeaseState } from "./machine.js";
+import type { LostReason } from "./types.js";
 
 /** One invalid field of a request, as the service (or the local check) names it. */
 export interface FieldError {
@@ -150,10 +151,13 @@ export class LeaseLost extends LeaseholdError {
   readonly fencingToken: number;
   /**
    * The service's `reason` when a renew answered `lost`: `absent`, `not_owner`,
-   * `revoked` (an operator broke the lease) or `max_hold`; undefined otherwise.
+   * `revoked` (an operator broke the lease) or `max_hold` (its bounded hold
+   * ran out). Also `max_hold` with `reason: "expired"` when the handle
+   * stopped at its bounded hold's end before a renew had to say so.
+   * Undefined otherwise.
    */
-  readonly serverReason: string | undefined;
-  constructor(state: LeaseState, reason: LossReason, fencingToken: number, serverReason?: string) {
+  readonly serverReason: LostReason | undefined;
+  constructor(state: LeaseState, reason: LossReason, fencingToken: number, serverReason?: LostReason) {
     const why = serverReason === undefined ? "" : `, ${serverReason}`;
     super("lease_lost", `the lease (fencing token ${fencingToken}) no longer protects the work: ${reason}${why} (${state.toUpperCase()})`);
     this.state = state;

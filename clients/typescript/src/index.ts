@@ -57,6 +57,8 @@ export type {
   ListedLease,
   Listing,
   ContendedReason,
+  LostReason,
+  AbsentReason,
   RenewResult,
   ReleaseResult,
   WatchEvent,

@@ -14,7 +14,7 @@ import {
 } from "./errors.js";
 import { now, pause, unref } from "./internal.js";
 import { HandleCore, type LeaseState, type ReleaseReply, type RenewReply } from "./machine.js";
-import type { Attempt, CallOptions, LeaseRecord, ReleaseResult, RenewResult, Resource } from "./types.js";
+import type { Attempt, CallOptions, LeaseRecord, LostReason, ReleaseResult, RenewResult, Resource } from "./types.js";
 
 /** The shortest pause between two renew attempts. */
 const MIN_PAUSE_MS = 5;
@@ -26,7 +26,8 @@ export interface LeaseOptions {
   /**
    * How long before local validity ends the signal is aborted (and the
    * handle given up as LOST) when no renew extended it meanwhile: time for
-   * the work to stop. Default TTL / 10, at most TTL / 2.
+   * the work to stop. Default TTL / 10, at most TTL / 2 (the TTL granted:
+   * a `maxHoldMs` below the TTL asked is granted as the TTL).
    */
   readonly marginMs?: number;
 }
@@ -67,7 +68,7 @@ export class Lease implements AsyncDisposable {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #keepAlive: AbortController | undefined;
   #lastRecord: LeaseRecord;
-  #serverReason: string | undefined;
+  #serverReason: LostReason | undefined;
 
   /** @internal Made by `Client.acquire`. */
   constructor(
@@ -88,7 +89,15 @@ export class Lease implements AsyncDisposable {
     this.#lastRecord = record;
     const drift = options.driftBudgetMs ?? client.driftBudgetFor(ttlMs);
     this.#core = new HandleCore(sentAt, ttlMs, record.remainingMs, drift);
-    this.#marginMs = Math.max(0, Math.min(options.marginMs ?? ttlMs / 10, ttlMs / 2));
+    if (record.maxHoldMs !== undefined) {
+      // A bounded hold. From an acquire's send its end is known; a replay's is
+      // not (the first acquire was sent earlier) until a renew is cut short.
+      if (acquiredBy === "acquired") this.#core.limitHold(sentAt + record.maxHoldMs - drift);
+      if (record.ttlMs < ttlMs) this.#core.reachHoldEnd(); // granted less than asked: the hold ends with it
+    }
+    // Of the TTL granted: a bounded hold shorter than the TTL asked is granted as the TTL.
+    const grantedMs = Math.min(ttlMs, record.ttlMs > 0 ? record.ttlMs : ttlMs);
+    this.#marginMs = Math.max(0, Math.min(options.marginMs ?? grantedMs / 10, grantedMs / 2));
     this.#settle();
   }
 
@@ -154,6 +163,21 @@ export class Lease implements AsyncDisposable {
     return left;
   }
 
+  /**
+   * For a bounded hold (`maxHoldMs`), the `performance.now()` instant past
+   * which no renew extends local validity (the hold's end less the drift
+   * budget), once known: from the acquire, or from the first renew the
+   * service cut short.
+   */
+  get holdUntil(): number | undefined {
+    return this.#core.holdUntil;
+  }
+
+  /** Whether local validity already reaches the bounded hold's end: renewals can no longer extend it. */
+  get atHoldEnd(): boolean {
+    return this.#core.atHoldEnd;
+  }
+
   /** Whether it became LOST because local validity ran out (not because the service said so). */
   get expiredLocally(): boolean {
     return this.#core.expiredLocally;
@@ -201,7 +225,10 @@ export class Lease implements AsyncDisposable {
     try {
       const result = await this.#client.renew(this.resource, this.#attempt, { ...options, ttlMs: this.#core.ttlMs });
       if (result.outcome === "renewed") {
-        reply = { kind: "renewed", remainingMs: result.lease.remainingMs };
+        // Validity from the answered remainingMs; a grant shorter than asked
+        // (the hold's end) also says no later renew will extend it.
+        const capped = result.lease.maxHoldMs !== undefined && result.lease.ttlMs < this.#core.ttlMs;
+        reply = { kind: "renewed", remainingMs: result.lease.remainingMs, capped };
         this.#lastRecord = result.lease;
       } else {
         reply = { kind: "lost" };
@@ -246,8 +273,11 @@ export class Lease implements AsyncDisposable {
   /**
    * Starts renewing in the background at about a third of the validity left
    * (jittered 80-100 %, so a lease whose renews fail is retried ever more
-   * often until it runs out). Renewal stops when the lease ends or is
-   * released. Calling it again does nothing.
+   * often until it runs out). At a bounded hold's end, where renewals no
+   * longer extend it (they still hear a break), at a third of the TTL
+   * instead, until the signal aborts with `serverReason: "max_hold"`.
+   * Renewal stops when the lease ends or is released. Calling it again does
+   * nothing.
    */
   keepAlive(options: KeepAliveOptions = {}): void {
     if (this.#keepAlive !== undefined || this.state !== "active") return;
@@ -278,8 +308,12 @@ export class Lease implements AsyncDisposable {
 
   async #renewLoop(stop: AbortSignal, options: KeepAliveOptions): Promise<void> {
     while (!stop.aborted && this.state === "active" && !this.#abort.signal.aborted) {
-      const left = this.#core.validUntil - now();
-      const wait = Math.max(MIN_PAUSE_MS, (left / 3) * (0.8 + 0.2 * Math.random()));
+      const jitter = 0.8 + 0.2 * Math.random();
+      let wait = Math.max(MIN_PAUSE_MS, ((this.#core.validUntil - now()) / 3) * jitter);
+      if (this.#core.atHoldEnd) {
+        // Past the margin the margin timer aborts the signal, which ends the pause.
+        wait = Math.min((this.#core.ttlMs / 3) * jitter, this.stopBy - now() + 2 * MIN_PAUSE_MS);
+      }
       if (!(await pause(wait, stop, this.#abort.signal))) break;
       if (this.state !== "active") break;
       // The request may take until the margin, no longer. It is not tied to
@@ -328,7 +362,9 @@ export class Lease implements AsyncDisposable {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#stopKeepAlive();
-    const error = new LeaseLost(state, reason, this.record.fencingToken, reason === "lost" ? this.#serverReason : undefined);
+    const serverReason =
+      reason === "lost" ? this.#serverReason : reason === "expired" && this.#core.atHoldEnd ? "max_hold" : undefined;
+    const error = new LeaseLost(state, reason, this.record.fencingToken, serverReason);
     this.#abort.abort(error);
     if (reason !== "released") {
       for (const callback of this.#onLost.splice(0)) {

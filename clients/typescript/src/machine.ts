@@ -9,6 +9,10 @@
 // | RELEASED | refused | RELEASED | RELEASED | RELEASED | RELEASED | refused | RELEASED | RELEASED | RELEASED | RELEASED | - |
 //
 // * releasing a LOST or UNKNOWN handle is allowed as clean-up; the handle stays terminal.
+// A bounded hold (`maxHoldMs`) puts a ceiling on validity, `holdUntil`:
+// known from the acquire's send + `maxHoldMs` - drift, or from a grant
+// shorter than asked (the service cuts a renew, or an acquire, at the hold's
+// end, so validity can go no further). `atHoldEnd`: no renew extends it now.
 // Every input first observes the clock: an ACTIVE handle past its validity
 // is stored as LOST before the input is applied, so a late `renewed` does
 // not revive it.
@@ -18,7 +22,8 @@ export type LeaseState = "active" | "lost" | "released" | "unknown";
 
 /** What a renew reply means for the handle. */
 export type RenewReply =
-  | { readonly kind: "renewed"; readonly remainingMs: number }
+  /** `capped`: granted less than asked, at the bounded hold's end. */
+  | { readonly kind: "renewed"; readonly remainingMs: number; readonly capped?: boolean }
   | { readonly kind: "lost" }
   | { readonly kind: "indeterminate" }
   | { readonly kind: "not_applied" };
@@ -31,6 +36,7 @@ export class HandleCore {
   #state: LeaseState = "active";
   #validUntil: number;
   #expiredLocally = false;
+  #holdUntil: number | undefined;
   readonly ttlMs: number;
   readonly driftBudgetMs: number;
 
@@ -39,10 +45,32 @@ export class HandleCore {
    * `ttlMs`, the server reporting `remainingMs`: locally valid until
    * `sentAt + min(ttlMs, remainingMs) - driftBudgetMs`.
    */
-  constructor(sentAt: number, ttlMs: number, remainingMs: number, driftBudgetMs: number) {
+  constructor(sentAt: number, ttlMs: number, remainingMs: number, driftBudgetMs: number, holdUntil?: number) {
     this.ttlMs = ttlMs;
     this.driftBudgetMs = driftBudgetMs;
     this.#validUntil = HandleCore.validityEnd(sentAt, ttlMs, remainingMs, driftBudgetMs);
+    if (holdUntil !== undefined) this.limitHold(holdUntil);
+  }
+
+  /** Validity never goes past this instant (a bounded hold's end); undefined: unbounded or not known yet. */
+  get holdUntil(): number | undefined {
+    return this.#holdUntil;
+  }
+
+  /** Whether validity reaches the bounded hold's end: no renew can extend it further. */
+  get atHoldEnd(): boolean {
+    return this.#holdUntil !== undefined && this.#validUntil >= this.#holdUntil;
+  }
+
+  /** The hold ends at `until` at the latest: validity is cut to it. */
+  limitHold(until: number): void {
+    if (this.#holdUntil === undefined || until < this.#holdUntil) this.#holdUntil = until;
+    this.#validUntil = Math.min(this.#validUntil, this.#holdUntil);
+  }
+
+  /** A grant shorter than asked: the hold ends where validity ends now. */
+  reachHoldEnd(): void {
+    this.limitHold(this.#validUntil);
   }
 
   /** `sentAt + min(ttl, remaining) - drift`, never before `sentAt`. */
@@ -96,6 +124,8 @@ export class HandleCore {
       case "renewed": {
         const end = HandleCore.validityEnd(sentAt, this.ttlMs, reply.remainingMs, this.driftBudgetMs);
         this.#validUntil = Math.max(this.#validUntil, end);
+        if (this.#holdUntil !== undefined) this.#validUntil = Math.min(this.#validUntil, this.#holdUntil);
+        if (reply.capped === true) this.reachHoldEnd();
         break;
       }
       case "lost":

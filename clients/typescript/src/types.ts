@@ -39,6 +39,10 @@ export interface LeaseRecord {
   readonly renewedAt: string;
   readonly guarantee: "fenced";
   readonly replication?: Replication;
+  /** A bounded hold (acquired with `maxHoldMs`): the bound. Renewals never reach past `holdEndsAt`. */
+  readonly maxHoldMs?: number;
+  /** A bounded hold's end (RFC 3339): `acquiredAt + maxHoldMs`. */
+  readonly holdEndsAt?: string;
 }
 
 /** One holder of a resource, as anyone may see it. */
@@ -49,6 +53,9 @@ export interface PermitView {
   readonly ttlMs: number;
   readonly acquiredAt: string;
   readonly renewedAt: string;
+  /** Only for a bounded hold, as on `LeaseRecord`. */
+  readonly maxHoldMs?: number;
+  readonly holdEndsAt?: string;
 }
 
 /** Who holds a resource relative to the attempt sent with an inspect. */
@@ -100,16 +107,26 @@ export interface Listing {
 /** Why an acquire was `contended` other than a plain holder. */
 export type ContendedReason = "lock_delay" | "queued";
 
+/**
+ * Why a renew answered `lost`: `absent` (expired or released), `not_owner`
+ * (someone else holds it), `revoked` (an operator broke it), `max_hold`
+ * (its bounded hold ran out), or a reason from a newer service.
+ */
+export type LostReason = "absent" | "not_owner" | "revoked" | "max_hold" | (string & {});
+
+/** Why a release found nothing to release, when the service says: broken by an operator, or the bounded hold ran out. */
+export type AbsentReason = "revoked" | "max_hold";
+
 /** A renew's own outcomes. */
 export type RenewResult =
   | { readonly outcome: "renewed"; readonly lease: LeaseRecord }
-  | { readonly outcome: "lost"; readonly reason: "absent" | "not_owner" | (string & {}) };
+  | { readonly outcome: "lost"; readonly reason: LostReason };
 
 /** A release's own outcomes. */
 export type ReleaseResult =
   | { readonly outcome: "released" }
-  /** `reason: "revoked"` when an operator broke the caller's permit. */
-  | { readonly outcome: "already_absent"; readonly reason?: "revoked" }
+  /** `reason: "revoked"` when an operator broke the caller's permit, `"max_hold"` when its bounded hold ran out. */
+  | { readonly outcome: "already_absent"; readonly reason?: AbsentReason }
   | { readonly outcome: "not_owner" };
 
 /** One event of a watch stream. */

@@ -16,7 +16,9 @@ import {
   RejectedError,
   UnavailableError,
   resourceOf,
+  type Attempt,
   type Leader,
+  type RenewResult,
   type Leadership,
   type StoppedLeading,
   type WatchEvent,
@@ -105,6 +107,55 @@ for (const store of ["embedded", "redis"] as const) {
       assert.equal(lost.serverReason, "revoked");
       assert.deepEqual(await client.release(r, a), { outcome: "already_absent", reason: "revoked" });
     });
+
+    it("a bounded hold: granted the time left, then renew lost/max_hold and release already_absent/max_hold", async () => {
+      const r = fresh();
+      const a = await client.attempt();
+      // A bound below the TTL is the TTL granted; the lease and inspect's permit carry it.
+      const got = await client.acquire(r, a, { ttlMs: 30_000, maxHoldMs: 500 });
+      assert.ok(got.outcome === "acquired");
+      assert.equal(got.lease.ttlMs, 500);
+      assert.equal(got.lease.maxHoldMs, 500);
+      assert.ok(got.lease.holdEndsAt !== undefined);
+      assert.ok(got.handle.atHoldEnd && got.handle.validForMs <= 500);
+      const seen = await client.inspect(r);
+      assert.deepEqual(seen.permits?.map((p) => [p.maxHoldMs, p.holdEndsAt]), [[500, got.lease.holdEndsAt]]);
+      // The renew that would reach past the hold's end is granted the time left.
+      const renewed = await got.handle.renew();
+      assert.ok(renewed.outcome === "renewed", renewed.outcome);
+      assert.ok(renewed.lease.ttlMs < 30_000 && renewed.lease.remainingMs <= 500);
+      assert.equal(renewed.lease.holdEndsAt, got.lease.holdEndsAt);
+      // Once the hold has run out: lost / max_hold, already_absent / max_hold.
+      assert.deepEqual(await renewPastTheHold(r, a, renewed), { outcome: "lost", reason: "max_hold" });
+      assert.deepEqual(await client.release(r, a), { outcome: "already_absent", reason: "max_hold" });
+      const plain = await client.acquire(r, await client.attempt(), { ttlMs: 30_000 });
+      assert.ok(plain.outcome === "acquired" && plain.lease.maxHoldMs === undefined && plain.lease.holdEndsAt === undefined);
+      await plain.handle.release();
+    });
+
+    it("lock with maxHoldMs: renews while the hold has room, its signal aborts with max_hold before the end", async () => {
+      const lost = deferred<LeaseLost>();
+      const raw = `bounded-${process.pid}-${Date.now()}`;
+      const lease = await client.lock("contract", raw, { ttlMs: 600, maxHoldMs: 1200, onLost: (e) => lost.resolve(e) });
+      const why = await lost.promise;
+      assert.equal(why.reason, "expired");
+      assert.equal(why.serverReason, "max_hold");
+      assert.ok(lease.atHoldEnd, "a renew was granted the time left");
+      assert.deepEqual(await renewPastTheHold(lease.resource, lease.attempt), { outcome: "lost", reason: "max_hold" });
+      await lease[Symbol.asyncDispose]();
+    });
+
+    /** Renews, each time once what the last renew granted has passed, until it is no longer `renewed`. */
+    async function renewPastTheHold(r: ReturnType<typeof resourceOf>, a: Attempt, last?: RenewResult): Promise<RenewResult> {
+      for (let i = 0; i < 20; i++) {
+        if (last?.outcome === "renewed") {
+          const grantedMs = last.lease.remainingMs;
+          await new Promise((resolve) => setTimeout(resolve, grantedMs + 20));
+        } else if (last !== undefined) return last;
+        last = await client.renew(r, a, { ttlMs: 30_000 });
+      }
+      throw new Error(`still renewed after 20 renewals: ${JSON.stringify(last)}`);
+    }
 
     it("acquire with waitMs: a release wakes the waiter at once", async () => {
       const r = fresh();

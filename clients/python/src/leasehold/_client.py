@@ -195,17 +195,21 @@ class Client(_Base):
         limit: int = 1,
         mode: str = "exclusive",
         lock_delay: float = 0.0,
+        max_hold: Optional[float] = None,
         digest: Optional[str] = None,
     ) -> AcquireOutcome[Lease]:
         """``PUT /leases/{purpose}/{digest}``: acquire for ``ttl`` seconds, waiting up to
         ``wait`` seconds server-side while someone else holds it. A held lease comes back
         with a ``Lease`` handle whose local validity counts from this request's send (plus
-        ``waitedMs``). Raises ``Indeterminate`` when it may have applied: retry with the
-        *same* attempt."""
+        ``waitedMs``). ``max_hold`` (seconds, 0.02 s to 30 days) bounds the hold: renewals
+        never extend the lease past acquisition + ``max_hold`` (a lease of a shorter
+        ``max_hold`` than ``ttl`` is granted ``max_hold``); then renew answers ``lost`` with
+        ``reason: max_hold``. Raises ``Indeterminate`` when it may have applied: retry with
+        the *same* attempt."""
         purpose, digest = _resource(purpose, raw_id, digest)
         if holder is not None:
             check_holder(holder)
-        body = wire.acquire_body(ttl, wait, holder, limit, mode, lock_delay)
+        body = wire.acquire_body(ttl, wait, holder, limit, mode, lock_delay, max_hold)
         op = attempt.operation_id
         sent = time.monotonic()
         reply = self._call(
@@ -218,7 +222,9 @@ class Client(_Base):
         ttl_s = body["ttlMs"] / 1000
         if outcome == "acquired":
             start = sent + (waited_ms or 0) / 1000
-            handle = Lease(self, attempt, record, start, ttl_s, self._drift(record, ttl_s))
+            handle = Lease(
+                self, attempt, record, start, ttl_s, self._drift(record, ttl_s), hold_from=start
+            )
             return Acquired(record, handle, waited_ms)
         handle = Lease(self, attempt, record, sent, ttl_s, self._drift(record, ttl_s))
         return Replayed(record, handle)
@@ -372,13 +378,16 @@ class Client(_Base):
         limit: int = 1,
         mode: str = "exclusive",
         lock_delay: float = 0.0,
+        max_hold: Optional[float] = None,
     ) -> LockContext:
         """``with client.lock(...) as lease:`` acquires (an ``Indeterminate`` or a cut
         connection is retried with the *same* attempt within ``retry_budget`` seconds),
         renews in a background thread at about a third of the validity, sets ``lease.lost``
         and calls ``on_lost(lease)`` when the lease is LOST or UNKNOWN (at the latest
         ``stop_margin``, default TTL/10, before local validity ends) and releases on exit.
-        Raises ``NotAcquired`` when someone else kept it through ``wait``."""
+        With ``max_hold`` the lease ends ``stop_margin`` before the hold's end, and
+        ``lease.lost_reason`` is ``max_hold``. Raises ``NotAcquired`` when someone else
+        kept it through ``wait``."""
         purpose, digest = _resource(purpose, raw_id, digest)
         return LockContext(
             self,
@@ -394,6 +403,7 @@ class Client(_Base):
             limit=limit,
             mode=mode,
             lock_delay=lock_delay,
+            max_hold=max_hold,
         )
 
 
@@ -479,13 +489,14 @@ class AsyncClient(_Base):
         limit: int = 1,
         mode: str = "exclusive",
         lock_delay: float = 0.0,
+        max_hold: Optional[float] = None,
         digest: Optional[str] = None,
     ) -> AcquireOutcome[AsyncLease]:
         """As ``Client.acquire``, with an ``AsyncLease`` handle."""
         purpose, digest = _resource(purpose, raw_id, digest)
         if holder is not None:
             check_holder(holder)
-        body = wire.acquire_body(ttl, wait, holder, limit, mode, lock_delay)
+        body = wire.acquire_body(ttl, wait, holder, limit, mode, lock_delay, max_hold)
         op = attempt.operation_id
         sent = time.monotonic()
         reply = await self._call(
@@ -498,7 +509,9 @@ class AsyncClient(_Base):
         ttl_s = body["ttlMs"] / 1000
         if outcome == "acquired":
             start = sent + (waited_ms or 0) / 1000
-            handle = AsyncLease(self, attempt, record, start, ttl_s, self._drift(record, ttl_s))
+            handle = AsyncLease(
+                self, attempt, record, start, ttl_s, self._drift(record, ttl_s), hold_from=start
+            )
             return Acquired(record, handle, waited_ms)
         handle = AsyncLease(self, attempt, record, sent, ttl_s, self._drift(record, ttl_s))
         return Replayed(record, handle)
@@ -650,6 +663,7 @@ class AsyncClient(_Base):
         limit: int = 1,
         mode: str = "exclusive",
         lock_delay: float = 0.0,
+        max_hold: Optional[float] = None,
     ) -> AsyncLockContext:
         """``async with client.lock(...) as lease:``: as ``Client.lock``, renewing in a
         task; when the lease is LOST or UNKNOWN (at the latest ``stop_margin`` before local
@@ -670,4 +684,5 @@ class AsyncClient(_Base):
             limit=limit,
             mode=mode,
             lock_delay=lock_delay,
+            max_hold=max_hold,
         )

@@ -50,11 +50,19 @@ class LeaseBase:
         sent: float,
         ttl: float,
         drift: float,
+        hold_from: Optional[float] = None,
     ) -> None:
         self._attempt = attempt
         self._record = record
         self._mutex = threading.Lock()
         self._core = HandleCore(sent, ttl, record.remaining_ms / 1000, drift)
+        if record.max_hold_ms is not None:
+            # A bounded hold. From an acquire's send (``hold_from``) its end is known; a
+            # replay's is not (the first acquire was sent earlier) until a capped renew.
+            if hold_from is not None:
+                self._core.limit_hold(hold_from + record.max_hold_ms / 1000 - drift)
+            if _capped(record, ttl):  # granted less than asked: the hold ends with it
+                self._core.reach_hold_end()
         self._published = LeaseState.ACTIVE
         self._callbacks: list[LostCallback] = []
         self._lost_reason: Optional[str] = None
@@ -130,9 +138,30 @@ class LeaseBase:
     @property
     def lost_reason(self) -> Optional[str]:
         """The service's ``reason`` when a renew answered ``lost``: ``absent``, ``not_owner``,
-        ``revoked`` (an operator broke the lease) or ``max_hold``; ``None`` otherwise."""
+        ``revoked`` (an operator broke the lease) or ``max_hold`` (its bounded hold ran
+        out); ``max_hold`` too when the handle stopped at its bounded hold's end before a
+        renew could say so; ``None`` otherwise."""
         with self._mutex:
-            return self._lost_reason
+            if self._lost_reason is not None:
+                return self._lost_reason
+            if self._core.expired_locally and self._core.at_hold_end:
+                return "max_hold"
+            return None
+
+    @property
+    def hold_until(self) -> Optional[float]:
+        """For a bounded hold (``max_hold``), the ``time.monotonic()`` instant past which
+        no renew extends local validity (the hold's end less the drift budget), once
+        known: from the acquire, or from the first renew the service cut short."""
+        with self._mutex:
+            return self._core.hold_until
+
+    @property
+    def at_hold_end(self) -> bool:
+        """Whether local validity already reaches the bounded hold's end: renewals can no
+        longer extend it, and the lease ends at ``valid_until``."""
+        with self._mutex:
+            return self._core.at_hold_end
 
     @property
     def expired_locally(self) -> bool:
@@ -195,9 +224,12 @@ class LeaseBase:
         return time.monotonic()
 
     def _finish_renew(self, sent: float, result: Union[RenewOutcome, BaseException]) -> None:
-        remaining = 0.0
+        remaining, capped = 0.0, False
         if isinstance(result, Renewed):
             reply, remaining = RenewReply.RENEWED, result.lease.remaining_ms / 1000
+            # Validity comes from the answered remainingMs; a grant shorter than asked
+            # (the hold's end) also says that no later renew will extend it.
+            capped = result.lease.max_hold_ms is not None and _capped(result.lease, self.ttl)
         elif isinstance(result, Lost):
             reply = RenewReply.LOST
             with self._mutex:
@@ -207,7 +239,7 @@ class LeaseBase:
         else:
             reply = RenewReply.NOT_APPLIED
         with self._mutex:
-            state = self._core.finish_renew(time.monotonic(), sent, reply, remaining)
+            state = self._core.finish_renew(time.monotonic(), sent, reply, remaining, capped)
         self._publish(state)
 
     def _begin_release(self) -> None:
@@ -249,8 +281,9 @@ class Lease(LeaseBase):
         sent: float,
         ttl: float,
         drift: float,
+        hold_from: Optional[float] = None,
     ) -> None:
-        super().__init__(attempt, record, sent, ttl, drift)
+        super().__init__(attempt, record, sent, ttl, drift, hold_from)
         self._client = client
         self.lost = threading.Event()
 
@@ -297,8 +330,9 @@ class AsyncLease(LeaseBase):
         sent: float,
         ttl: float,
         drift: float,
+        hold_from: Optional[float] = None,
     ) -> None:
-        super().__init__(attempt, record, sent, ttl, drift)
+        super().__init__(attempt, record, sent, ttl, drift, hold_from)
         self._client = client
         self.lost = asyncio.Event()
 
@@ -332,17 +366,29 @@ class AsyncLease(LeaseBase):
         return result
 
 
-def _next_renew(now: float, valid_until: float, rng: random.Random) -> float:
-    """About a third of the validity left, jittered to 80-100 % of that."""
+def _capped(record: LeaseRecord, ttl: float) -> bool:
+    """Whether the service granted less than the ``ttl`` (seconds) asked."""
+    return record.ttl_ms < round(ttl * 1000)
+
+
+def _next_renew(now: float, valid_until: float, lease: LeaseBase, rng: random.Random) -> float:
+    """About a third of the validity left, jittered to 80-100 % of that. At a bounded
+    hold's end renewals no longer extend the lease (they still hear a break): a third of
+    the TTL, not of the shrinking time left, so they do not come ever faster."""
+    if lease.at_hold_end:
+        return now + lease.ttl / 3 * rng.uniform(0.8, 1.0)
     return now + max(MIN_PAUSE, (valid_until - now) / 3 * rng.uniform(0.8, 1.0))
 
 
 def _margin(lease: LeaseBase, stop_margin: Optional[float]) -> float:
     """How long before local validity ends the work is stopped when no renew landed:
     ``stop_margin`` (default TTL/10), at least one drift budget (as the Rust watchdog,
-    so the work has stopped before the store may hand the lease on), at most TTL/2."""
-    margin = lease.ttl / 10 if stop_margin is None else stop_margin
-    return min(max(lease.drift, margin), lease.ttl / 2)
+    so the work has stopped before the store may hand the lease on), at most TTL/2; the
+    TTL granted (a ``max_hold`` below the TTL asked is granted as the TTL)."""
+    granted = lease.record.ttl_ms / 1000
+    ttl = min(lease.ttl, granted) if granted > 0 else lease.ttl
+    margin = ttl / 10 if stop_margin is None else stop_margin
+    return min(max(lease.drift, margin), ttl / 2)
 
 
 class Keeper:
@@ -381,7 +427,7 @@ class Keeper:
                 lease._give_up()
                 return
             if next_renew is None:
-                next_renew = _next_renew(now, give_up_at, self._rng)
+                next_renew = _next_renew(now, give_up_at, lease, self._rng)
             if now < next_renew:
                 self._stop.wait(min(next_renew, give_up_at) - now)
                 continue
@@ -441,7 +487,7 @@ class AsyncKeeper:
                 lease._give_up()
                 return
             if next_renew is None:
-                next_renew = _next_renew(now, give_up_at, self._rng)
+                next_renew = _next_renew(now, give_up_at, lease, self._rng)
             if now < next_renew:
                 await asyncio.sleep(min(next_renew, give_up_at) - now)
                 continue

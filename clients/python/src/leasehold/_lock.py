@@ -92,11 +92,19 @@ class LockContext:
         limit: int,
         mode: str,
         lock_delay: float,
+        max_hold: Optional[float] = None,
     ) -> None:
         self._client = client
         self.purpose = purpose
         self.digest = digest
-        self._args = dict(ttl=ttl, holder=holder, limit=limit, mode=mode, lock_delay=lock_delay)
+        self._args = dict(
+            ttl=ttl,
+            holder=holder,
+            limit=limit,
+            mode=mode,
+            lock_delay=lock_delay,
+            max_hold=max_hold,
+        )
         self._wait = wait
         self._retry_budget = retry_budget
         self._stop_margin = stop_margin
@@ -179,11 +187,19 @@ class AsyncLockContext:
         limit: int,
         mode: str,
         lock_delay: float,
+        max_hold: Optional[float] = None,
     ) -> None:
         self._client = client
         self.purpose = purpose
         self.digest = digest
-        self._args = dict(ttl=ttl, holder=holder, limit=limit, mode=mode, lock_delay=lock_delay)
+        self._args = dict(
+            ttl=ttl,
+            holder=holder,
+            limit=limit,
+            mode=mode,
+            lock_delay=lock_delay,
+            max_hold=max_hold,
+        )
         self._wait = wait
         self._retry_budget = retry_budget
         self._stop_margin = stop_margin

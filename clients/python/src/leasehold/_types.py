@@ -111,6 +111,10 @@ class LeaseRecord:
     renewed_at: str
     holder: Optional[str] = None
     replication: Optional[dict[str, int]] = None
+    #: A bounded hold (acquired with ``max_hold``): its bound in ms, and when it ends
+    #: (RFC 3339, ``acquired_at + max_hold_ms``). Renewals never reach past it.
+    max_hold_ms: Optional[int] = None
+    hold_ends_at: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,9 @@ class Permit:
     acquired_at: str
     renewed_at: str
     holder: Optional[str] = None
+    #: Set only for a bounded hold, as on ``LeaseRecord``.
+    max_hold_ms: Optional[int] = None
+    hold_ends_at: Optional[str] = None
 
 
 H = TypeVar("H")
@@ -187,8 +194,9 @@ class Renewed:
 
 @dataclass(frozen=True)
 class Lost:
-    """``lost``: 404 ``reason: absent`` or 409 ``reason: not_owner`` (or ``revoked``,
-    ``max_hold`` from newer services). Stop the work the lease protected."""
+    """``lost``: 404 ``reason: absent`` or 409 ``reason: not_owner``; 404 ``revoked`` (an
+    operator broke it) or ``max_hold`` (its bounded hold ran out). Stop the work the lease
+    protected."""
 
     reason: str
     outcome: str = "lost"
@@ -206,7 +214,8 @@ class Released:
 
 @dataclass(frozen=True)
 class AlreadyAbsent:
-    """``already_absent`` (200): nothing to release (idempotent)."""
+    """``already_absent`` (200): nothing to release (idempotent). ``reason``: ``revoked``
+    (an operator broke it) or ``max_hold`` (its bounded hold ran out); else ``None``."""
 
     reason: Optional[str] = None
     outcome: str = "already_absent"
@@ -395,7 +404,9 @@ class LeaseLost(LeaseholdError):
         self.state = state
         self.fencing_token = fencing_token
         #: The service's ``reason`` when a renew answered ``lost`` (``absent``,
-        #: ``not_owner``, ``revoked``: an operator broke it, ``max_hold``); else ``None``.
+        #: ``not_owner``, ``revoked``: an operator broke it, ``max_hold``: its bounded
+        #: hold ran out), also ``max_hold`` when the handle stopped at the end of its
+        #: bounded hold before the service had to say so; else ``None``.
         self.reason = reason
 
 

@@ -195,6 +195,8 @@ def _permits(reply: Reply, raw: Any) -> tuple[Permit, ...]:
                 acquired_at=reply.req_str("acquiredAt", p),
                 renewed_at=reply.req_str("renewedAt", p),
                 holder=reply.opt_str("holder", p),
+                max_hold_ms=reply.opt_int("maxHoldMs", p),
+                hold_ends_at=reply.opt_str("holdEndsAt", p),
             )
         )
     return tuple(out)
@@ -217,6 +219,8 @@ def lease_record(reply: Reply, purpose: str, digest: str, operation_id: str) -> 
             renewed_at=reply.req_str("renewedAt", raw),
             holder=reply.opt_str("holder", raw),
             replication=raw.get("replication"),
+            max_hold_ms=reply.opt_int("maxHoldMs", raw),
+            hold_ends_at=reply.opt_str("holdEndsAt", raw),
         )
     except _Off:
         raise reply.unexpected(operation_id) from None
@@ -237,6 +241,7 @@ def acquire_body(
     limit: int,
     mode: str,
     lock_delay: float,
+    max_hold: Optional[float] = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"ttlMs": ms(ttl)}
     if ms(wait) > 0:
@@ -249,6 +254,8 @@ def acquire_body(
         body["mode"] = mode
     if ms(lock_delay) > 0:
         body["lockDelayMs"] = ms(lock_delay)
+    if max_hold is not None:
+        body["maxHoldMs"] = ms(max_hold)
     return body
 
 

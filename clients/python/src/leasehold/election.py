@@ -202,7 +202,9 @@ class Election:
     ``on_new_leader(leader)``. Callbacks may be plain functions or coroutine functions.
 
     A process that dies releases nothing: the next candidate leads when the lease
-    expires (``ttl``), or ``lock_delay`` after that.
+    expires (``ttl``), or ``lock_delay`` after that. With ``max_hold`` a term lasts at
+    most that long (it ends ``EXPIRING``, ``leading_margin`` before the hold's end) and
+    the candidate campaigns again.
     """
 
     def __init__(
@@ -217,6 +219,7 @@ class Election:
         retry_period: float = 1.0,
         leading_margin: Optional[float] = None,
         lock_delay: float = 0.0,
+        max_hold: Optional[float] = None,
         follow: bool = True,
         digest: Optional[str] = None,
         on_started_leading: Optional[Callback] = None,
@@ -232,6 +235,7 @@ class Election:
         margin = ttl / 10 if leading_margin is None else leading_margin
         self.leading_margin = min(max(0.0, margin), ttl / 2)
         self.lock_delay = lock_delay
+        self.max_hold = max_hold
         self.follow = follow
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
@@ -358,6 +362,7 @@ class Election:
                     wait=self.wait,
                     holder=self._holder,
                     lock_delay=self.lock_delay,
+                    max_hold=self.max_hold,
                 )
             )
             stopped = asyncio.ensure_future(stop.wait())
