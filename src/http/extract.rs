@@ -9,7 +9,7 @@ use std::future::Future as _;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, RawPathParamsRejection};
 use axum::extract::{FromRequest, RawPathParams, Request};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, StatusCode};
 use serde::de::DeserializeOwned;
 
 use super::problem::{ApiError, FieldError};
@@ -19,6 +19,11 @@ use crate::domain::{Attempt, OperationId, OwnerToken, Purpose, ResourceDigest, R
 pub const OWNER_TOKEN_HEADER: &str = "lease-owner-token";
 /// The attempt headers.
 pub const OPERATION_ID_HEADER: &str = "lease-operation-id";
+/// The attempt headers as header names, built at compile time: a `&str`
+/// key is parsed (and checked character by character) on every lookup.
+pub const OWNER_TOKEN_NAME: HeaderName = HeaderName::from_static(OWNER_TOKEN_HEADER);
+/// See [`OWNER_TOKEN_NAME`].
+pub const OPERATION_ID_NAME: HeaderName = HeaderName::from_static(OPERATION_ID_HEADER);
 
 /// The request's headers, taken rather than cloned: axum's `HeaderMap`
 /// extractor copies the map, and every custom header name in it, per
@@ -137,7 +142,7 @@ pub fn resource(purpose: &str, digest: &str, problems: &mut Problems) -> Option<
 
 fn header_text<'a>(
     headers: &'a HeaderMap,
-    name: &str,
+    name: &HeaderName,
     display: &str,
     problems: &mut Problems,
 ) -> Option<Option<&'a str>> {
@@ -156,8 +161,8 @@ fn header_text<'a>(
 /// Parses the attempt headers; `required` makes their absence an error,
 /// otherwise both or neither must be sent.
 pub fn attempt(headers: &HeaderMap, required: bool, problems: &mut Problems) -> Option<Attempt> {
-    let token = header_text(headers, OWNER_TOKEN_HEADER, "Lease-Owner-Token", problems)?;
-    let op = header_text(headers, OPERATION_ID_HEADER, "Lease-Operation-Id", problems)?;
+    let token = header_text(headers, &OWNER_TOKEN_NAME, "Lease-Owner-Token", problems)?;
+    let op = header_text(headers, &OPERATION_ID_NAME, "Lease-Operation-Id", problems)?;
     if token.is_none() && op.is_none() && !required {
         return None;
     }
@@ -207,8 +212,8 @@ pub enum Asker {
 /// Parses the attempt headers of an inspect, which takes them in any
 /// combination (see [`Asker`]); a header that is sent must be well-formed.
 pub fn asker(headers: &HeaderMap, problems: &mut Problems) -> Option<Asker> {
-    let token = header_text(headers, OWNER_TOKEN_HEADER, "Lease-Owner-Token", problems);
-    let op = header_text(headers, OPERATION_ID_HEADER, "Lease-Operation-Id", problems);
+    let token = header_text(headers, &OWNER_TOKEN_NAME, "Lease-Owner-Token", problems);
+    let op = header_text(headers, &OPERATION_ID_NAME, "Lease-Operation-Id", problems);
     // Both checked before giving up, so the answer names every bad header.
     let owner_token = match token {
         None => Err(()),

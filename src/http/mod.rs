@@ -33,7 +33,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{HeaderMap, HeaderValue, Method};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use futures_util::FutureExt as _;
@@ -103,6 +103,11 @@ impl App {
 /// The request id header: honoured when the client sends a well-formed one,
 /// generated otherwise, and returned on every answer.
 pub const REQUEST_ID: &str = "x-request-id";
+
+/// [`REQUEST_ID`] as a header name: built at compile time, so looking it
+/// up or inserting it neither parses the name nor (for a name outside the
+/// standard set) allocates a copy of it, as a `&str` key does per call.
+const REQUEST_ID_NAME: HeaderName = HeaderName::from_static(REQUEST_ID);
 
 /// Bound on the request's header block (names and values), answered `431`
 /// problem+json. hyper itself refuses more than 100 headers, or a header
@@ -316,11 +321,11 @@ where
         let ready = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let app = Arc::clone(&self.app);
-        let id = match req.headers().get(REQUEST_ID) {
+        let id = match req.headers().get(&REQUEST_ID_NAME) {
             Some(v) if acceptable_request_id(v) => v.clone(),
             _ => self.ids.next(),
         };
-        req.headers_mut().insert(REQUEST_ID, id.clone());
+        req.headers_mut().insert(REQUEST_ID_NAME, id.clone());
         let method = method_label(req.method());
         let route = route_label(req.uri().path(), self.serves_metrics);
         let header_bytes: usize = req
@@ -332,7 +337,7 @@ where
         // Kept raw (a cheap refcounted clone) and parsed only if the timeout fires.
         let operation_id = req
             .headers()
-            .get(extract::OPERATION_ID_HEADER)
+            .get(&extract::OPERATION_ID_NAME)
             .filter(|_| mutating)
             .cloned();
         // With traces on (feature `otel` and an endpoint set): the request's
@@ -376,7 +381,7 @@ where
                     },
                 }
             };
-            response.headers_mut().insert(REQUEST_ID, id);
+            response.headers_mut().insert(REQUEST_ID_NAME, id);
             let status = response.status().as_u16();
             let elapsed = started.elapsed();
             tracing::debug!(
