@@ -5,7 +5,7 @@
 pub mod trace;
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{PoisonError, RwLock};
 
 use metrics::{describe_counter, describe_gauge, describe_histogram, Counter, Histogram, Unit};
@@ -186,14 +186,68 @@ fn describe() {
 /// outcomes, methods, routes and statuses; purposes capped by
 /// [`PurposeLabels`]), so the map stays small.
 pub struct Handles<K, V> {
-    map: RwLock<HashMap<K, V>>,
+    map: RwLock<LabelMap<K, V>>,
+}
+
+/// A map keyed by metric labels, hashed with [`LabelHasher`].
+type LabelMap<K, V> = HashMap<K, V, BuildHasherDefault<LabelHasher>>;
+
+/// The hasher of the label caches: a multiply-rotate hash a word at a time
+/// (FxHash's), instead of std's SipHash, which was most of the cost of the
+/// five cache lookups a lease request makes. SipHash's resistance to chosen
+/// collisions is not needed here: the maps hold bounded sets (fixed verbs,
+/// outcomes, methods, routes, statuses and scripts, and at most the
+/// purpose label cap of purposes), so colliding keys can slow a lookup by
+/// no more than that many comparisons.
+#[derive(Default, Clone, Copy)]
+pub struct LabelHasher(u64);
+
+impl LabelHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for LabelHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.add(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl<K: Eq + Hash, V: Clone> Handles<K, V> {
     /// An empty cache.
     pub fn new() -> Self {
         Self {
-            map: RwLock::new(HashMap::new()),
+            map: RwLock::new(LabelMap::default()),
         }
     }
 
@@ -225,7 +279,7 @@ impl<K: Eq + Hash, V: Clone> Default for Handles<K, V> {
 /// Maps purposes to label values, admitting at most `cap` distinct ones;
 /// the rest are `other`, so the label's cardinality stays bounded.
 pub struct PurposeLabels {
-    ids: RwLock<HashMap<Box<str>, u32>>,
+    ids: RwLock<LabelMap<Box<str>, u32>>,
     cap: usize,
     /// When API keys are configured: the purposes some key names; every
     /// other purpose is `other` (a caller cannot fill the cap with junk).
@@ -244,7 +298,7 @@ impl PurposeLabels {
     /// A mapper admitting `cap` purposes, of `named` only when given.
     pub fn named(cap: usize, named: Option<std::collections::HashSet<String>>) -> Self {
         Self {
-            ids: RwLock::new(HashMap::new()),
+            ids: RwLock::new(LabelMap::default()),
             cap,
             named,
         }
