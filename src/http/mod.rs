@@ -10,6 +10,7 @@ pub mod docs;
 pub mod extract;
 pub mod health;
 pub mod history;
+mod lease_json;
 pub mod leases;
 pub mod list;
 pub mod openapi;
