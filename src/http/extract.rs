@@ -323,10 +323,15 @@ fn named_field(message: &str) -> Option<String> {
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
-    let Some(value) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    else {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return false;
+    };
+    // What nearly every client sends, decided without splitting and
+    // case-folding.
+    if value.as_bytes() == b"application/json" {
+        return true;
+    }
+    let Ok(value) = value.to_str() else {
         return false;
     };
     let essence = value.split(';').next().unwrap_or("").trim();
