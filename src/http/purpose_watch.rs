@@ -16,7 +16,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use tokio::time::MissedTickBehavior;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Role;
@@ -166,12 +166,14 @@ pub async fn events(
             Ok(start) => start,
             Err(failure) => return Ok(respond_one(&failure)),
         };
+        let shutdown = app.service.shutdown_token();
+        let keepalive = hub.watch().keepalive(app.watch.keepalive, shutdown);
         Ok::<_, ApiError>(stream(
             watcher,
             opening(start),
             bounds,
-            app.watch.keepalive,
-            app.service.shutdown_token().clone(),
+            keepalive,
+            shutdown.clone(),
         ))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -222,7 +224,8 @@ fn opening(start: Start) -> VecDeque<Bytes> {
 struct Stream {
     watcher: PurposeWatcher,
     queued: VecDeque<Bytes>,
-    keepalive: tokio::time::Interval,
+    /// The instance's shared keep-alive tick.
+    keepalive: watch::Receiver<u64>,
     shutdown: CancellationToken,
     /// Events still to send (`maxEvents`); `None`: no bound.
     left: Option<u32>,
@@ -244,16 +247,14 @@ fn stream(
     watcher: PurposeWatcher,
     queued: VecDeque<Bytes>,
     bounds: StreamBounds,
-    keepalive: Duration,
+    keepalive: watch::Receiver<u64>,
     shutdown: CancellationToken,
 ) -> Response {
     let now = tokio::time::Instant::now();
-    let mut tick = tokio::time::interval_at(now + keepalive, keepalive);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let state = Stream {
         watcher,
         queued,
-        keepalive: tick,
+        keepalive,
         shutdown,
         left: bounds.max_events,
         deadline: bounds.max_ms.map(|ms| now + Duration::from_millis(ms)),
@@ -284,7 +285,9 @@ fn stream(
                         s.queued.extend(opening(start));
                     }
                 },
-                _ = s.keepalive.tick() => {
+                // The ticker ends only at shutdown.
+                tick = s.keepalive.changed() => {
+                    tick.ok()?;
                     return Some((Ok(Bytes::from_static(b": keepalive\n\n")), s));
                 }
             }

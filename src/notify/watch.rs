@@ -32,10 +32,12 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::keepalive::Ticker;
 use crate::domain::{Change, Revocation};
 use crate::domain::{Failure, Inspection, ResourceId};
 use crate::telemetry::{WATCHERS, WATCH_EVENTS, WATCH_GROUPS, WATCH_READS};
@@ -68,6 +70,9 @@ pub struct Snapshot {
     pub read_at: Instant,
     /// The inspection as JSON, rendered once for every watcher.
     json: std::sync::OnceLock<String>,
+    /// This state's event as sent, per change kind ([`kind_index`]):
+    /// encoded once, shared by every watcher it goes to.
+    encoded: [std::sync::OnceLock<Bytes>; KINDS],
     /// Who broke the lease and why, when this state follows a break.
     pub revocation: Option<Revocation>,
 }
@@ -79,8 +84,18 @@ impl Snapshot {
             inspection,
             read_at: Instant::now(),
             json: std::sync::OnceLock::new(),
+            encoded: Default::default(),
             revocation: None,
         }
+    }
+
+    /// This state's event for `change` as `encode` writes it: encoded on
+    /// the first call, then the same bytes (a reference count, no copy)
+    /// for every other watcher the change goes to.
+    pub fn encoded(&self, change: Change, encode: impl FnOnce(&Self) -> Bytes) -> Bytes {
+        self.encoded[kind_index(change)]
+            .get_or_init(|| encode(self))
+            .clone()
     }
 
     /// The inspection as read, as JSON: serialized once, however many
@@ -160,6 +175,8 @@ enum Published {
 
 /// One watched resource on this instance.
 struct Group {
+    /// The resource's tag (its key in the hub's map).
+    tag: String,
     /// Signalled on an event for the resource; a signal with no one
     /// waiting is kept, so an event during a read triggers another read.
     wake: Notify,
@@ -173,6 +190,19 @@ struct Group {
     stop: CancellationToken,
     /// A receiver to clone for each new watcher (the task owns the sender).
     rx: watch::Receiver<Published>,
+}
+
+/// Kinds of change ([`kind_index`]).
+const KINDS: usize = 5;
+
+fn kind_index(change: Change) -> usize {
+    match change {
+        Change::Acquired => 0,
+        Change::Released => 1,
+        Change::Expired => 2,
+        Change::HolderChanged => 3,
+        Change::Revoked => 4,
+    }
 }
 
 pub(super) fn hint_bit(change: Option<Change>) -> u8 {
@@ -196,6 +226,8 @@ pub struct WatchHub {
 struct Inner {
     groups: Mutex<HashMap<String, Arc<Group>>>,
     watchers: AtomicUsize,
+    /// The keep-alive tick shared by every stream.
+    ticker: Arc<Ticker>,
 }
 
 impl WatchHub {
@@ -245,6 +277,15 @@ impl WatchHub {
         Some(Admitted { hub: self.clone() })
     }
 
+    /// A tick shared by every stream of this instance ([`Ticker`]).
+    pub fn keepalive(
+        &self,
+        period: Duration,
+        shutdown: &CancellationToken,
+    ) -> watch::Receiver<u64> {
+        self.inner.ticker.subscribe(period, shutdown)
+    }
+
     /// Watchers on this instance.
     pub fn watchers(&self) -> usize {
         self.inner.watchers.load(Ordering::Acquire)
@@ -283,6 +324,7 @@ impl WatchHub {
             None => {
                 let (tx, rx) = watch::channel(Published::Pending);
                 let group = Arc::new(Group {
+                    tag: tag.clone(),
                     wake: Notify::new(),
                     hints: AtomicU8::new(0),
                     revocation: Mutex::new(None),
@@ -300,7 +342,6 @@ impl WatchHub {
         drop(map);
         Some(Watcher {
             hub: self.clone(),
-            tag,
             rx: group.rx.clone(),
             group,
             last: None,
@@ -324,7 +365,6 @@ impl Drop for Admitted {
 /// resource ends its group.
 pub struct Watcher {
     hub: WatchHub,
-    tag: String,
     group: Arc<Group>,
     rx: watch::Receiver<Published>,
     /// The state this watcher saw last.
@@ -395,10 +435,10 @@ impl Drop for Watcher {
         // one). Counted under the lock: two leaving at once see each other.
         if self.group.watchers.fetch_sub(1, Ordering::Relaxed) == 1 {
             if map
-                .get(&self.tag)
+                .get(&self.group.tag)
                 .is_some_and(|g| Arc::ptr_eq(g, &self.group))
             {
-                map.remove(&self.tag);
+                map.remove(&self.group.tag);
                 metrics::gauge!(WATCH_GROUPS).decrement(1.0);
             }
             self.group.stop.cancel();
