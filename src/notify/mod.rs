@@ -7,6 +7,7 @@
 mod keepalive;
 mod purpose;
 mod purpose_event;
+mod snapshot;
 mod waits;
 mod watch;
 

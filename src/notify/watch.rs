@@ -32,12 +32,13 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::keepalive::Ticker;
+pub use super::snapshot::Snapshot;
+use super::snapshot::{kind_index, KINDS};
 use crate::domain::{Change, Revocation};
 use crate::domain::{Failure, Inspection, ResourceId};
 use crate::telemetry::{WATCHERS, WATCH_EVENTS, WATCH_GROUPS, WATCH_READS};
@@ -60,102 +61,6 @@ pub type Read = Arc<
         + Send
         + Sync,
 >;
-
-/// A state a group read, and when.
-#[derive(Debug)]
-pub struct Snapshot {
-    /// What the store answered (no `heldBy`: a group reads as nobody).
-    pub inspection: Inspection,
-    /// When the read completed.
-    pub read_at: Instant,
-    /// The inspection as JSON, rendered once for every watcher.
-    json: std::sync::OnceLock<String>,
-    /// This state's event as sent, per change kind ([`kind_index`]):
-    /// encoded once, shared by every watcher it goes to.
-    encoded: [std::sync::OnceLock<Bytes>; KINDS],
-    /// Who broke the lease and why, when this state follows a break.
-    pub revocation: Option<Revocation>,
-}
-
-impl Snapshot {
-    /// A state read just now.
-    pub fn new(inspection: Inspection) -> Self {
-        Self {
-            inspection,
-            read_at: Instant::now(),
-            json: std::sync::OnceLock::new(),
-            encoded: Default::default(),
-            revocation: None,
-        }
-    }
-
-    /// This state's event for `change` as `encode` writes it: encoded on
-    /// the first call, then the same bytes (a reference count, no copy)
-    /// for every other watcher the change goes to.
-    pub fn encoded(&self, change: Change, encode: impl FnOnce(&Self) -> Bytes) -> Bytes {
-        self.encoded[kind_index(change)]
-            .get_or_init(|| encode(self))
-            .clone()
-    }
-
-    /// The inspection as read, as JSON: serialized once, however many
-    /// watchers a change goes to (`remainingMs` as of the read, which for a
-    /// change event is a moment ago).
-    pub fn json(&self) -> &str {
-        self.json
-            .get_or_init(|| serde_json::to_string(&self.inspection).unwrap_or_default())
-    }
-
-    /// The version.
-    pub fn version(&self) -> &str {
-        &self.inspection.version
-    }
-
-    /// The inspection as of now: every remaining time counted down since
-    /// the read.
-    pub fn now(&self) -> Inspection {
-        let mut inspection = self.inspection.clone();
-        let elapsed = u64::try_from(self.read_at.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let left = |ms: u64| ms.saturating_sub(elapsed);
-        inspection.remaining_ms = inspection.remaining_ms.map(left);
-        inspection.lock_delay_ms = inspection.lock_delay_ms.map(|ms| left(ms).max(1));
-        for permit in &mut inspection.permits {
-            permit.remaining_ms = left(permit.remaining_ms);
-        }
-        inspection
-    }
-
-    /// When the first of the holders' permits runs out, as far as this read
-    /// knows.
-    pub(super) fn expires_at(&self) -> Option<Instant> {
-        let i = &self.inspection;
-        let soonest = i
-            .permits
-            .iter()
-            .map(|p| p.remaining_ms)
-            .min()
-            .or(i.remaining_ms)?;
-        i.held
-            .then(|| self.read_at + Duration::from_millis(soonest))
-    }
-
-    /// The fencing tokens of the live permits, each with its end.
-    fn fences(&self) -> Vec<(u64, Instant)> {
-        let i = &self.inspection;
-        let at = |ms: u64| self.read_at + Duration::from_millis(ms);
-        if !i.permits.is_empty() {
-            return i
-                .permits
-                .iter()
-                .map(|p| (p.fencing_token, at(p.remaining_ms)))
-                .collect();
-        }
-        match (i.held, i.fencing_token) {
-            (true, Some(fence)) => vec![(fence, at(i.remaining_ms.unwrap_or(0)))],
-            _ => Vec::new(),
-        }
-    }
-}
 
 /// What a group publishes to its watchers.
 #[derive(Debug, Clone)]
@@ -190,19 +95,9 @@ struct Group {
     stop: CancellationToken,
     /// A receiver to clone for each new watcher (the task owns the sender).
     rx: watch::Receiver<Published>,
-}
-
-/// Kinds of change ([`kind_index`]).
-const KINDS: usize = 5;
-
-fn kind_index(change: Change) -> usize {
-    match change {
-        Change::Acquired => 0,
-        Change::Released => 1,
-        Change::Expired => 2,
-        Change::HolderChanged => 3,
-        Change::Revoked => 4,
-    }
+    /// `leasehold_watch_events_total` per kind ([`kind_index`]), looked up
+    /// once per group rather than once per watcher and event.
+    events: [metrics::Counter; KINDS],
 }
 
 pub(super) fn hint_bit(change: Option<Change>) -> u8 {
@@ -331,6 +226,14 @@ impl WatchHub {
                     watchers: AtomicUsize::new(0),
                     stop: shutdown.child_token(),
                     rx,
+                    events: [
+                        Change::Acquired,
+                        Change::Released,
+                        Change::Expired,
+                        Change::HolderChanged,
+                        Change::Revoked,
+                    ]
+                    .map(|c| metrics::counter!(WATCH_EVENTS, "kind" => c.as_str())),
                 });
                 map.insert(tag.clone(), Arc::clone(&group));
                 metrics::gauge!(WATCH_GROUPS).increment(1.0);
@@ -422,7 +325,7 @@ impl Watcher {
                 None => change.unwrap_or(Change::Acquired),
             };
             self.last = Some(Arc::clone(&snapshot));
-            metrics::counter!(WATCH_EVENTS, "kind" => change.as_str()).increment(1);
+            self.group.events[kind_index(change)].increment(1);
             return Some((change, snapshot));
         }
     }
