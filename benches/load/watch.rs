@@ -26,7 +26,7 @@ use http::Method;
 use crate::env::Env;
 use crate::http_client::{body_json, digest, lease_path, Client, Http};
 use crate::opts::Opts;
-use crate::procs::{status_kb, Service};
+use crate::procs::{clock_ticks_per_second, cpu_ticks, status_kb, Service};
 use crate::raw::redis_cmd;
 use crate::sse::{open_watchers, shared, wait_ready, KINDS};
 use crate::stats::{mb, percentile};
@@ -256,6 +256,9 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
     let mut holder = Holder::new(env.addr, &path).await?;
     let (mut to_first, mut to_last) = (Lat::default(), Lat::default());
     let mut errors = Vec::new();
+    // CPU of the service and of the reader over the fan-outs (an acquire
+    // and a release each): the steadiest figure on shared cores.
+    let cpu_before = [cpu_ticks(&pid), cpu_ticks(&reader_pid)];
     for _ in 0..reps {
         reader.arm(0).await?;
         holder.acquire(30_000).await?;
@@ -277,13 +280,30 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<String, String> {
         }
     }
     let rss_end = status_kb(&pid, "VmRSS");
+    let cpu_after = [cpu_ticks(&pid), cpu_ticks(&reader_pid)];
+    let fan_outs = 2 * to_last.from_reply.len();
+    let ticks = clock_ticks_per_second();
+    let cpu_ms = |i: usize| match (cpu_before[i], cpu_after[i]) {
+        (Some(a), Some(b)) if fan_outs > 0 => {
+            format!(
+                "{:.1}",
+                b.saturating_sub(a) as f64 / ticks * 1e3 / fan_outs as f64
+            )
+        }
+        _ => "?".into(),
+    };
+    let cpu = format!(
+        "CPU per change sent to all {ready} watchers ({fan_outs} changes): leasehold {} ms, reader {} ms",
+        cpu_ms(0),
+        cpu_ms(1)
+    );
     drop(reader);
     let first_row = to_first.row("the first watcher's `released`");
     let last_row = to_last.row("the last watcher's `released`");
     let last_p99 = (!to_last.from_reply.is_empty()).then(|| percentile(&to_last.from_reply, 99.0));
     let _ = writeln!(
         out,
-        "\nFan-out: {ready} streams of one resource on one instance ({failed} refused or failed), opened in {open_s:.1} s, read by a separate process (the bench binary again, one thread); the holder on the same instance; {} releases, each after every watcher saw the acquire.\n\n| release → | n | from the reply: p50 / p99 / max ms | from the send: p50 / p99 / max ms | read first |\n|---|---|---|---|---|\n{first_row}\n{last_row}\n\nMemory: leasehold RSS {} before the streams, {} with {ready} idle streams open: **{per} per idle watcher**; {} after the releases",
+        "\nFan-out: {ready} streams of one resource on one instance ({failed} refused or failed), opened in {open_s:.1} s, read by a separate process (the bench binary again, one thread); the holder on the same instance; {} releases, each after every watcher saw the acquire.\n\n| release → | n | from the reply: p50 / p99 / max ms | from the send: p50 / p99 / max ms | read first |\n|---|---|---|---|---|\n{first_row}\n{last_row}\n\nMemory: leasehold RSS {} before the streams, {} with {ready} idle streams open: **{per} per idle watcher**; {} after the releases\n\n{cpu}",
         to_last.from_reply.len(),
         mb(rss_before),
         mb(rss_after),
