@@ -15,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use super::extract::{path_resource, RawPath};
 use super::extract::{Asker, Headers, Problems};
@@ -381,7 +380,7 @@ pub async fn events(
             .waiters()
             .watch()
             .keepalive(app.watch.keepalive, shutdown);
-        Ok::<_, ApiError>(stream(watcher, first, bounds, keepalive, shutdown.clone()))
+        Ok::<_, ApiError>(stream(watcher, first, bounds, keepalive))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -423,13 +422,15 @@ fn change_event(change: Change, snapshot: &Snapshot) -> Bytes {
 }
 
 /// What the stream body keeps between events: a small fixed state. The
-/// keep-alive is the instance's shared tick ([`crate::notify::WatchHub::keepalive`]), not
-/// a timer per stream.
+/// keep-alive is the instance's shared tick
+/// ([`crate::notify::WatchHub::keepalive`]), not a timer per stream. No
+/// shutdown token of its own: at shutdown the group and the ticker end,
+/// and with them the stream (one registration fewer to make and undo per
+/// event and watcher).
 struct Stream {
     watcher: Watcher,
     first: Option<Bytes>,
     keepalive: watch::Receiver<u64>,
-    shutdown: CancellationToken,
     /// Events still to send (`maxEvents`); `None`: no bound.
     left: Option<u32>,
     /// When the stream ends (`maxMs`); `None`: no bound.
@@ -462,14 +463,12 @@ fn stream(
     first: Option<Bytes>,
     bounds: StreamBounds,
     keepalive: watch::Receiver<u64>,
-    shutdown: CancellationToken,
 ) -> Response {
     let now = tokio::time::Instant::now();
     let state = Stream {
         watcher,
         first,
         keepalive,
-        shutdown,
         left: bounds.max_events,
         deadline: bounds.max_ms.map(|ms| now + Duration::from_millis(ms)),
     };
@@ -483,8 +482,8 @@ fn stream(
         }
         let chunk = tokio::select! {
             biased;
-            () = s.shutdown.cancelled() => return None,
             () = until(s.deadline) => return None,
+            // `None`: the group ended (shutdown).
             next = s.watcher.next() => {
                 let (change, snapshot) = next?;
                 s.sent(change_event(change, &snapshot))
