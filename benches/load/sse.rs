@@ -81,11 +81,12 @@ impl Sse {
         loop {
             self.dechunk()?;
             while let Some(end) = self.body.windows(2).position(|w| w == b"\n\n") {
-                let block: Vec<u8> = self.body.drain(..end + 2).collect();
-                let name = block
+                // Read in place: 10 000 watchers parse every event.
+                let name = self.body[..end]
                     .split(|&b| b == b'\n')
                     .find_map(|line| line.strip_prefix(b"event: "))
                     .map(|n| String::from_utf8_lossy(n).into_owned());
+                self.body.drain(..end + 2);
                 if let Some(name) = name {
                     return Ok(name);
                 }
@@ -124,10 +125,12 @@ impl Sse {
                 let Some(eol) = self.raw.windows(2).position(|w| w == b"\r\n") else {
                     return Ok(());
                 };
-                let line = String::from_utf8_lossy(&self.raw[..eol]).into_owned();
-                let size = line.split(';').next().unwrap_or("").trim();
-                let size = usize::from_str_radix(size, 16)
-                    .map_err(|_| format!("bad chunk size {line:?}"))?;
+                let line = &self.raw[..eol];
+                let digits = line.split(|&b| b == b';').next().unwrap_or(b"");
+                let size = std::str::from_utf8(digits)
+                    .ok()
+                    .and_then(|d| usize::from_str_radix(d.trim(), 16).ok())
+                    .ok_or_else(|| format!("bad chunk size {:?}", String::from_utf8_lossy(line)))?;
                 self.raw.advance(eol + 2);
                 if size == 0 {
                     return Err("stream ended".into());
