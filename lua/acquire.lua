@@ -55,6 +55,10 @@
 --   {tag(4), limit}       limit_mismatch: live holders agreed on another limit
 --   {tag(-9), error}      Redis refused a write; no permit was written (the
 --                         first write, the sequence, is harmless alone)
+-- After the items above, statuses 0, 1 (general path), 3 and 4 append the
+-- hold time (expiresAt - acquiredAt, ms) of each permit whose expiry this
+-- run wrote to the history ('x'), for the hold-time histogram (end
+-- "expired"); none on the fast path, a replay or a refusal.
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local secs, micros = tonumber(t[1]), tonumber(t[2])
@@ -314,12 +318,13 @@ for i = 1, rec and #rec or 0, 2 do
         latest = ends
       end
     else
-      if not seen or #seen < SEEN_MAX * 4 then
+      if not seen or #seen < SEEN_MAX * 5 then
         seen = seen or {}
         seen[#seen + 1] = fence
         seen[#seen + 1] = exp
         seen[#seen + 1] = ld
         seen[#seen + 1] = string.sub(v, at)
+        seen[#seen + 1] = acq
       end
       local ends = exp + tonumber(ld)
       if ends > now and string.sub(field, 1, #owner) == owner then
@@ -392,6 +397,16 @@ if rebuild then
     redis.pcall('PEXPIRE', IDX, pttl)
   end
 end
+-- How long each permit whose expiry this run writes was held (expiresAt -
+-- acquiredAt), for the hold-time histogram: appended to every answer below
+-- after its own items (see `answer`).
+local holds
+local function answer(reply)
+  for i = 1, holds and #holds or 0 do
+    reply[#reply + 1] = holds[i]
+  end
+  return reply
+end
 if seen then
   -- The expiries this run read, each written once: 'x' at its expiresAt,
   -- then 'd' when a lock-delay followed; an entry already among the last
@@ -408,10 +423,12 @@ if seen then
   local seq1 = redis.call('GET', KEYS[2])
   local version = ((seq1 and string.match(seq1, '^%d+:(%d+):')) or '0') .. '.' .. live
   local push = {}
-  for i = 1, #seen, 4 do
+  for i = 1, #seen, 5 do
     local f, exp_at, ld, who = seen[i], string.format('%d', seen[i + 1]), seen[i + 2], seen[i + 3]
     if not known['x' .. f] then
       push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. who
+      holds = holds or {}
+      holds[#holds + 1] = seen[i + 1] - tonumber(seen[i + 4])
     end
     if ld ~= '0' and not known['d' .. f] then
       push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. who
@@ -426,24 +443,24 @@ if seen then
   end
 end
 if delay_end then
-  return {tag, delay_end - now, 1}
+  return answer({tag, delay_end - now, 1})
 end
 if live > 0 then
   if limit == 1 and l == 1 and mode == 'x' and m == 'x' and same_owner then
-    return {tag + 3, soonest - now}
+    return answer({tag + 3, soonest - now})
   end
   if m ~= mode then
-    return {tag, soonest - now, 0}
+    return answer({tag, soonest - now, 0})
   end
   if mode == 'x' then
     if l ~= limit then
-      return {tag + 4, l}
+      return answer({tag + 4, l})
     end
     if live >= limit then
-      return {tag, soonest - now, 0}
+      return answer({tag, soonest - now, 0})
     end
   elseif live >= 10000 then
-    return {tag, soonest - now, 0}
+    return answer({tag, soonest - now, 0})
   end
 end
 -- The sequence: fencing, the change count, watch and queue marks.
@@ -505,7 +522,7 @@ if queued > now and not returning then
     redis.pcall('ZREM', QUEUE, unpack(dead))
   end
   if member ~= '' and not found and not redis.call('ZSCORE', QUEUE, member) then
-    return {tag, 1, 3}
+    return answer({tag, 1, 3})
   end
   local blocked
   if member ~= '' and not found and mode == 'x' and #entries == 64 then
@@ -543,7 +560,7 @@ if queued > now and not returning then
     blocked = ahead_x > 0
   end
   if blocked then
-    return {tag, (lapse or (now + 100)) - now, 2}
+    return answer({tag, (lapse or (now + 100)) - now, 2})
   end
   -- Waiters behind this one look again once it holds: the next may go
   -- now (a free permit, a shared turn), and the rest learn the new
@@ -604,7 +621,7 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
     redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
       string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
   end
-  return {tag + 1, fence, now}
+  return answer({tag + 1, fence, now})
 end
 local value = fence_text .. '|' .. exp_text .. '|' .. now_text
   .. '|' .. now_text .. '|' .. ARGV[3] .. '|' .. delay_text .. '|' .. ARGV[4]
@@ -674,4 +691,4 @@ if wake_next then
   redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
     string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
 end
-return {tag + 1, fence, now}
+return answer({tag + 1, fence, now})

@@ -10,7 +10,8 @@
 -- History (see acquire.lua): one 'b' entry per broken permit (at most
 -- history length of them), "b|<now>|<fence>|<version>|<key name>|<reason
 -- bytes>|<reason><holder>".
--- Returns {tag(1), permits} broken, {tag(0)} no live permit (with that
+-- Returns {tag(1), permits, held ms...} broken (each broken permit's hold
+-- time, now - acquiredAt, for the hold-time histogram), {tag(0)} no live permit (with that
 -- token): nothing changed, {tag(-9), error} Redis refused (nothing applied:
 -- the tombstones are the first write).
 -- Each broken permit leaves a tombstone: field "p:<owner>:<operation>" (the
@@ -37,16 +38,18 @@ else
   return {tag}
 end
 local victims, tombs, last_end = {}, {}, 0
+local held = {} -- each broken permit's hold time (now - acquiredAt, ms)
 local gone = {} -- the broken permits' fence and holder, for their history
 local rest, latest, live = 0, 0, 0
 local top = 0
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local fence, exp, ld, at = string.match(rec[i + 1], '^(%d+)|(%d+)|%d+|%d+|%d+|(%d+)|()')
+    local fence, exp, acq, ld, at = string.match(rec[i + 1], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
     exp = tonumber(exp)
     if exp > now and (ARGV[1] == '' or fence == ARGV[1]) then
       victims[#victims + 1] = field
+      held[#held + 1] = now - tonumber(acq)
       if #gone < tonumber(ARGV[7]) * 2 then
         gone[#gone + 1] = fence
         gone[#gone + 1] = string.sub(rec[i + 1], at)
@@ -134,4 +137,8 @@ if #gone > 0 then
   redis.pcall('LTRIM', H, 0, tonumber(ARGV[7]) - 1)
   redis.pcall('PEXPIRE', H, ARGV[8])
 end
-return {tag + 1, #victims}
+local reply = {tag + 1, #victims}
+for i = 1, #held do
+  reply[i + 2] = held[i]
+end
+return reply

@@ -15,7 +15,10 @@
 -- for the hold-time histogram), {tag(0)} already absent, {tag(-1)} someone
 -- else holds it (untouched), {tag(2)} mode 'a' and the permit was claimed
 -- or renewed (untouched), {tag(-2), why} already absent and its tombstone
--- (break.lua) says why ('revoked'), {tag(-9), error} Redis refused.
+-- (break.lua or renew.lua) says why ('revoked', 'max_hold'), {tag(-9),
+-- error} Redis refused. After those items, every answer but a refusal
+-- appends the hold time (expiresAt - acquiredAt, ms) of each permit whose
+-- expiry this run wrote to the history (as acquire.lua).
 -- The event "<tag>\t<version>\treleased" is published before the delete: an
 -- ACL that denies the channel refuses the release before anything is deleted
 -- (an event without a delete only costs waiters and watchers one look).
@@ -140,6 +143,15 @@ local seq = redis.call('GET', KEYS[2])
 if seq then
   changes = string.match(seq, '^%d+:(%d+):') or '0'
 end
+-- Hold times of the expiries written below, appended to the answer (as
+-- acquire.lua does).
+local holds
+local function answer(reply)
+  for i = 1, holds and #holds or 0 do
+    reply[#reply + 1] = holds[i]
+  end
+  return reply
+end
 if seen then
   -- As acquire.lua: each expiry once ('x', then 'd' for a lock-delay).
   local recent = redis.call('LRANGE', H, 0, 63)
@@ -153,9 +165,11 @@ if seen then
   local version = changes .. '.' .. (held and live - 1 or live)
   local push = {}
   for i = 1, #seen do
-    local f, exp_at, ld, at = string.match(seen[i], '^(%d+)|(%d+)|%d+|%d+|%d+|(%d+)|()')
+    local f, exp_at, acq, ld, at = string.match(seen[i], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
     if not known['x' .. f] then
       push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. string.sub(seen[i], at)
+      holds = holds or {}
+      holds[#holds + 1] = tonumber(exp_at) - tonumber(acq)
     end
     if ld ~= '0' and not known['d' .. f] then
       push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. string.sub(seen[i], at)
@@ -169,16 +183,16 @@ end
 if not held then
   local why = tombstone()
   if why then
-    return {tag - 2, why}
+    return answer({tag - 2, why})
   end
   if live > 0 then
-    return {tag - 1}
+    return answer({tag - 1})
   end
-  return {tag}
+  return answer({tag})
 end
 if ARGV[5] == 'a' and (renewed
     or redis.call('EXISTS', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1)) .. ':' .. mine) == 1) then
-  return {tag + 2}
+  return answer({tag + 2})
 end
 local done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased')
 if type(done) == 'table' and done.err then
@@ -218,4 +232,4 @@ if type(done) == 'number' and done > HMAX then
   redis.pcall('LTRIM', H, 0, HMAX - 1)
 end
 redis.pcall('PEXPIRE', H, ARGV[7])
-return {tag + 1, now - acquired_at}
+return answer({tag + 1, now - acquired_at})

@@ -154,7 +154,7 @@ fn describe() {
     describe_histogram!(
         LEASE_HOLD,
         Unit::Seconds,
-        "How long permits were held, acquire to end, by purpose (capped as in leasehold_lease_operations_total) and end; only end=released is observed: no script sees an expiry or a break as it happens, so those holds are not counted."
+        "How long permits were held, acquire to end, by purpose (capped as in leasehold_lease_operations_total) and end: released (at the release), broken (at the break), expired (when the next acquire or release of the resource records the expiry; a plain lease that Redis already dropped is not counted)."
     );
     describe_counter!(
         HTTP_REQUESTS,
@@ -323,7 +323,7 @@ impl OperationMeters {
     }
 
     /// Records how long a permit on `purpose` was held until it ended by
-    /// `end` (`released`: the only end a script sees as it happens).
+    /// `end` (`released`, `broken`, `expired`: a fixed set).
     pub fn held(&self, end: &'static str, purpose: &str, secs: f64) {
         let id = self.purposes.id(purpose);
         self.holds

@@ -39,7 +39,7 @@ impl Bounds {
     }
 
     /// Checks a requested hold bound (`maxHoldMs`): from the smallest TTL
-    /// to [`MAX_HOLD_MS`].
+    /// to `MAX_HOLD_MS` (30 days).
     pub fn max_hold(&self, ms: u64) -> Result<u64, String> {
         if ms < self.min_ttl_ms || ms > MAX_HOLD_MS {
             Err(format!(

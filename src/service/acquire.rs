@@ -117,6 +117,9 @@ impl LeaseService {
             self.admitted(self.store.acquire(resource, attempt, &request.spec(member)))
                 .await?
         };
+        if let Ok(r) = &result {
+            self.ended(resource, &r.ended_holds);
+        }
         let fallback = self.settings.retry_after_ms;
         let replication = result.as_ref().ok().and_then(|r| r.replication);
         match result.map(|r| r.value) {

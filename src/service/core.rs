@@ -167,6 +167,18 @@ impl LeaseService {
         }
     }
 
+    /// Records the hold time of permits a store call saw end other than by
+    /// a release (expired, broken).
+    pub(super) fn ended(&self, resource: &ResourceId, holds: &[crate::store::EndedHold]) {
+        for hold in holds {
+            self.meters.held(
+                hold.end.label(),
+                resource.purpose.as_str(),
+                hold.held_ms as f64 / 1000.0,
+            );
+        }
+    }
+
     /// Resets the TTL of the caller's lease; `holder` replaces its label.
     pub async fn renew(
         &self,
@@ -214,7 +226,12 @@ impl LeaseService {
         let answer = self
             .admitted(self.store.release(resource, attempt))
             .await
-            .map(|r| r.map(|r| r.value));
+            .map(|r| {
+                r.map(|r| {
+                    self.ended(resource, &r.ended_holds);
+                    r.value
+                })
+            });
         let result = match answer {
             Err(failure) => Err(failure),
             Ok(Ok(StoreRelease::Released { held_ms })) => {

@@ -22,7 +22,12 @@ impl LeaseService {
         let answer = self
             .admitted(self.store.break_lease(resource, fencing_token, revocation))
             .await
-            .map(|r| r.map(|r| r.value));
+            .map(|r| {
+                r.map(|r| {
+                    self.ended(resource, &r.ended_holds);
+                    r.value
+                })
+            });
         let result = match answer {
             Err(failure) => Err(failure),
             Ok(Ok(StoreBreak::Broken(permits))) => {

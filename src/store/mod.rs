@@ -296,12 +296,45 @@ impl Replication {
 
 /// A store answer plus, for a write with replica acks configured, how far
 /// it was replicated (`None`: not asked, or nothing was written).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replicated<T> {
     /// The answer.
     pub value: T,
     /// Replica acknowledgement of the write.
     pub replication: Option<Replication>,
+    /// Permits of the resource this call saw end other than by their
+    /// holder's release (an expiry it recorded in the history, each once; a
+    /// break), with how long each was held: for the hold-time histogram.
+    pub ended_holds: Vec<EndedHold>,
+}
+
+/// One permit's end that no release reported, and how long it was held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndedHold {
+    /// How it ended.
+    pub end: HoldEnd,
+    /// `expiresAt - acquiredAt` (expired) or the break's time minus
+    /// `acquiredAt` (broken), in ms.
+    pub held_ms: u64,
+}
+
+/// How a permit ended, when no release ended it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldEnd {
+    /// It ran out (seen by the next call that read the resource).
+    Expired,
+    /// An operator broke it.
+    Broken,
+}
+
+impl HoldEnd {
+    /// The `end` label of `leasehold_lease_hold_seconds`.
+    pub fn label(self) -> &'static str {
+        match self {
+            HoldEnd::Expired => "expired",
+            HoldEnd::Broken => "broken",
+        }
+    }
 }
 
 impl<T> Replicated<T> {
@@ -309,7 +342,13 @@ impl<T> Replicated<T> {
         Self {
             value,
             replication: None,
+            ended_holds: Vec::new(),
         }
+    }
+
+    fn with_ended(mut self, ended_holds: Vec<EndedHold>) -> Self {
+        self.ended_holds = ended_holds;
+        self
     }
 }
 
@@ -357,7 +396,7 @@ impl Store {
             Store::Memory(s) => s
                 .acquire(resource, attempt, spec)
                 .await
-                .map(Replicated::unreplicated),
+                .map(|v| Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))),
             Store::Redis(s) => s.acquire(resource, attempt, spec).await,
         }
     }
@@ -391,7 +430,7 @@ impl Store {
             Store::Memory(s) => s
                 .release(resource, attempt)
                 .await
-                .map(Replicated::unreplicated),
+                .map(|v| Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))),
             Store::Redis(s) => s.release(resource, attempt).await,
         }
     }
@@ -410,7 +449,7 @@ impl Store {
             Store::Memory(s) => s
                 .break_lease(resource, fencing_token, revocation)
                 .await
-                .map(Replicated::unreplicated),
+                .map(|v| Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))),
             Store::Redis(s) => s.break_lease(resource, fencing_token, revocation).await,
         }
     }

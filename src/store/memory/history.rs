@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use crate::domain::{HistoryBound, HistoryEntry, HistoryEvent, StoreTime};
+use crate::store::{EndedHold, HoldEnd};
 
 use super::records::{Entry, Permit};
 
@@ -16,7 +17,15 @@ pub(super) struct Histories {
     /// Resources with a history, at most (past it, the stale go, then the
     /// oldest-written).
     cap: usize,
+    /// Ends no release reported (an expiry noted, a break), by resource,
+    /// until the call that saw them hands them on ([`Histories::take_ended`]);
+    /// at most [`ENDED_MAX`].
+    ended: Vec<(String, EndedHold)>,
 }
+
+/// Most ends kept for their calls to take (past it, the newest are not
+/// kept: each call takes its own at once, so only a burst can get there).
+const ENDED_MAX: usize = 4096;
 
 impl Histories {
     pub(super) fn new(bound: HistoryBound, cap: usize) -> Self {
@@ -24,7 +33,32 @@ impl Histories {
             map: HashMap::new(),
             bound,
             cap: cap.max(1024),
+            ended: Vec::new(),
         }
+    }
+
+    /// Records that a permit of `key` ended by `end` after `held_ms`.
+    pub(super) fn ended(&mut self, key: &str, end: HoldEnd, held_ms: u64) {
+        if self.ended.len() < ENDED_MAX {
+            self.ended
+                .push((key.to_owned(), EndedHold { end, held_ms }));
+        }
+    }
+
+    /// The ends recorded for `key`, taken.
+    pub(super) fn take_ended(&mut self, key: &str) -> Vec<EndedHold> {
+        if self.ended.is_empty() {
+            return Vec::new();
+        }
+        let mut taken = Vec::new();
+        self.ended.retain(|(k, hold)| {
+            let mine = k == key;
+            if mine {
+                taken.push(*hold);
+            }
+            !mine
+        });
+        taken
     }
 
     pub(super) fn bound(&self) -> HistoryBound {
@@ -78,6 +112,7 @@ impl Histories {
             // The wall-clock expiry, as the Redis scripts compute it.
             let at = StoreTime(p.renewed_at.0.saturating_add(p.ttl_ms));
             self.push(key, of(p, HistoryEvent::Expired, at, &version));
+            self.ended(key, HoldEnd::Expired, at.0.saturating_sub(p.acquired_at.0));
             if !p.lock_delay.is_zero() {
                 let lock_delay_ms = u64::try_from(p.lock_delay.as_millis()).unwrap_or(u64::MAX);
                 self.push(

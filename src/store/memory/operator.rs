@@ -8,7 +8,7 @@ use super::super::history::of;
 use super::super::records::{same_secret, Permit};
 use super::{wall_ms, MemoryStore, State};
 use crate::domain::{Attempt, HistoryEntry, HistoryEvent, ResourceId, Revocation};
-use crate::store::{EndedEarly, StoreBreak, StoreError};
+use crate::store::{EndedEarly, HoldEnd, StoreBreak, StoreError};
 
 /// The tombstone of a permit that ended early: whose it was, why, and
 /// until when its holder may still ask (a broken permit: when it would
@@ -86,6 +86,13 @@ impl State {
 }
 
 impl MemoryStore {
+    /// The permits of `key` seen to end since its last acquire, release or
+    /// break took them (expiries noted, breaks), for the hold-time
+    /// histogram.
+    pub(in crate::store) fn take_ended(&self, key: &str) -> Vec<crate::store::EndedHold> {
+        self.lock().history.take_ended(key)
+    }
+
     /// Removes every live permit of `resource`, or the one with
     /// `fencing_token`: tombstones, a change (the version moves), no
     /// lock-delay, waiters and watchers told `revoked`.
@@ -105,6 +112,7 @@ impl MemoryStore {
             };
             let mut gone = Vec::new();
             let mut revoked = Vec::new();
+            let mut held = Vec::new();
             let event = HistoryEvent::Revoked {
                 reason: revocation.reason.as_ref().map(|r| r.as_str().to_owned()),
                 key_name: revocation.key_name.clone(),
@@ -114,6 +122,7 @@ impl MemoryStore {
                 let goes = p.live(now) && fencing_token.is_none_or(|t| t == p.fencing_token);
                 if goes {
                     revoked.push(of(p, event.clone(), at, ""));
+                    held.push(at.0.saturating_sub(p.acquired_at.0));
                     gone.push(Tomb {
                         owner_token: p.owner_token.clone(),
                         operation_id: p.operation_id.clone(),
@@ -138,6 +147,9 @@ impl MemoryStore {
                 Self::forget(&mut state, &key);
             }
             state.sweep_tombs(now);
+            for ms in held {
+                state.history.ended(&key, HoldEnd::Broken, ms);
+            }
             let n = gone.len();
             state.tombs.entry(key.clone()).or_default().extend(gone);
             u32::try_from(n).unwrap_or(u32::MAX)

@@ -1,5 +1,6 @@
 //! Visible contention (issue #24): the wait-time histogram of acquires that
-//! asked to wait, the hold-time histogram of releases, both by the bounded
+//! asked to wait, the hold-time histogram of releases, breaks and the
+//! expiries a script records, both by the bounded
 //! `purpose` label (a purpose no API key names is `other`).
 
 use std::time::{Duration, Instant};
@@ -11,16 +12,17 @@ use crate::common::redis::RedisServer;
 const WAIT: &str = "leasehold_lease_wait_seconds";
 const HOLD: &str = "leasehold_lease_hold_seconds";
 
-/// An instance whose only key may use every purpose, names `named` (so it
-/// gets its own label) and may scrape; the test client sends it.
-async fn keyed_app(backend: &Backend, named: &str) -> TestApp {
+/// An instance whose only key may use every purpose with `role`, names
+/// `named` (so it gets its own label) and may scrape; the test client sends
+/// it.
+async fn keyed_app(backend: &Backend, named: &str, role: &str) -> TestApp {
     let dir = std::env::temp_dir().join(unique("leasehold-keys-"));
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("keys");
     let key = unique("contention-key-0123456789-");
     std::fs::write(
         &file,
-        format!("{key} * write,metrics\n{key} {named} write\n"),
+        format!("{key} * {role},metrics\n{key} {named} {role}\n"),
     )
     .expect("write keys");
     let mut app = TestApp::spawn_with(args(
@@ -57,7 +59,7 @@ fn bounds(s: &Scrape, name: &str, want: &[(&str, &str)]) -> Vec<String> {
 
 async fn waits_and_holds_are_observed(backend: Backend) {
     let named = unique("held-");
-    let app = keyed_app(&backend, &named).await;
+    let app = keyed_app(&backend, &named, "write").await;
     let loose = unique("loose-");
     let (p, d) = (named.as_str(), digest());
     let (a, b, c) = (
@@ -203,4 +205,72 @@ async fn redis_waits_and_holds_are_observed() {
     let _turn = SERIAL.lock().await;
     let server = RedisServer::start();
     waits_and_holds_are_observed(Backend::Redis(server.url())).await;
+}
+
+/// Holds that no release ends are observed too: a break's (end `broken`,
+/// at the break) and an expiry's (end `expired`, `expiresAt - acquiredAt`,
+/// when the next acquire of the resource reads the expired permit: here a
+/// waiter during the lock-delay that keeps the permit in the record).
+async fn broken_and_expired_holds_are_observed(backend: Backend) {
+    let named = unique("ended-");
+    let app = keyed_app(&backend, &named, "admin").await;
+    let (p, broken, lapsed) = (named.as_str(), digest(), digest());
+    let (a, b, c) = (
+        app.attempt().await,
+        app.attempt().await,
+        app.attempt().await,
+    );
+    let before = scrape(&app).await;
+    assert_eq!(
+        app.acquire(p, &broken, &a, 30_000).await.outcome(),
+        "acquired"
+    );
+    let r = app
+        .http
+        .post(format!("{}/leases/{p}/{broken}/break", app.base))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(TestApp::reply(r).await.outcome(), "broken");
+    let short = serde_json::json!({"ttlMs": 100, "lockDelayMs": 2_000});
+    assert_eq!(
+        app.acquire_body(p, &lapsed, &b, &short).await.outcome(),
+        "acquired"
+    );
+    // Woken by the expiry, the waiter reads the expired permit (contended:
+    // lock-delay), and takes the resource once the delay is over.
+    let r = app.acquire_wait(p, &lapsed, &c, 30_000, 10_000).await;
+    assert_eq!(r.outcome(), "acquired", "{:#}", r.body);
+    let after = scrape(&app).await;
+    let moved = |end: &str, what: &str| {
+        delta(
+            &before,
+            &after,
+            &format!("{HOLD}_{what}"),
+            &[("purpose", p), ("end", end)],
+        )
+    };
+    assert_eq!(moved("broken", "count"), 1.0);
+    assert!(moved("broken", "sum") < 30.0, "{}", moved("broken", "sum"));
+    assert_eq!(moved("expired", "count"), 1.0, "each expiry once");
+    let expired_ms = moved("expired", "sum") * 1000.0;
+    assert!(
+        (expired_ms - 100.0).abs() < 1.5,
+        "held for its TTL, acquire to expiry: {expired_ms} ms"
+    );
+    assert_eq!(moved("released", "count"), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_broken_and_expired_holds_are_observed() {
+    let _turn = SERIAL.lock().await;
+    broken_and_expired_holds_are_observed(Backend::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_broken_and_expired_holds_are_observed() {
+    let _turn = SERIAL.lock().await;
+    let server = RedisServer::start();
+    broken_and_expired_holds_are_observed(Backend::Redis(server.url())).await;
 }

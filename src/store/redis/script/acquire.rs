@@ -6,10 +6,14 @@ use std::sync::LazyLock;
 
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, label, non_negative, store_time, token_of, HOLD_MARK, STATUS};
+use super::decode::{
+    ended_holds, int, label, non_negative, store_time, token_of, HOLD_MARK, STATUS,
+};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, HolderLabel, ResourceId};
-use crate::store::{AcquireSpec, Contention, Replicated, StoreAcquire, StoreError, StoreLease};
+use crate::store::{
+    AcquireSpec, Contention, HoldEnd, Replicated, StoreAcquire, StoreError, StoreLease,
+};
 
 /// The script, hashed once.
 static SCRIPT: LazyLock<Script> =
@@ -199,8 +203,16 @@ impl RedisStore {
                 WAITS_FOR_REPLICAS,
             )
             .await?;
+        let value = decode(&done.value, spec)?;
+        // The expiries the run wrote follow the answer's own items.
+        let fixed = match value {
+            StoreAcquire::Acquired(_) | StoreAcquire::Contended { .. } => 3,
+            StoreAcquire::OwnerOperationConflict { .. } | StoreAcquire::LimitMismatch { .. } => 2,
+            StoreAcquire::Replayed(_) => done.value.len(),
+        };
         Ok(Replicated {
-            value: decode(&done.value, spec)?,
+            ended_holds: ended_holds(&done.value, fixed, HoldEnd::Expired)?,
+            value,
             replication: done.replication,
         })
     }

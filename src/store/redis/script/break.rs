@@ -8,10 +8,10 @@ use super::super::call::Call;
 use super::super::keys::{lease_key, seq_key, tomb_key, SEQ_KEY_TTL_TEXT};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, STATUS};
+use super::decode::{ended_holds, int, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{ResourceId, Revocation};
-use crate::store::{Replicated, StoreBreak, StoreError};
+use crate::store::{HoldEnd, Replicated, StoreBreak, StoreError};
 
 /// The script, hashed once.
 static SCRIPT: LazyLock<Script> =
@@ -110,9 +110,16 @@ impl RedisStore {
                 acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
             })
             .await?;
+        let value = decode(&done.value)?;
+        // Each broken permit's hold time follows `{status, permits}`.
+        let ended_holds = match value {
+            StoreBreak::Broken(_) => ended_holds(&done.value, 2, HoldEnd::Broken)?,
+            StoreBreak::NothingToBreak => Vec::new(),
+        };
         Ok(Replicated {
-            value: decode(&done.value)?,
+            value,
             replication: done.replication,
+            ended_holds,
         })
     }
 }

@@ -6,7 +6,7 @@ use redis::Value;
 
 use super::super::reply::bad_reply;
 use crate::domain::{HolderLabel, StoreTime};
-use crate::store::{EndedEarly, StoreError};
+use crate::store::{EndedEarly, EndedHold, HoldEnd, StoreError};
 
 /// Every answer's first item: the script's status.
 pub const STATUS: usize = 0;
@@ -67,6 +67,28 @@ pub fn holder_slot(slot: &str) -> Option<(Option<HolderLabel>, Option<u64>)> {
         .map(|label| (Some(label), max_hold_ms))
 }
 
+/// The hold times a script appends after an answer's own `fixed` items
+/// (acquire.lua and release.lua: the expiries it wrote; break.lua: the
+/// permits it broke), each ended by `end`. A negative time (the server's
+/// clock stepped back) counts as 0; anything but an integer is a bad reply.
+pub fn ended_holds(
+    items: &[Value],
+    fixed: usize,
+    end: HoldEnd,
+) -> Result<Vec<EndedHold>, StoreError> {
+    items
+        .iter()
+        .skip(fixed)
+        .map(|item| match item {
+            Value::Int(ms) => Ok(EndedHold {
+                end,
+                held_ms: non_negative(*ms).unwrap_or(0),
+            }),
+            _ => Err(bad_reply()),
+        })
+        .collect()
+}
+
 /// A remaining time: `None` when negative (no expiry, or none left).
 pub fn non_negative(pttl: i64) -> Option<u64> {
     u64::try_from(pttl).ok()
@@ -122,6 +144,24 @@ mod tests {
         );
         assert!(shown("\u{1e}x|pod").is_err());
         assert!(shown("\u{1e}60000").is_err());
+    }
+
+    #[test]
+    fn hold_times_follow_the_fixed_items() {
+        let items = [
+            Value::Int(1),
+            Value::Int(7),
+            Value::Int(1500),
+            Value::Int(-3),
+        ];
+        let held: Vec<u64> = ended_holds(&items, 2, HoldEnd::Expired)
+            .expect("holds")
+            .iter()
+            .map(|h| h.held_ms)
+            .collect();
+        assert_eq!(held, [1500, 0]);
+        assert_eq!(ended_holds(&items, 4, HoldEnd::Broken), Ok(Vec::new()));
+        assert!(ended_holds(&[Value::Int(1), bulk("x")], 1, HoldEnd::Expired).is_err());
     }
 
     #[test]

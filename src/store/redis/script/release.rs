@@ -7,12 +7,12 @@ use std::sync::LazyLock;
 
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{ended, int, non_negative, ENDED_EARLY, STATUS};
+use super::decode::{ended, ended_holds, int, non_negative, ENDED_EARLY, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, ResourceId};
 #[cfg(test)]
 use crate::store::EndedEarly;
-use crate::store::{Replicated, StoreError, StoreRelease};
+use crate::store::{HoldEnd, Replicated, StoreError, StoreRelease};
 
 /// The script, hashed once.
 static SCRIPT: LazyLock<Script> =
@@ -119,8 +119,15 @@ impl RedisStore {
         attempt: &Attempt,
     ) -> Result<Replicated<StoreRelease>, StoreError> {
         let done = self.release_as(resource, attempt, Mode::Caller).await?;
+        let value = decode(&done.value)?;
+        // The expiries the run wrote follow the answer's own items.
+        let fixed = match value {
+            StoreRelease::Released { .. } | StoreRelease::Ended(_) => 2,
+            StoreRelease::AlreadyAbsent | StoreRelease::NotOwner => 1,
+        };
         Ok(Replicated {
-            value: decode(&done.value)?,
+            ended_holds: ended_holds(&done.value, fixed, HoldEnd::Expired)?,
+            value,
             replication: done.replication,
         })
     }
@@ -166,6 +173,7 @@ impl RedisStore {
         Ok(Replicated {
             value: done.value,
             replication: done.replication,
+            ended_holds: Vec::new(),
         })
     }
 }

@@ -133,6 +133,7 @@ impl RedisStore {
         Ok(Replicated {
             value: decode(&done.value, ttl)?,
             replication: done.replication,
+            ended_holds: Vec::new(),
         })
     }
 }
