@@ -65,3 +65,40 @@ impl Ticker {
         rx
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Time is paused: the runtime jumps to the next timer once every task
+    /// waits, so each `changed()` returns at the tick, never by a sleep.
+    #[tokio::test(start_paused = true)]
+    async fn one_timer_ticks_every_subscriber_and_any_later_one() {
+        let (ticker, shutdown) = (Arc::new(Ticker::default()), CancellationToken::new());
+        let period = Duration::from_secs(15);
+        let start = Instant::now();
+        let (mut a, mut b) = (
+            ticker.subscribe(period, &shutdown),
+            ticker.subscribe(period, &shutdown),
+        );
+        a.changed().await.expect("a tick");
+        b.changed().await.expect("the same tick");
+        assert_eq!(start.elapsed(), period, "the first tick one period in");
+        a.changed().await.expect("the next tick");
+        assert_eq!(start.elapsed(), 2 * period);
+        drop((a, b));
+        // Nobody listened for a moment: a new subscriber still gets ticks,
+        // whether the old timer has noticed yet or a new one starts.
+        let mut c = ticker.subscribe(period, &shutdown);
+        c.changed().await.expect("a tick after the others left");
+        drop(c);
+        for _ in 0..3 {
+            let mut d = ticker.subscribe(period, &shutdown);
+            d.changed().await.expect("ticks for every new subscriber");
+        }
+        let mut c = ticker.subscribe(period, &shutdown);
+        c.changed().await.expect("a tick");
+        shutdown.cancel();
+        assert!(c.changed().await.is_err(), "the timer ends at shutdown");
+    }
+}
