@@ -30,7 +30,7 @@ use crate::http::openapi::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     PurposeEventDoc, ServiceUnavailable, UnauthorizedProblem,
 };
-use crate::notify::{with_digest, Next, PurposeIo, PurposeWatcher, Start};
+use crate::notify::{with_digest, Next, PurposeEvent, PurposeIo, PurposeWatcher, Start};
 
 /// The route template (also its metric label).
 pub const ROUTE: &str = "/leases/{purpose}/events";
@@ -187,6 +187,12 @@ fn event(kind: &str, id: Option<&str>, data: &str) -> Bytes {
     })
 }
 
+/// A change's event: encoded once, the same bytes for every watcher of the
+/// purpose on this instance.
+fn encoded(e: &PurposeEvent) -> Bytes {
+    e.encoded(|e| event(e.change.as_str(), Some(&e.id()), &e.data()))
+}
+
 /// What a stream sends first: the events missed, or (after `reset` when
 /// the id named could not be resumed) the snapshot pages and their end.
 fn opening(start: Start) -> VecDeque<Bytes> {
@@ -194,7 +200,7 @@ fn opening(start: Start) -> VecDeque<Bytes> {
     match start {
         Start::Resumed(events) => {
             for e in events {
-                out.push_back(event(e.change.as_str(), Some(&e.id()), &e.data()));
+                out.push_back(encoded(&e));
             }
         }
         Start::Snapshot { reset, leases, id } => {
@@ -276,7 +282,7 @@ fn stream(
                 () = until(s.deadline) => return None,
                 next = s.watcher.next() => match next? {
                     Next::Event(e) => {
-                        s.queued.push_back(event(e.change.as_str(), Some(&e.id()), &e.data()));
+                        s.queued.push_back(encoded(&e));
                     }
                     Next::Lagged => {
                         // Fell behind: start over from a snapshot.
