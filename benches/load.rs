@@ -56,6 +56,8 @@ mod procs;
 mod raw;
 #[path = "load/scenario.rs"]
 mod scenario;
+#[path = "load/sse.rs"]
+mod sse;
 #[path = "load/stats.rs"]
 mod stats;
 #[path = "load/summary.rs"]
@@ -75,6 +77,9 @@ mod permits;
 mod permits_many;
 #[path = "load/watch.rs"]
 mod watch;
+// The fan-out's watchers, read by this binary started again (issue 25).
+#[path = "load/watch_reader.rs"]
+mod watch_reader;
 
 use env::Env;
 use http_client::Http;
@@ -214,6 +219,9 @@ async fn run(opts: Opts) -> Result<bool, String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(watch_reader::FLAG) {
+        return watch_reader::main();
+    }
     let opts = match Opts::parse() {
         Ok(o) => o,
         Err(e) => {

@@ -147,7 +147,8 @@ trap cleanup EXIT
 
 PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 BASE="http://127.0.0.1:$PORT"
-printf '%s * write,metrics\n' "$API_KEY" > "$TMP/api-keys"
+# admin (implies write): the fuzzer reaches break too, not only its 403.
+printf '%s * admin,metrics\n' "$API_KEY" > "$TMP/api-keys"
 log "starting $BIN on $BASE (embedded store, API key, JSON logs)"
 LEASEHOLD_LISTEN="127.0.0.1:$PORT" LEASEHOLD_API_KEYS_FILE="$TMP/api-keys" LEASEHOLD_LOG_FORMAT=json \
   LEASEHOLD_NAMESPACE="check-api" RUST_LOG=warn "$BIN" serve 2> "$TMP/server.log" &

@@ -297,7 +297,7 @@ pub(crate) fn status_kb(pid: &str, field: &str) -> Option<u64> {
 }
 
 /// utime + stime of `/proc/<pid>/stat`, in clock ticks.
-fn cpu_ticks(pid: &str) -> Option<u64> {
+pub(crate) fn cpu_ticks(pid: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = &text[text.rfind(')')? + 2..];

@@ -75,7 +75,7 @@ pub struct BreakBody {
         ("digest" = String, Path, description = "The resource digest.",
             pattern = r"^v1\.[0-9a-f]{64}$", min_length = 67, max_length = 67, example = "v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
     ),
-    request_body(content = BreakBody, description = "Which permit (all when left out) and why.",
+    request_body(content = BreakBody, description = "Which permit (all when left out) and why; the body itself may be left out (as `{}`).",
         example = json!({"reason": "stuck since the 03:00 deploy"})),
     responses(
         (status = 200, description = "`broken`: `permitsBroken` live permits were removed.", body = Broken),

@@ -16,7 +16,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use tokio::time::MissedTickBehavior;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Role;
@@ -30,7 +30,7 @@ use crate::http::openapi::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     PurposeEventDoc, ServiceUnavailable, UnauthorizedProblem,
 };
-use crate::notify::{with_digest, Next, PurposeIo, PurposeWatcher, Start};
+use crate::notify::{with_digest, Next, PurposeEvent, PurposeIo, PurposeWatcher, Start};
 
 /// The route template (also its metric label).
 pub const ROUTE: &str = "/leases/{purpose}/events";
@@ -166,12 +166,14 @@ pub async fn events(
             Ok(start) => start,
             Err(failure) => return Ok(respond_one(&failure)),
         };
+        let shutdown = app.service.shutdown_token();
+        let keepalive = hub.watch().keepalive(app.watch.keepalive, shutdown);
         Ok::<_, ApiError>(stream(
             watcher,
             opening(start),
             bounds,
-            app.watch.keepalive,
-            app.service.shutdown_token().clone(),
+            keepalive,
+            shutdown.clone(),
         ))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -185,6 +187,12 @@ fn event(kind: &str, id: Option<&str>, data: &str) -> Bytes {
     })
 }
 
+/// A change's event: encoded once, the same bytes for every watcher of the
+/// purpose on this instance.
+fn encoded(e: &PurposeEvent) -> Bytes {
+    e.encoded(|e| event(e.change.as_str(), Some(&e.id()), &e.data()))
+}
+
 /// What a stream sends first: the events missed, or (after `reset` when
 /// the id named could not be resumed) the snapshot pages and their end.
 fn opening(start: Start) -> VecDeque<Bytes> {
@@ -192,7 +200,7 @@ fn opening(start: Start) -> VecDeque<Bytes> {
     match start {
         Start::Resumed(events) => {
             for e in events {
-                out.push_back(event(e.change.as_str(), Some(&e.id()), &e.data()));
+                out.push_back(encoded(&e));
             }
         }
         Start::Snapshot { reset, leases, id } => {
@@ -222,7 +230,8 @@ fn opening(start: Start) -> VecDeque<Bytes> {
 struct Stream {
     watcher: PurposeWatcher,
     queued: VecDeque<Bytes>,
-    keepalive: tokio::time::Interval,
+    /// The instance's shared keep-alive tick.
+    keepalive: watch::Receiver<u64>,
     shutdown: CancellationToken,
     /// Events still to send (`maxEvents`); `None`: no bound.
     left: Option<u32>,
@@ -244,16 +253,14 @@ fn stream(
     watcher: PurposeWatcher,
     queued: VecDeque<Bytes>,
     bounds: StreamBounds,
-    keepalive: Duration,
+    keepalive: watch::Receiver<u64>,
     shutdown: CancellationToken,
 ) -> Response {
     let now = tokio::time::Instant::now();
-    let mut tick = tokio::time::interval_at(now + keepalive, keepalive);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let state = Stream {
         watcher,
         queued,
-        keepalive: tick,
+        keepalive,
         shutdown,
         left: bounds.max_events,
         deadline: bounds.max_ms.map(|ms| now + Duration::from_millis(ms)),
@@ -275,7 +282,7 @@ fn stream(
                 () = until(s.deadline) => return None,
                 next = s.watcher.next() => match next? {
                     Next::Event(e) => {
-                        s.queued.push_back(event(e.change.as_str(), Some(&e.id()), &e.data()));
+                        s.queued.push_back(encoded(&e));
                     }
                     Next::Lagged => {
                         // Fell behind: start over from a snapshot.
@@ -284,7 +291,9 @@ fn stream(
                         s.queued.extend(opening(start));
                     }
                 },
-                _ = s.keepalive.tick() => {
+                // The ticker ends only at shutdown.
+                tick = s.keepalive.changed() => {
+                    tick.ok()?;
                     return Some((Ok(Bytes::from_static(b": keepalive\n\n")), s));
                 }
             }

@@ -14,14 +14,13 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use tokio::time::MissedTickBehavior;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::watch;
 
 use super::extract::{path_resource, RawPath};
 use super::extract::{Asker, Headers, Problems};
 use super::problem::{respond, respond_one, ApiError};
 use super::AppState;
-use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
+use crate::domain::{Bounds, Change, Failure, Inspection, ResourceId, WaitMs};
 use crate::http::openapi::STATE_EVENT;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::{
@@ -375,13 +374,13 @@ pub async fn events(
         };
         let first =
             (last_event_id.as_deref() != Some(current.version())).then(|| state_event(&current));
-        Ok::<_, ApiError>(stream(
-            watcher,
-            first,
-            bounds,
-            app.watch.keepalive,
-            app.service.shutdown_token().clone(),
-        ))
+        let shutdown = app.service.shutdown_token();
+        let keepalive = app
+            .service
+            .waiters()
+            .watch()
+            .keepalive(app.watch.keepalive, shutdown);
+        Ok::<_, ApiError>(stream(watcher, first, bounds, keepalive))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -411,12 +410,27 @@ fn revoked_data(snapshot: &Snapshot, revocation: &crate::domain::Revocation) -> 
     data.to_string()
 }
 
-/// What the stream body keeps between events.
+/// A change's event as sent: encoded once per state and kind, the same
+/// bytes for every watcher (see [`Snapshot::encoded`]).
+fn change_event(change: Change, snapshot: &Snapshot) -> Bytes {
+    snapshot.encoded(change, |s| match (change, &s.revocation) {
+        (Change::Revoked, Some(revocation)) => {
+            event(change.as_str(), s, &revoked_data(s, revocation))
+        }
+        _ => event(change.as_str(), s, s.json()),
+    })
+}
+
+/// What the stream body keeps between events: a small fixed state. The
+/// keep-alive is the instance's shared tick
+/// ([`crate::notify::WatchHub::keepalive`]), not a timer per stream. No
+/// shutdown token of its own: at shutdown the group and the ticker end,
+/// and with them the stream (one registration fewer to make and undo per
+/// event and watcher).
 struct Stream {
     watcher: Watcher,
     first: Option<Bytes>,
-    keepalive: tokio::time::Interval,
-    shutdown: CancellationToken,
+    keepalive: watch::Receiver<u64>,
     /// Events still to send (`maxEvents`); `None`: no bound.
     left: Option<u32>,
     /// When the stream ends (`maxMs`); `None`: no bound.
@@ -448,17 +462,13 @@ fn stream(
     watcher: Watcher,
     first: Option<Bytes>,
     bounds: StreamBounds,
-    keepalive: Duration,
-    shutdown: CancellationToken,
+    keepalive: watch::Receiver<u64>,
 ) -> Response {
     let now = tokio::time::Instant::now();
-    let mut tick = tokio::time::interval_at(now + keepalive, keepalive);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let state = Stream {
         watcher,
         first,
-        keepalive: tick,
-        shutdown,
+        keepalive,
         left: bounds.max_events,
         deadline: bounds.max_ms.map(|ms| now + Duration::from_millis(ms)),
     };
@@ -472,19 +482,17 @@ fn stream(
         }
         let chunk = tokio::select! {
             biased;
-            () = s.shutdown.cancelled() => return None,
             () = until(s.deadline) => return None,
+            // `None`: the group ended (shutdown).
             next = s.watcher.next() => {
-                // Just read: the JSON rendered once for every watcher.
                 let (change, snapshot) = next?;
-                match (change, &snapshot.revocation) {
-                    (crate::domain::Change::Revoked, Some(revocation)) => {
-                        s.sent(event(change.as_str(), &snapshot, &revoked_data(&snapshot, revocation)))
-                    }
-                    _ => s.sent(event(change.as_str(), &snapshot, snapshot.json())),
-                }
+                s.sent(change_event(change, &snapshot))
             }
-            _ = s.keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
+            // The ticker ends only at shutdown.
+            tick = s.keepalive.changed() => match tick {
+                Ok(()) => Bytes::from_static(b": keepalive\n\n"),
+                Err(_) => return None,
+            },
         };
         Some((Ok(chunk), s))
     });

@@ -4,8 +4,10 @@
 //! store reports reaches both. One owner: the registry holds the hub, and
 //! every store feeds the registry.
 
+mod keepalive;
 mod purpose;
 mod purpose_event;
+mod snapshot;
 mod waits;
 mod watch;
 

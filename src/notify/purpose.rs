@@ -550,6 +550,7 @@ fn apply(group: &Group, digest: ResourceDigest, snapshot: Snapshot, hint: u8, an
         change,
         digest,
         snapshot,
+        encoded: std::sync::OnceLock::new(),
     });
     if ring.events.len() >= RING {
         ring.events.pop_front();

@@ -1,7 +1,9 @@
 //! One event of a purpose's stream ([`PurposeEvent`]), its id and its data
 //! (docs/watching.md, "Watching a purpose").
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
 
 use super::watch::Snapshot;
 use crate::domain::{Change, ResourceDigest};
@@ -19,9 +21,17 @@ pub struct PurposeEvent {
     pub digest: ResourceDigest,
     /// The state after it.
     pub snapshot: Arc<Snapshot>,
+    /// The event as sent ([`PurposeEvent::encoded`]).
+    pub(super) encoded: OnceLock<Bytes>,
 }
 
 impl PurposeEvent {
+    /// The event as `encode` writes it: encoded on the first call, then the
+    /// same bytes (a reference count, no copy) for every other watcher.
+    pub fn encoded(&self, encode: impl FnOnce(&Self) -> Bytes) -> Bytes {
+        self.encoded.get_or_init(|| encode(self)).clone()
+    }
+
     /// The event id: `<epoch, 8 hex digits>-<seq>`.
     pub fn id(&self) -> String {
         event_id(self.epoch, self.seq)

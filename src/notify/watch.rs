@@ -36,6 +36,9 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::keepalive::Ticker;
+pub use super::snapshot::Snapshot;
+use super::snapshot::{kind_index, KINDS};
 use crate::domain::{Change, Revocation};
 use crate::domain::{Failure, Inspection, ResourceId};
 use crate::telemetry::{WATCHERS, WATCH_EVENTS, WATCH_GROUPS, WATCH_READS};
@@ -59,89 +62,6 @@ pub type Read = Arc<
         + Sync,
 >;
 
-/// A state a group read, and when.
-#[derive(Debug)]
-pub struct Snapshot {
-    /// What the store answered (no `heldBy`: a group reads as nobody).
-    pub inspection: Inspection,
-    /// When the read completed.
-    pub read_at: Instant,
-    /// The inspection as JSON, rendered once for every watcher.
-    json: std::sync::OnceLock<String>,
-    /// Who broke the lease and why, when this state follows a break.
-    pub revocation: Option<Revocation>,
-}
-
-impl Snapshot {
-    /// A state read just now.
-    pub fn new(inspection: Inspection) -> Self {
-        Self {
-            inspection,
-            read_at: Instant::now(),
-            json: std::sync::OnceLock::new(),
-            revocation: None,
-        }
-    }
-
-    /// The inspection as read, as JSON: serialized once, however many
-    /// watchers a change goes to (`remainingMs` as of the read, which for a
-    /// change event is a moment ago).
-    pub fn json(&self) -> &str {
-        self.json
-            .get_or_init(|| serde_json::to_string(&self.inspection).unwrap_or_default())
-    }
-
-    /// The version.
-    pub fn version(&self) -> &str {
-        &self.inspection.version
-    }
-
-    /// The inspection as of now: every remaining time counted down since
-    /// the read.
-    pub fn now(&self) -> Inspection {
-        let mut inspection = self.inspection.clone();
-        let elapsed = u64::try_from(self.read_at.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let left = |ms: u64| ms.saturating_sub(elapsed);
-        inspection.remaining_ms = inspection.remaining_ms.map(left);
-        inspection.lock_delay_ms = inspection.lock_delay_ms.map(|ms| left(ms).max(1));
-        for permit in &mut inspection.permits {
-            permit.remaining_ms = left(permit.remaining_ms);
-        }
-        inspection
-    }
-
-    /// When the first of the holders' permits runs out, as far as this read
-    /// knows.
-    pub(super) fn expires_at(&self) -> Option<Instant> {
-        let i = &self.inspection;
-        let soonest = i
-            .permits
-            .iter()
-            .map(|p| p.remaining_ms)
-            .min()
-            .or(i.remaining_ms)?;
-        i.held
-            .then(|| self.read_at + Duration::from_millis(soonest))
-    }
-
-    /// The fencing tokens of the live permits, each with its end.
-    fn fences(&self) -> Vec<(u64, Instant)> {
-        let i = &self.inspection;
-        let at = |ms: u64| self.read_at + Duration::from_millis(ms);
-        if !i.permits.is_empty() {
-            return i
-                .permits
-                .iter()
-                .map(|p| (p.fencing_token, at(p.remaining_ms)))
-                .collect();
-        }
-        match (i.held, i.fencing_token) {
-            (true, Some(fence)) => vec![(fence, at(i.remaining_ms.unwrap_or(0)))],
-            _ => Vec::new(),
-        }
-    }
-}
-
 /// What a group publishes to its watchers.
 #[derive(Debug, Clone)]
 enum Published {
@@ -160,6 +80,8 @@ enum Published {
 
 /// One watched resource on this instance.
 struct Group {
+    /// The resource's tag (its key in the hub's map).
+    tag: String,
     /// Signalled on an event for the resource; a signal with no one
     /// waiting is kept, so an event during a read triggers another read.
     wake: Notify,
@@ -173,6 +95,9 @@ struct Group {
     stop: CancellationToken,
     /// A receiver to clone for each new watcher (the task owns the sender).
     rx: watch::Receiver<Published>,
+    /// `leasehold_watch_events_total` per kind ([`kind_index`]), looked up
+    /// once per group rather than once per watcher and event.
+    events: [metrics::Counter; KINDS],
 }
 
 pub(super) fn hint_bit(change: Option<Change>) -> u8 {
@@ -196,6 +121,8 @@ pub struct WatchHub {
 struct Inner {
     groups: Mutex<HashMap<String, Arc<Group>>>,
     watchers: AtomicUsize,
+    /// The keep-alive tick shared by every stream.
+    ticker: Arc<Ticker>,
 }
 
 impl WatchHub {
@@ -245,6 +172,15 @@ impl WatchHub {
         Some(Admitted { hub: self.clone() })
     }
 
+    /// A tick shared by every stream of this instance ([`Ticker`]).
+    pub fn keepalive(
+        &self,
+        period: Duration,
+        shutdown: &CancellationToken,
+    ) -> watch::Receiver<u64> {
+        self.inner.ticker.subscribe(period, shutdown)
+    }
+
     /// Watchers on this instance.
     pub fn watchers(&self) -> usize {
         self.inner.watchers.load(Ordering::Acquire)
@@ -283,12 +219,21 @@ impl WatchHub {
             None => {
                 let (tx, rx) = watch::channel(Published::Pending);
                 let group = Arc::new(Group {
+                    tag: tag.clone(),
                     wake: Notify::new(),
                     hints: AtomicU8::new(0),
                     revocation: Mutex::new(None),
                     watchers: AtomicUsize::new(0),
                     stop: shutdown.child_token(),
                     rx,
+                    events: [
+                        Change::Acquired,
+                        Change::Released,
+                        Change::Expired,
+                        Change::HolderChanged,
+                        Change::Revoked,
+                    ]
+                    .map(|c| metrics::counter!(WATCH_EVENTS, "kind" => c.as_str())),
                 });
                 map.insert(tag.clone(), Arc::clone(&group));
                 metrics::gauge!(WATCH_GROUPS).increment(1.0);
@@ -300,7 +245,6 @@ impl WatchHub {
         drop(map);
         Some(Watcher {
             hub: self.clone(),
-            tag,
             rx: group.rx.clone(),
             group,
             last: None,
@@ -324,7 +268,6 @@ impl Drop for Admitted {
 /// resource ends its group.
 pub struct Watcher {
     hub: WatchHub,
-    tag: String,
     group: Arc<Group>,
     rx: watch::Receiver<Published>,
     /// The state this watcher saw last.
@@ -382,7 +325,7 @@ impl Watcher {
                 None => change.unwrap_or(Change::Acquired),
             };
             self.last = Some(Arc::clone(&snapshot));
-            metrics::counter!(WATCH_EVENTS, "kind" => change.as_str()).increment(1);
+            self.group.events[kind_index(change)].increment(1);
             return Some((change, snapshot));
         }
     }
@@ -395,10 +338,10 @@ impl Drop for Watcher {
         // one). Counted under the lock: two leaving at once see each other.
         if self.group.watchers.fetch_sub(1, Ordering::Relaxed) == 1 {
             if map
-                .get(&self.tag)
+                .get(&self.group.tag)
                 .is_some_and(|g| Arc::ptr_eq(g, &self.group))
             {
-                map.remove(&self.tag);
+                map.remove(&self.group.tag);
                 metrics::gauge!(WATCH_GROUPS).decrement(1.0);
             }
             self.group.stop.cancel();

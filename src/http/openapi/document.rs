@@ -192,6 +192,18 @@ impl Modify for Meta {
                 }
             }
         }
+        // Break's body may be left out (read as `{}`): not required. (utoipa
+        // would say so only for `Option<BreakBody>`, whose schema then also
+        // allows a JSON `null` body, which the service refuses.)
+        if let Some(RefOr::T(body)) = doc
+            .paths
+            .paths
+            .get_mut("/leases/{purpose}/{digest}/break")
+            .and_then(|item| item.post.as_mut())
+            .and_then(|op| op.request_body.as_mut())
+        {
+            body.required = Some(utoipa::openapi::Required::False);
+        }
     }
 }
 
