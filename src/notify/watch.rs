@@ -172,7 +172,7 @@ impl WatchHub {
         Some(Admitted { hub: self.clone() })
     }
 
-    /// A tick shared by every stream of this instance ([`Ticker`]).
+    /// A tick shared by every stream of this instance (`Ticker`).
     pub fn keepalive(
         &self,
         period: Duration,
