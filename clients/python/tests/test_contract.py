@@ -366,8 +366,8 @@ def test_a_bounded_hold_says_max_hold(client: Client, raw_id: str) -> None:
 def test_lock_with_a_bounded_hold_ends_with_max_hold(client: Client, raw_id: str) -> None:
     """The watchdog renews while the hold has room, takes the short grant at its end and
     gives the lease up before it with ``max_hold``; the service then says the same."""
-    with client.lock(P, raw_id, ttl=0.6, max_hold=1.2) as lease:
-        assert lease.lost.wait(5)
+    with client.lock(P, raw_id, ttl=1.0, max_hold=2.5) as lease:
+        assert lease.lost.wait(8)
         assert lease.at_hold_end and lease.lost_reason == "max_hold"
         with pytest.raises(LeaseLost) as lost:
             lease.check()

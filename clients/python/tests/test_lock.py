@@ -32,10 +32,12 @@ def proxy(service: Service) -> Iterator[Proxy]:
 
 
 def test_lock_renews_and_releases(client: Client, raw_id: str) -> None:
-    with client.lock(P, raw_id, ttl=0.6, holder="py-worker") as lease:
+    # A TTL of 1.5 s, not less: a loaded CI machine stalled a 0.6 s lease's
+    # renewals long enough to lose it once.
+    with client.lock(P, raw_id, ttl=1.5, holder="py-worker") as lease:
         first_valid_until = lease.valid_until
         # Held for three TTLs: only renewals keep it.
-        assert not lease.lost.wait(1.8)
+        assert not lease.lost.wait(4.5)
         lease.check()
         assert lease.valid_until > first_valid_until + 1.0
         seen = client.inspect(P, raw_id)
@@ -90,9 +92,9 @@ def test_lock_signals_unknown_when_renewals_go_unanswered(
 
 
 async def test_async_lock_renews_and_releases(aclient: AsyncClient, raw_id: str) -> None:
-    async with aclient.lock(P, raw_id, ttl=0.6) as lease:
+    async with aclient.lock(P, raw_id, ttl=1.5) as lease:
         first = lease.valid_until
-        await asyncio.sleep(1.5)  # the work; renewals keep the lease meanwhile
+        await asyncio.sleep(3.5)  # the work; renewals keep the lease meanwhile
         lease.check()
         assert lease.valid_until > first + 0.8
     assert lease.state is LeaseState.RELEASED
