@@ -16,7 +16,9 @@
 //!   latency of both sides is compared at the same load.
 //!
 //! Then the hand-off latency of issue 3: a waiter blocked server-side
-//! (`waitMs`) against a client polling every 50 ms.
+//! (`waitMs`) against a client polling every 50 ms; the scenarios only the
+//! service has; and `anchor`, the lease cycle against etcd (issue 25, with
+//! an `etcd` the run starts for it, as it does for `watch`'s comparison).
 //!
 //! Every closed-loop phase runs C workers for a warm-up and then the
 //! measured window; only operations started and finished inside the window
@@ -36,12 +38,18 @@ use http::Method;
 
 // The parts of the run, one file each (a crate root looks for its modules
 // beside itself, hence the paths).
+#[path = "load/anchor.rs"]
+mod anchor;
 #[path = "load/consts.rs"]
 mod consts;
 #[path = "load/env.rs"]
 mod env;
+#[path = "load/etcd.rs"]
+mod etcd;
 #[path = "load/goals.rs"]
 mod goals;
+#[path = "load/goals25.rs"]
+mod goals25;
 #[path = "load/handoff.rs"]
 mod handoff;
 #[path = "load/http_client.rs"]
@@ -77,6 +85,9 @@ mod permits;
 mod permits_many;
 #[path = "load/watch.rs"]
 mod watch;
+// The fan-out of `watch`, for leasehold and for etcd.
+#[path = "load/fanout.rs"]
+mod fanout;
 // The fan-out's watchers, read by this binary started again (issue 25).
 #[path = "load/watch_reader.rs"]
 mod watch_reader;
@@ -153,19 +164,24 @@ async fn run(opts: Opts) -> Result<bool, String> {
     if opts.wants("permits-many") {
         summary.push_str(&permits_many::run(&opts, &env).await?);
     }
-    let mut fair_p50 = None;
+    let mut fair = None;
     if opts.wants("fair") {
-        let (text, p50) = fair::run(&opts, &env, baseline_bin.as_deref()).await?;
+        let (text, figures) = fair::run(&opts, &env, baseline_bin.as_deref()).await?;
         summary.push_str(&text);
-        fair_p50 = p50;
+        fair = Some(figures);
     }
     // Watches and listing: a build without them answers 404; that is
     // reported, and the rest of the run stands.
+    let mut watch = None;
     if opts.wants("watch") {
         match watch::run(&opts, &env).await {
-            Ok(text) => summary.push_str(&text),
+            Ok((text, figures)) => {
+                summary.push_str(&text);
+                watch = Some(Ok(figures));
+            }
             Err(e) => {
                 let _ = writeln!(summary, "\n## Watch\n\nnot measured: {e}");
+                watch = Some(Err(()));
             }
         }
     }
@@ -176,6 +192,14 @@ async fn run(opts: Opts) -> Result<bool, String> {
                 let _ = writeln!(summary, "\n## List\n\nnot measured: {e}");
             }
         }
+    }
+
+    // ---- anchor: the lease cycle against etcd (issue 25) ----
+    let mut anchor = None;
+    if opts.wants("anchor") {
+        let (text, ratio) = anchor::run(&opts, &env).await?;
+        summary.push_str(&text);
+        anchor = Some(ratio);
     }
 
     let _ = writeln!(
@@ -192,15 +216,29 @@ async fn run(opts: Opts) -> Result<bool, String> {
         &mut summary,
         goals::Inputs {
             opts: &opts,
-            figures,
+            figures: figures.clone(),
             paced_rate,
             peak_rss,
             non_typed,
             baseline: env.baseline.is_some(),
-            fair_p50,
+            fair_p50: fair.as_ref().and_then(|f| f.p50),
             handoff_goal,
         },
     );
+    let goals25_ok = goals25::write(
+        &mut summary,
+        goals25::Inputs {
+            opts: &opts,
+            figures: &figures,
+            phases: &phases,
+            paced_rate,
+            baseline: env.baseline.is_some(),
+            fair: fair.as_ref(),
+            watch: watch.as_ref().map(|w| w.as_ref().map_err(|_| ())),
+            anchor,
+        },
+    );
+    let goals_ok = goals_ok && goals25_ok;
     println!("{summary}");
     out.push_str(&summary);
     if let Ok(path) = std::env::var("LOAD_REPORT") {

@@ -60,13 +60,25 @@ struct Round {
     errors: Stats,
 }
 
+/// What the goals of issues 16 and 25 read from `fair` (the new build's).
+#[derive(Default)]
+pub(crate) struct FairFigures {
+    /// Hand-off p50, ms, all rounds pooled.
+    pub(crate) p50: Option<f64>,
+    /// Cycles/s new ÷ baseline, median of the per-round ratios (with
+    /// `LOAD_BASELINE_BIN`).
+    pub(crate) ratio: Option<f64>,
+    /// Redis EVALSHA per acquisition, median over rounds.
+    pub(crate) evalsha_per_take: Option<f64>,
+}
+
 /// Runs the rounds and returns the section of the summary and the new
-/// build's pooled hand-off p50 (for the goal).
+/// build's figures (for the goals).
 pub(crate) async fn run(
     opts: &Opts,
     env: &Env,
     baseline_bin: Option<&std::path::Path>,
-) -> Result<(String, Option<f64>), String> {
+) -> Result<(String, FairFigures), String> {
     // The second instance of each build, on the same Redis.
     let mut second = Service::start(opts, &env.redis_url, &Service::new_build(), "fair-b").await?;
     let new_pair = [env.addr, second.addr];
@@ -118,7 +130,7 @@ pub(crate) async fn run(
         "\n## Fair hand-off: {} contenders on one resource, half on each of two instances; acquire (waitMs {WAIT_MS}), release at once\n\n| build | cycles/s (median [min..max]) | ratio new/baseline (median, min..max) | hand-off p50 / p99 / max ms (all rounds) | per-round hand-off p50 ms | reply first | acquisitions per contender min..max | same contender twice in a row | passed to the other instance | Redis EVALSHA per acquisition | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         opts.fair_waiters
     );
-    let mut new_p50 = None;
+    let mut figures = FairFigures::default();
     let of = |side: Side| rounds.iter().filter(|r| r.side == side).collect::<Vec<_>>();
     let (new, base) = (of(Side::Service), of(Side::Baseline));
     for (side, v) in [(Side::Service, &new), (Side::Baseline, &base)] {
@@ -134,6 +146,7 @@ pub(crate) async fn run(
                 .collect();
             let lo = rs.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = rs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            figures.ratio = Some(median(rs.clone()));
             format!("{:.2} ({lo:.2}..{hi:.2})", median(rs.clone()))
         } else {
             "-".into()
@@ -141,7 +154,8 @@ pub(crate) async fn run(
         let mut all: Vec<u64> = v.iter().flat_map(|r| r.lat_ns.iter().copied()).collect();
         all.sort_unstable();
         if side == Side::Service {
-            new_p50 = Some(percentile(&all, 50.0));
+            figures.p50 = Some(percentile(&all, 50.0));
+            figures.evalsha_per_take = Some(median(v.iter().map(|r| r.evalsha_per_take).collect()));
         }
         let per_round: Vec<String> = v
             .iter()
@@ -183,7 +197,7 @@ pub(crate) async fn run(
             }
         }
     }
-    Ok((out, new_p50))
+    Ok((out, figures))
 }
 
 /// One measured phase of one build: the contenders loop until the window

@@ -49,14 +49,17 @@ usage: cargo bench --bench load -- [flags]   (each flag also as an env var)
                          (default: a quarter of the first round's service acquire ops/s)
   --scrape-every SECS    GET /metrics this often, as Prometheus would LOAD_SCRAPE_EVERY (0: never)
   --only LIST            comma list of acquire,cycle,contended,paced,handoff,
-                         permits,permits-many,fair,watch,list LOAD_ONLY          (all)
+                         permits,permits-many,fair,watch,list,anchor
+                         (anchor and watch start an etcd: apt-get install etcd-server)
+                                                              LOAD_ONLY          (all)
   --permits-limit N      limit of the permits scenario (against limit 1)
                                                               LOAD_PERMITS_LIMIT (16)
   --permits-many N       holders of the permits-many scenario (against 100)
                                                               LOAD_PERMITS_MANY  (10000)
   --fair-waiters N       contenders of the fair scenario, split over two instances
                                                               LOAD_FAIR_WAITERS  (8)
-  --watchers N           SSE streams of the watch scenario    LOAD_WATCHERS      (10000)
+  --watchers N           streams of the watch scenario, leasehold's SSE and etcd's
+                         v3 watches alike                     LOAD_WATCHERS      (10000)
   --watch-changes N      releases timed to the last watcher   LOAD_WATCH_CHANGES (50)
   --list-leases N        leases held for the list scenario    LOAD_LIST_LEASES   (100000)
   --list-page N          limit per listing page               LOAD_LIST_PAGE     (100)

@@ -1,7 +1,8 @@
 //! The processes a run measures: `redis-server` and `leasehold` (this build,
 //! `LOAD_LEASEHOLD_BIN` or `LOAD_BASELINE_BIN`) started on free loopback
 //! ports and stopped by their pid, and their memory and CPU read from
-//! `/proc`.
+//! `/proc`. (`etcd`, for the comparisons of issue 25, is in `etcd.rs`, with
+//! the helpers here.)
 
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::path::{Path, PathBuf};
@@ -17,20 +18,20 @@ use crate::opts::Opts;
 // processes: redis-server and leasehold, on free loopback ports
 // ---------------------------------------------------------------------------
 
-fn find_on_path(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 
-fn free_port() -> Result<u16, String> {
+pub(crate) fn free_port() -> Result<u16, String> {
     let l = StdListener::bind("127.0.0.1:0").map_err(|e| format!("bind 127.0.0.1:0: {e}"))?;
     l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
 
 /// Polls `probe` with short sleeps until it is true or `within` has passed.
-fn poll_until(within: Duration, mut probe: impl FnMut() -> bool) -> bool {
+pub(crate) fn poll_until(within: Duration, mut probe: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if probe() {
@@ -41,21 +42,21 @@ fn poll_until(within: Duration, mut probe: impl FnMut() -> bool) -> bool {
     probe()
 }
 
-fn temp_dir(tag: &str) -> Result<PathBuf, String> {
+pub(crate) fn temp_dir(tag: &str) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("leasehold-bench-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     Ok(dir)
 }
 
-fn tail(path: &Path) -> String {
+pub(crate) fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
 /// Sends SIGTERM to one process we started (by its pid), waits, then kills.
-fn stop_child(child: &mut Child, grace: Duration) {
+pub(crate) fn stop_child(child: &mut Child, grace: Duration) {
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())

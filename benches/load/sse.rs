@@ -3,7 +3,11 @@
 //! the chunked body decoded here and split into events at blank lines; only
 //! the `event:` line is read), and the counters every watcher reports to.
 //! Used in the bench process (one watcher) and in the reader process
-//! (`watch_reader.rs`, the fan-out's 10 000).
+//! (`watch_reader.rs`, the fan-out's 10 000). The same reader opens etcd's
+//! v3 watch over its HTTP gateway (issue 25: `POST /v3/watch`, one JSON
+//! message a line in the chunked body), named as the lease events are: the
+//! `created` message is the stream's first (`state`), a put `acquired`, a
+//! delete `released`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -15,11 +19,70 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
+use crate::etcd::b64;
+
 /// How long a watcher waits for every watcher to see one change.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// What a watcher watches.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    /// leasehold: `GET {path}/events`, server-sent events.
+    Leasehold(String),
+    /// etcd: `POST /v3/watch` of this key (plain text; sent base64).
+    Etcd(String),
+}
+
+impl Target {
+    /// The two words that name it on the reader's command line.
+    pub(crate) fn args(&self) -> [&str; 2] {
+        match self {
+            Target::Leasehold(path) => ["leasehold", path],
+            Target::Etcd(key) => ["etcd", key],
+        }
+    }
+
+    pub(crate) fn from_args(kind: &str, what: &str) -> Option<Self> {
+        match kind {
+            "leasehold" => Some(Target::Leasehold(what.to_owned())),
+            "etcd" => Some(Target::Etcd(what.to_owned())),
+            _ => None,
+        }
+    }
+
+    fn request(&self, addr: SocketAddr) -> String {
+        match self {
+            Target::Leasehold(path) => format!(
+                "GET {path}/events HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n\r\n"
+            ),
+            Target::Etcd(key) => {
+                let body = format!("{{\"create_request\":{{\"key\":\"{}\"}}}}", b64(key));
+                format!(
+                    "POST /v3/watch HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            }
+        }
+    }
+}
+
+/// The name of one etcd watch message, as the lease events are named.
+fn etcd_event(line: &[u8]) -> &'static str {
+    let has = |s: &[u8]| line.windows(s.len()).any(|w| w == s);
+    if has(b"\"created\":true") {
+        "state"
+    } else if has(b"\"type\":\"DELETE\"") {
+        "released"
+    } else if has(b"\"events\"") {
+        "acquired"
+    } else {
+        "other"
+    }
+}
+
 /// One open event stream.
 pub(crate) struct Sse {
+    etcd: bool,
     stream: TcpStream,
     raw: BytesMut,
     body: Vec<u8>,
@@ -30,15 +93,13 @@ pub(crate) struct Sse {
 
 impl Sse {
     /// Opens the stream; `Err` names the status of a refusal (e.g. the watch cap).
-    pub(crate) async fn open(addr: SocketAddr, path: &str) -> Result<Self, String> {
+    pub(crate) async fn open(addr: SocketAddr, target: &Target) -> Result<Self, String> {
         let mut stream = timeout(Duration::from_secs(10), TcpStream::connect(addr))
             .await
             .map_err(|_| "connect timed out".to_owned())?
             .map_err(|e| format!("connect: {}", e.kind()))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        let head = format!(
-            "GET {path}/events HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n\r\n"
-        );
+        let head = target.request(addr);
         stream
             .write_all(head.as_bytes())
             .await
@@ -68,6 +129,7 @@ impl Sse {
             }
         }
         Ok(Self {
+            etcd: matches!(target, Target::Etcd(_)),
             stream,
             raw,
             body: Vec::new(),
@@ -80,6 +142,17 @@ impl Sse {
     pub(crate) async fn next_event(&mut self) -> Result<String, String> {
         loop {
             self.dechunk()?;
+            // etcd: one JSON message a line.
+            while self.etcd {
+                let Some(end) = self.body.iter().position(|&b| b == b'\n') else {
+                    break;
+                };
+                let name = etcd_event(&self.body[..end]);
+                self.body.drain(..=end);
+                if end > 0 {
+                    return Ok(name.to_owned());
+                }
+            }
             while let Some(end) = self.body.windows(2).position(|w| w == b"\n\n") {
                 // Read in place: 10 000 watchers parse every event.
                 let name = self.body[..end]
@@ -194,21 +267,21 @@ impl Shared {
     }
 }
 
-/// Opens `n` watchers of `path` on `addr` (at most 256 connecting at once);
+/// Opens `n` watchers of `target` on `addr` (at most 256 connecting at once);
 /// each reports its events to `shared` until the bench ends.
 pub(crate) fn open_watchers(
     addr: SocketAddr,
-    path: &str,
+    target: &Target,
     n: usize,
     shared: &Arc<Shared>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let gate = Arc::new(tokio::sync::Semaphore::new(256));
     let mut tasks = Vec::with_capacity(n);
     for _ in 0..n {
-        let (shared, gate, path) = (Arc::clone(shared), Arc::clone(&gate), path.to_owned());
+        let (shared, gate, target) = (Arc::clone(shared), Arc::clone(&gate), target.clone());
         tasks.push(tokio::spawn(async move {
             let permit = gate.acquire_owned().await;
-            let mut sse = match Sse::open(addr, &path).await {
+            let mut sse = match Sse::open(addr, &target).await {
                 Ok(s) => s,
                 Err(_) => {
                     shared.failed.fetch_add(1, Ordering::SeqCst);

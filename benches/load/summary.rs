@@ -49,6 +49,7 @@ pub(crate) fn header(opts: &Opts, version: &str, baseline_bin: Option<&Path>) ->
 }
 
 /// What the goal lines read from the summary tables.
+#[derive(Clone)]
 pub(crate) struct Figures {
     /// leasehold/raw acquire throughput, median over rounds.
     pub(crate) ratio_acquire: f64,

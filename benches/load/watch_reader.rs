@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use crate::sse::{open_watchers, shared, wait_ready};
+use crate::sse::{open_watchers, shared, wait_ready, Target};
 
 /// The first argument that makes the bench binary a reader.
 pub(crate) const FLAG: &str = "--watch-reader";
@@ -31,14 +31,18 @@ fn unix_ns(t: SystemTime) -> u128 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
 }
 
-/// The reader process: `<bench> --watch-reader <addr> <path>`.
+/// The reader process: `<bench> --watch-reader <addr> leasehold <path>`
+/// or `<bench> --watch-reader <addr> etcd <key>`.
 pub(crate) fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(2).collect();
-    let (Some(addr), Some(path)) = (
+    let (Some(addr), Some(target)) = (
         args.first().and_then(|a| a.parse::<SocketAddr>().ok()),
-        args.get(1).cloned(),
+        match (args.get(1), args.get(2)) {
+            (Some(kind), Some(what)) => Target::from_args(kind, what),
+            _ => None,
+        },
     ) else {
-        eprintln!("usage: load {FLAG} ADDR PATH");
+        eprintln!("usage: load {FLAG} ADDR leasehold|etcd PATH|KEY");
         return ExitCode::from(2);
     };
     // One thread: the service has one too, and the driver is idle while
@@ -53,7 +57,7 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(addr, path)) {
+    match runtime.block_on(serve(addr, target)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("watch reader: {e}");
@@ -62,7 +66,7 @@ pub(crate) fn main() -> ExitCode {
     }
 }
 
-async fn serve(addr: SocketAddr, path: String) -> Result<(), String> {
+async fn serve(addr: SocketAddr, target: Target) -> Result<(), String> {
     let shared = shared();
     // The Instant the watchers count from, on the wall clock.
     let base_wall = SystemTime::now() - shared.base.elapsed();
@@ -74,7 +78,7 @@ async fn serve(addr: SocketAddr, path: String) -> Result<(), String> {
         let mut words = line.split_whitespace();
         let answer = match (words.next(), words.next().and_then(|w| w.parse().ok())) {
             (Some("open"), Some(n)) => {
-                tasks = open_watchers(addr, &path, n, &shared);
+                tasks = open_watchers(addr, &target, n, &shared);
                 match wait_ready(&shared, n).await {
                     Ok(()) => format!(
                         "ready {} {}",
@@ -113,11 +117,12 @@ pub(crate) struct Reader {
 }
 
 impl Reader {
-    /// Starts a reader of streams of `path` on `addr` (none open yet).
-    pub(crate) fn start(addr: SocketAddr, path: &str) -> Result<Self, String> {
+    /// Starts a reader of streams of `target` on `addr` (none open yet).
+    pub(crate) fn start(addr: SocketAddr, target: &Target) -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         let mut child = Command::new(exe)
-            .args([FLAG, &addr.to_string(), path])
+            .args([FLAG, &addr.to_string()])
+            .args(target.args())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
