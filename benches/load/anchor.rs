@@ -73,6 +73,7 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<(String, Option<f64>),
             }
         }
     }
+    let data_dir = etcd.dir();
     drop(etcd);
     let lh_rates: Vec<f64> = lh.iter().map(|p| p.ops_per_s()).collect();
     let et_rates: Vec<f64> = et.iter().map(|p| p.stats.ops as f64 / secs).collect();
@@ -82,8 +83,8 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<(String, Option<f64>),
     let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let pct = |v: Vec<f64>| median(v);
     let mut out = format!(
-        "\n## Anchor: the lease cycle against etcd {version} over its HTTP gateway, C={}, median over {} rounds\n\nleasehold: `PUT` + `DELETE` of a new lease (the `cycle` scenario's service side); etcd: `POST /v3/lease/grant` (TTL {TTL_S} s) + `/v3/lock/lock` of a new name with that lease + `/v3/lock/unlock`, on a fresh single-member etcd (data dir in the temp dir). One op = one whole cycle.\n\n| side | cycles/s (median [min..max]) | p50 ms | p99 ms | server CPU s per 10k cycles | client CPU s per 10k cycles | errors |\n|---|---|---|---|---|---|---|\n",
-        opts.concurrency, opts.rounds
+        "\n## Anchor: the lease cycle against etcd {version} over its HTTP gateway, C={}, median over {} rounds\n\nleasehold: `PUT` + `DELETE` of a new lease (the `cycle` scenario's service side); etcd: `POST /v3/lease/grant` (TTL {TTL_S} s) + `/v3/lock/lock` of a new name with that lease + `/v3/lock/unlock`, on a fresh single-member etcd (data dir {}). One op = one whole cycle.\n\n| side | cycles/s (median [min..max]) | p50 ms | p99 ms | server CPU s per 10k cycles | client CPU s per 10k cycles | errors |\n|---|---|---|---|---|---|---|\n",
+        opts.concurrency, opts.rounds, data_dir
     );
     let _ = writeln!(
         out,

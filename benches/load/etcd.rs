@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Method;
 
+use crate::consts::REQUEST_TIMEOUT;
 use crate::http_client::Http;
 use crate::procs::{find_on_path, free_port, stop_child, tail, temp_dir};
 
@@ -72,6 +73,11 @@ impl EtcdProc {
 
     pub(crate) fn pid(&self) -> String {
         self.child.id().to_string()
+    }
+
+    /// Where its data dir is (for the report: tmpfs or not).
+    pub(crate) fn dir(&self) -> String {
+        self.dir.display().to_string()
     }
 
     /// `etcd --version`'s first line's version (`3.4.23`).
@@ -142,8 +148,18 @@ pub(crate) fn b64(s: &str) -> String {
 /// One gateway call: `POST path` with a JSON body; the answer's body on
 /// `200`, else an error naming the call and the status.
 pub(crate) async fn post(http: &mut Http, path: &str, body: String) -> Result<Bytes, String> {
+    post_within(http, REQUEST_TIMEOUT, path, body).await
+}
+
+/// [`post`] with its own time limit.
+pub(crate) async fn post_within(
+    http: &mut Http,
+    within: Duration,
+    path: &str,
+    body: String,
+) -> Result<Bytes, String> {
     match http
-        .call(Method::POST, path, &[], Some(&Bytes::from(body)))
+        .call_within(within, Method::POST, path, &[], Some(&Bytes::from(body)))
         .await
     {
         Ok((200, answer)) => Ok(answer),

@@ -13,12 +13,17 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 
-use crate::etcd::{b64, post};
+use crate::etcd::{b64, post_within};
 use crate::http_client::{body_json, Client, Http};
 use crate::procs::{clock_ticks_per_second, cpu_ticks, status_kb};
 use crate::sse::Target;
 use crate::stats::percentile;
 use crate::watch_reader::Reader;
+
+/// How long etcd may take to answer a change: with 10 000 watches its put
+/// answer can wait behind the previous change's events (they share the
+/// gateway's one gRPC connection).
+const ETCD_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The (soft, hard) limits on open files of process `pid` (`/proc/<pid>/limits`).
 fn open_files_limits(pid: &str) -> Option<(usize, usize)> {
@@ -193,12 +198,8 @@ impl Changer {
             Changer::Lease(h) => h.acquire(30_000).await,
             Changer::Etcd { http, key } => {
                 let sent = Instant::now();
-                post(
-                    http,
-                    "/v3/kv/put",
-                    format!(r#"{{"key":"{key}","value":"eA=="}}"#),
-                )
-                .await?;
+                let body = format!(r#"{{"key":"{key}","value":"eA=="}}"#);
+                post_within(http, ETCD_CHANGE_TIMEOUT, "/v3/kv/put", body).await?;
                 Ok(Sent {
                     sent,
                     replied: Instant::now(),
@@ -213,7 +214,8 @@ impl Changer {
             Changer::Lease(h) => h.release().await,
             Changer::Etcd { http, key } => {
                 let sent = Instant::now();
-                post(http, "/v3/kv/deleterange", format!(r#"{{"key":"{key}"}}"#)).await?;
+                let body = format!(r#"{{"key":"{key}"}}"#);
+                post_within(http, ETCD_CHANGE_TIMEOUT, "/v3/kv/deleterange", body).await?;
                 Ok(Sent {
                     sent,
                     replied: Instant::now(),

@@ -169,9 +169,12 @@ pub(crate) fn write(summary: &mut String, i: Inputs<'_>) -> bool {
                 &text_kib,
                 format!("{}{}", kib(&lh), etcd(&kib)),
             );
-            let p99 = |s: &WatchSide| {
-                s.last_p99
-                    .map_or("?".into(), |p| format!("{p:.1} ms with {}", s.ready))
+            let p99 = |s: &WatchSide| match (s.last_p99, s.last_p99_send) {
+                (Some(r), Some(t)) => format!(
+                    "{r:.1} ms from the reply ({t:.1} from the send) with {}",
+                    s.ready
+                ),
+                _ => "?".into(),
             };
             // Fewer streams than the goal's (`--watchers`, the open-file
             // limit): printed, not judged.

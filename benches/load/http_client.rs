@@ -9,6 +9,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::{Buf as _, Bytes, BytesMut};
 use http::Method;
@@ -51,6 +52,20 @@ impl Http {
         headers: &[(&str, &str)],
         body: Option<&Bytes>,
     ) -> Result<(u16, Bytes), String> {
+        self.call_within(REQUEST_TIMEOUT, method, path, headers, body)
+            .await
+    }
+
+    /// [`Http::call`] with its own time limit instead of `REQUEST_TIMEOUT`
+    /// (etcd answers a put slowly while it sends the last one to 10 000 watches).
+    pub(crate) async fn call_within(
+        &mut self,
+        within: Duration,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&Bytes>,
+    ) -> Result<(u16, Bytes), String> {
         self.out.clear();
         let out = &mut self.out;
         for part in [
@@ -78,9 +93,9 @@ impl Http {
         } else {
             out.extend_from_slice(b"\r\n");
         }
-        timeout(REQUEST_TIMEOUT, self.exchange())
+        timeout(within, self.exchange())
             .await
-            .map_err(|_| "no reply within 5 s".to_owned())?
+            .map_err(|_| format!("no reply within {} s", within.as_secs_f64()))?
     }
 
     async fn exchange(&mut self) -> Result<(u16, Bytes), String> {
