@@ -10,6 +10,11 @@
 //! failed handshake is logged at DEBUG: it is the client's problem (wrong
 //! CA, no client certificate, plain HTTP sent to the TLS port).
 //!
+//! A plain connection whose first request is `GET …/events` (a lease's
+//! event stream) leaves hyper: [`crate::http::direct`] answers it and
+//! writes the stream itself, so an idle watcher does not keep a hyper
+//! connection's buffers and task (issue 25).
+//!
 //! Why not `axum::serve`: it sets neither bound. A client that opens
 //! connections and never finishes a request head (or simply never closes an
 //! idle keep-alive connection) would hold a task, a socket and its buffers
@@ -135,6 +140,12 @@ pub async fn serve<S>(
         let streams = streams.clone();
         tokio::spawn(async move {
             let idle = limits.idle_timeout;
+            // A plain connection whose first request opens a lease's event
+            // stream is answered outside hyper (`direct`), anything else by
+            // hyper. Either way a peer that stops reading (a watcher that
+            // never reads its stream) is closed once its writes have made
+            // no progress for the idle timeout, freeing its connection and
+            // watcher slot.
             let result = match tls {
                 None => match direct::sniff(&stream, idle, &shutting_down).await {
                     Sniffed::Close => Ok(()),
