@@ -138,8 +138,9 @@ async fn until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-/// The 200 answer's status and headers, with `body`.
-fn with_headers(body: Body) -> Response {
+/// An event stream's 200 answer (status and headers) with `body`; also
+/// the purpose stream's.
+pub fn event_stream(body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -164,13 +165,13 @@ fn with_headers(body: Body) -> Response {
 pub fn response(stream: Stream, direct: Option<&DirectSlot>) -> Response {
     if let Some(slot) = direct {
         slot.put(stream);
-        return with_headers(Body::empty());
+        return event_stream(Body::empty());
     }
     let body = futures_util::stream::unfold(stream, |mut s| async move {
         let chunk = s.next_chunk().await?;
         Some((Ok::<_, Infallible>(chunk), s))
     });
-    with_headers(Body::from_stream(body))
+    event_stream(Body::from_stream(body))
 }
 
 /// The request's [`DirectSlot`], if the accept loop parsed it (an
