@@ -15,7 +15,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use tokio::sync::watch;
 
-use super::watch::StreamBounds;
 use crate::domain::Change;
 use crate::http::openapi::STATE_EVENT;
 use crate::notify::{Snapshot, Watcher};
@@ -78,11 +77,12 @@ pub struct Stream {
 
 impl Stream {
     /// A stream of `watcher`'s changes, `first` (the `state` event, unless
-    /// the client resumes with nothing missed) sent first.
+    /// the client resumes with nothing missed) sent first, ending after
+    /// `max_events` events or `max_ms` (`maxEvents`, `maxMs`).
     pub fn new(
         watcher: Watcher,
         first: Option<Bytes>,
-        bounds: StreamBounds,
+        (max_events, max_ms): (Option<u32>, Option<u64>),
         keepalive: watch::Receiver<u64>,
     ) -> Self {
         let now = tokio::time::Instant::now();
@@ -90,8 +90,8 @@ impl Stream {
             watcher,
             first,
             keepalive,
-            left: bounds.max_events,
-            deadline: bounds.max_ms.map(|ms| now + Duration::from_millis(ms)),
+            left: max_events,
+            deadline: max_ms.map(|ms| now + Duration::from_millis(ms)),
         }
     }
 
