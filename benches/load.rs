@@ -116,6 +116,10 @@ async fn scrape(addr: SocketAddr, every: Duration) {
 }
 
 async fn run(opts: Opts) -> Result<bool, String> {
+    // anchor and watch compare against an etcd the run starts.
+    if opts.wants("anchor") || opts.wants("watch") {
+        etcd::require()?;
+    }
     let redis = RedisProc::start()?;
     let mut service =
         Service::start(&opts, &redis.url(), &Service::new_build(), "leasehold").await?;

@@ -22,6 +22,15 @@ use crate::procs::{find_on_path, free_port, stop_child, tail, temp_dir};
 /// What the run says when `etcd` is missing.
 const MISSING: &str = "etcd not found on PATH: the anchor and watch scenarios compare against etcd 3.4; install it with `apt-get install etcd-server`, or leave them out (`--only ...`)";
 
+/// Fails, saying how to install it, when `etcd` is not on `PATH` (checked
+/// before the run starts anything, so a run with `anchor` or `watch` does
+/// not find out half way).
+pub(crate) fn require() -> Result<(), String> {
+    find_on_path("etcd")
+        .map(drop)
+        .ok_or_else(|| MISSING.to_owned())
+}
+
 /// One `etcd` process, a single-member cluster.
 pub(crate) struct EtcdProc {
     child: Child,
