@@ -6,6 +6,7 @@
 pub mod attempts;
 pub mod auth;
 pub mod console;
+pub mod direct;
 pub mod docs;
 pub mod extract;
 pub mod health;
@@ -22,6 +23,7 @@ pub mod purpose_watch;
 pub mod server;
 pub mod tls;
 pub mod watch;
+pub mod watch_stream;
 pub mod write_timeout;
 
 use std::convert::Infallible;

@@ -10,6 +10,11 @@
 //! failed handshake is logged at DEBUG: it is the client's problem (wrong
 //! CA, no client certificate, plain HTTP sent to the TLS port).
 //!
+//! A plain connection whose first request is `GET …/events` (a lease's
+//! event stream) leaves hyper: [`crate::http::direct`] answers it and
+//! writes the stream itself, so an idle watcher does not keep a hyper
+//! connection's buffers and task (issue 25).
+//!
 //! Why not `axum::serve`: it sets neither bound. A client that opens
 //! connections and never finishes a request head (or simply never closes an
 //! idle keep-alive connection) would hold a task, a socket and its buffers
@@ -31,10 +36,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt as _};
 
+use crate::http::direct::{self, Sniffed};
 use crate::http::tls::CurrentAcceptor;
 use crate::http::write_timeout::WriteTimeout;
 
@@ -77,6 +83,9 @@ pub async fn serve<S>(
         .keep_alive(true);
     let handshake_timeout = HANDSHAKE_TIMEOUT.min(limits.idle_timeout);
     let shutting_down = CancellationToken::new();
+    // Held by every connection and event stream outside hyper
+    // ([`direct`]); `recv` answers `None` once all are gone.
+    let (streams, mut streams_done) = mpsc::channel::<()>(1);
     let mut at_limit = false;
     tokio::pin!(stop);
     loop {
@@ -116,10 +125,7 @@ pub async fn serve<S>(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
-        // A peer that stops reading (a watcher that never reads its stream)
-        // is closed once its writes have made no progress for the idle
-        // timeout, freeing its connection and watcher slot.
-        let stream = WriteTimeout::new(stream, limits.idle_timeout);
+        let plain = service.clone();
         let service = service
             .clone()
             .map_request(|req: hyper::Request<Incoming>| req.map(Body::new));
@@ -131,13 +137,31 @@ pub async fn serve<S>(
         // The acceptor current now: a new client CA applies from here on.
         let tls = tls.as_ref().map(|current| current.get());
         let shutting_down = shutting_down.clone();
+        let streams = streams.clone();
         tokio::spawn(async move {
+            let idle = limits.idle_timeout;
+            // A plain connection whose first request opens a lease's event
+            // stream is answered outside hyper (`direct`), anything else by
+            // hyper. Either way a peer that stops reading (a watcher that
+            // never reads its stream) is closed once its writes have made
+            // no progress for the idle timeout, freeing its connection and
+            // watcher slot.
             let result = match tls {
-                None => {
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
-                    watcher.watch(conn).await
-                }
+                None => match direct::sniff(&stream, idle, &shutting_down).await {
+                    Sniffed::Close => Ok(()),
+                    Sniffed::Watch(request) => {
+                        direct::serve(stream, request, plain, idle, (permit, streams)).await;
+                        return;
+                    }
+                    Sniffed::Hyper => {
+                        let stream = TokioIo::new(WriteTimeout::new(stream, idle));
+                        watcher
+                            .watch(builder.serve_connection(stream, service))
+                            .await
+                    }
+                },
                 Some(acceptor) => {
+                    let stream = WriteTimeout::new(stream, idle);
                     let handshake =
                         tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
                     tokio::select! {
@@ -169,12 +193,16 @@ pub async fn serve<S>(
                 // A client that went away or timed out; nothing to answer.
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-            drop(permit);
+            drop((permit, streams));
         });
     }
     drop(listener);
     shutting_down.cancel();
     graceful.shutdown().await;
+    // The event streams written outside hyper end at shutdown too (their
+    // watch groups and keep-alive ticker end); each holds a sender.
+    drop(streams);
+    let _ = streams_done.recv().await;
 }
 
 /// Errors of one incoming connection, not of the listener.

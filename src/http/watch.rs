@@ -4,24 +4,20 @@
 //! [`crate::notify::WatchHub`]: one store read per change per instance,
 //! fanned out, and counted against `LEASEHOLD_MAX_WATCHERS`.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use tokio::sync::watch;
 
 use super::extract::{path_resource, RawPath};
 use super::extract::{Asker, Headers, Problems};
 use super::problem::{respond, respond_one, ApiError};
+use super::watch_stream::{response, state_event, Direct, Stream};
 use super::AppState;
-use crate::domain::{Bounds, Change, Failure, Inspection, ResourceId, WaitMs};
-use crate::http::openapi::STATE_EVENT;
+use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, LeaseEvent, NotFoundProblem,
@@ -344,6 +340,7 @@ pub async fn events(
     State(app): State<AppState>,
     path: RawPath,
     RawQuery(query): RawQuery,
+    Direct(direct): Direct,
     Headers(headers): Headers,
 ) -> Response {
     let result = async {
@@ -380,133 +377,10 @@ pub async fn events(
             .waiters()
             .watch()
             .keepalive(app.watch.keepalive, shutdown);
-        Ok::<_, ApiError>(stream(watcher, first, bounds, keepalive))
+        let stream = Stream::new(watcher, first, bounds, keepalive);
+        Ok::<_, ApiError>(response(stream, direct.as_ref()))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
-}
-
-/// One event: `event:`, `id:` (the version) and `data:` (the state).
-fn event(kind: &str, snapshot: &Snapshot, data: &str) -> Bytes {
-    Bytes::from(format!(
-        "event: {kind}\nid: {}\ndata: {data}\n\n",
-        snapshot.version()
-    ))
-}
-
-/// The `state` event: the group's state may be seconds old, so its
-/// countdown is brought up to now.
-fn state_event(snapshot: &Snapshot) -> Bytes {
-    let data = serde_json::to_string(&snapshot.now()).unwrap_or_default();
-    event(STATE_EVENT, snapshot, &data)
-}
-
-/// A `revoked` event's data: the state, plus who broke it and why.
-fn revoked_data(snapshot: &Snapshot, revocation: &crate::domain::Revocation) -> String {
-    let mut data = serde_json::to_value(&snapshot.inspection).unwrap_or_default();
-    if let (Some(object), Ok(revocation)) = (data.as_object_mut(), serde_json::to_value(revocation))
-    {
-        object.insert("revocation".to_owned(), revocation);
-    }
-    data.to_string()
-}
-
-/// A change's event as sent: encoded once per state and kind, the same
-/// bytes for every watcher (see [`Snapshot::encoded`]).
-fn change_event(change: Change, snapshot: &Snapshot) -> Bytes {
-    snapshot.encoded(change, |s| match (change, &s.revocation) {
-        (Change::Revoked, Some(revocation)) => {
-            event(change.as_str(), s, &revoked_data(s, revocation))
-        }
-        _ => event(change.as_str(), s, s.json()),
-    })
-}
-
-/// What the stream body keeps between events: a small fixed state. The
-/// keep-alive is the instance's shared tick
-/// ([`crate::notify::WatchHub::keepalive`]), not a timer per stream. No
-/// shutdown token of its own: at shutdown the group and the ticker end,
-/// and with them the stream (one registration fewer to make and undo per
-/// event and watcher).
-struct Stream {
-    watcher: Watcher,
-    first: Option<Bytes>,
-    keepalive: watch::Receiver<u64>,
-    /// Events still to send (`maxEvents`); `None`: no bound.
-    left: Option<u32>,
-    /// When the stream ends (`maxMs`); `None`: no bound.
-    deadline: Option<tokio::time::Instant>,
-}
-
-impl Stream {
-    /// `event` to send, counted against `maxEvents`.
-    fn sent(&mut self, event: Bytes) -> Bytes {
-        if let Some(left) = &mut self.left {
-            *left = left.saturating_sub(1);
-        }
-        event
-    }
-}
-
-/// Until `deadline`, or forever without one.
-async fn until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The 200 answer: events until shutdown or a bound of `bounds` (the body
-/// then ends cleanly) or until the client goes (the body is dropped, and
-/// the watcher with it).
-fn stream(
-    watcher: Watcher,
-    first: Option<Bytes>,
-    bounds: StreamBounds,
-    keepalive: watch::Receiver<u64>,
-) -> Response {
-    let now = tokio::time::Instant::now();
-    let state = Stream {
-        watcher,
-        first,
-        keepalive,
-        left: bounds.max_events,
-        deadline: bounds.max_ms.map(|ms| now + Duration::from_millis(ms)),
-    };
-    let body = futures_util::stream::unfold(state, |mut s| async move {
-        if s.left == Some(0) {
-            return None;
-        }
-        if let Some(first) = s.first.take() {
-            let first = s.sent(first);
-            return Some((Ok::<_, Infallible>(first), s));
-        }
-        let chunk = tokio::select! {
-            biased;
-            () = until(s.deadline) => return None,
-            // `None`: the group ended (shutdown).
-            next = s.watcher.next() => {
-                let (change, snapshot) = next?;
-                s.sent(change_event(change, &snapshot))
-            }
-            // The ticker ends only at shutdown.
-            tick = s.keepalive.changed() => match tick {
-                Ok(()) => Bytes::from_static(b": keepalive\n\n"),
-                Err(_) => return None,
-            },
-        };
-        Some((Ok(chunk), s))
-    });
-    let mut response = Response::new(Body::from_stream(body));
-    *response.status_mut() = StatusCode::OK;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    // Proxies that buffer answers (nginx) pass this one through as it comes.
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
 }
 
 /// A version as the stores write it: `<changes>.<live holders>`.

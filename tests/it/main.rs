@@ -47,3 +47,4 @@ mod traces;
 mod upgrade;
 mod waits;
 mod watch;
+mod watch_direct;

@@ -1,0 +1,288 @@
+//! Event streams written outside hyper (`src/http/direct.rs`): a fresh
+//! plain connection whose first request is `GET …/events` is answered by
+//! the accept loop itself, with `connection: close` and a chunked body; the
+//! same request on a connection hyper already serves is hyper's. Raw TCP,
+//! so which path answered is visible in the head. Every wait is on a
+//! server-side event (bytes, an end of stream, /readyz), bounded.
+
+#[allow(unused_imports)]
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::app::{args, digest, Backend, TestApp, TestAttempt};
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const P: &str = "direct";
+
+/// Bound on any single wait in this file.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// A raw HTTP/1.1 connection, read as a head and then a chunked body.
+struct Raw {
+    tcp: TcpStream,
+    /// Bytes read and not yet consumed.
+    buf: Vec<u8>,
+    /// Decoded body bytes not yet split into events.
+    body: String,
+}
+
+impl Raw {
+    async fn connect(app: &TestApp) -> Raw {
+        let tcp = TcpStream::connect(app.addr).await.expect("connect");
+        Raw {
+            tcp,
+            buf: Vec::new(),
+            body: String::new(),
+        }
+    }
+
+    async fn send(&mut self, request: &str) {
+        self.tcp
+            .write_all(request.as_bytes())
+            .await
+            .expect("write request");
+    }
+
+    /// More bytes from the socket; false at the end of the stream.
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(BOUND, self.tcp.read(&mut chunk))
+            .await
+            .expect("the server sent nothing within the bound")
+            .expect("read");
+        self.buf.extend_from_slice(&chunk[..n]);
+        n > 0
+    }
+
+    /// The next response head, lower-cased.
+    async fn head(&mut self) -> String {
+        loop {
+            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
+                let head: Vec<u8> = self.buf.drain(..end + 4).collect();
+                return String::from_utf8(head).expect("ASCII head").to_lowercase();
+            }
+            assert!(self.fill().await, "closed before a head");
+        }
+    }
+
+    /// `n` body bytes (a `content-length` body).
+    async fn bytes(&mut self, n: usize) -> String {
+        while self.buf.len() < n {
+            assert!(self.fill().await, "closed inside a body");
+        }
+        String::from_utf8(self.buf.drain(..n).collect()).expect("UTF-8 body")
+    }
+
+    /// The next chunk's data; `None` for the last (empty) chunk.
+    async fn chunk(&mut self) -> Option<String> {
+        let line = loop {
+            if let Some(end) = find(&self.buf, b"\r\n") {
+                let line: Vec<u8> = self.buf.drain(..end + 2).collect();
+                break String::from_utf8(line).expect("ASCII size line");
+            }
+            assert!(self.fill().await, "closed inside the chunked body");
+        };
+        let size = usize::from_str_radix(line.trim_end(), 16).expect("hex chunk size");
+        while self.buf.len() < size + 2 {
+            assert!(self.fill().await, "closed inside a chunk");
+        }
+        let data: Vec<u8> = self.buf.drain(..size + 2).collect();
+        assert_eq!(&data[size..], b"\r\n", "a chunk ends with CRLF");
+        (size > 0).then(|| String::from_utf8(data[..size].to_vec()).expect("UTF-8"))
+    }
+
+    /// The next event's name (comment lines skipped).
+    async fn event(&mut self) -> String {
+        loop {
+            if let Some(end) = self.body.find("\n\n") {
+                let block: String = self.body.drain(..end + 2).collect();
+                if block.starts_with(':') {
+                    continue;
+                }
+                let name = block.lines().find_map(|l| l.strip_prefix("event: "));
+                return name.expect("an event line").to_owned();
+            }
+            let data = self.chunk().await.expect("the stream ended early");
+            self.body.push_str(&data);
+        }
+    }
+
+    /// Whether the server closes the connection (reads until it does, or
+    /// until `BOUND`).
+    async fn closed_by_server(&mut self) -> bool {
+        let deadline = Instant::now() + BOUND;
+        while Instant::now() < deadline {
+            if !self.fill().await {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn events_request(d: &str, query: &str) -> String {
+    format!("GET /leases/{P}/{d}/events{query} HTTP/1.1\r\nhost: x\r\n\r\n")
+}
+
+async fn readyz_watchers(app: &TestApp) -> u64 {
+    app.get("/readyz").await.body["watchers"]
+        .as_u64()
+        .expect("watchers in /readyz")
+}
+
+/// Polls /readyz until the instance has `n` watchers (bounded).
+async fn until_watchers(app: &TestApp, n: u64) {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let now = readyz_watchers(app).await;
+        if now == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "watchers stuck at {now}, wanted {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn acquire(app: &TestApp, d: &str) -> TestAttempt {
+    let a = app.attempt().await;
+    let r = app
+        .acquire_body(P, d, &a, &json!({"ttlMs": 30_000, "holder": "w"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    a
+}
+
+#[tokio::test]
+async fn a_fresh_connection_streams_outside_hyper_and_ends_with_the_last_chunk() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let d = digest();
+    let mut raw = Raw::connect(&app).await;
+    raw.send(&events_request(&d, "?maxEvents=2")).await;
+    let head = raw.head().await;
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+    for line in [
+        "content-type: text/event-stream",
+        "cache-control: no-cache",
+        "transfer-encoding: chunked",
+        "connection: close",
+        "x-request-id: ",
+        "date: ",
+    ] {
+        assert!(head.contains(line), "{line:?} missing from {head}");
+    }
+    assert_eq!(raw.event().await, "state");
+    acquire(&app, &d).await;
+    assert_eq!(raw.event().await, "acquired");
+    // maxEvents reached: the last chunk, then the server closes.
+    assert_eq!(raw.chunk().await, None);
+    assert!(raw.closed_by_server().await);
+    until_watchers(&app, 0).await;
+}
+
+#[tokio::test]
+async fn a_stream_on_a_connection_hyper_serves_is_hyper_s() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let d = digest();
+    let mut raw = Raw::connect(&app).await;
+    raw.send("GET /livez HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    let head = raw.head().await;
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .expect("content-length");
+    raw.bytes(length).await;
+    raw.send(&events_request(&d, "?maxEvents=1")).await;
+    let head = raw.head().await;
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
+    assert_eq!(raw.event().await, "state");
+    assert_eq!(raw.chunk().await, None);
+    // Keep-alive: the same connection answers again.
+    raw.send("GET /livez HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert!(raw.head().await.starts_with("http/1.1 200 ok\r\n"));
+}
+
+#[tokio::test]
+async fn a_client_that_closes_its_direct_stream_frees_its_watcher_at_once() {
+    // The longest keep-alive (15 s), beyond the 10 s bound: no write
+    // finds the socket gone in time; only noticing the close can.
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--sse-keepalive-ms", "15000"])).await;
+    let d = digest();
+    let mut raw = Raw::connect(&app).await;
+    raw.send(&events_request(&d, "")).await;
+    assert!(raw.head().await.contains("connection: close"));
+    assert_eq!(raw.event().await, "state");
+    assert_eq!(readyz_watchers(&app).await, 1);
+    drop(raw);
+    until_watchers(&app, 0).await;
+}
+
+#[tokio::test]
+async fn refused_direct_streams_are_problems_that_close_the_connection() {
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--max-watchers", "1"])).await;
+    let mut bad = Raw::connect(&app).await;
+    bad.send(&events_request("v1.nothex", "")).await;
+    let head = bad.head().await;
+    assert!(head.starts_with("http/1.1 400 bad request\r\n"), "{head}");
+    assert!(head.contains("content-type: application/problem+json"));
+    assert!(head.contains("connection: close"));
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .expect("content-length");
+    let body: serde_json::Value =
+        serde_json::from_str(&bad.bytes(length).await).expect("problem JSON");
+    assert_eq!(body["errors"][0]["field"], "digest", "{body}");
+    assert!(bad.closed_by_server().await);
+
+    // The cap: the second stream is `overloaded`, with Retry-After.
+    let d = digest();
+    let mut one = Raw::connect(&app).await;
+    one.send(&events_request(&d, "")).await;
+    assert!(one.head().await.starts_with("http/1.1 200 ok"));
+    let mut two = Raw::connect(&app).await;
+    two.send(&events_request(&d, "")).await;
+    let head = two.head().await;
+    assert!(
+        head.starts_with("http/1.1 503 service unavailable\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("retry-after: "), "{head}");
+    assert!(two.closed_by_server().await);
+}
+
+#[tokio::test]
+async fn shutdown_ends_direct_streams_with_the_last_chunk() {
+    let mut app = TestApp::spawn(&Backend::Memory).await;
+    let d = digest();
+    let mut raw = Raw::connect(&app).await;
+    raw.send(&events_request(&d, "")).await;
+    assert!(raw.head().await.contains("connection: close"));
+    assert_eq!(raw.event().await, "state");
+    app.begin_shutdown();
+    loop {
+        match raw.chunk().await {
+            None => break,
+            // Only keep-alive comments may come before the end.
+            Some(data) => assert!(data.starts_with(':'), "{data}"),
+        }
+    }
+    assert!(raw.closed_by_server().await);
+    tokio::time::timeout(BOUND, app.finished())
+        .await
+        .expect("shutdown did not hang on a direct stream");
+}
