@@ -76,8 +76,9 @@ impl Kind {
     }
 
     fn budget(self, backend: &Backend) -> Budget {
-        // (allocations, bytes) per request: measured (debug build) plus 2
-        // allocations and about 5 % of the bytes.
+        // (allocations, bytes) per request: the measured mean (debug build,
+        // 2026-12-04) rounded up plus 2 allocations, and plus 5 % of the
+        // bytes rounded up to 500. Lower them when a change cuts one.
         let (allocations, bytes) = match (backend, self) {
             (Backend::Memory, Kind::Acquire) => (47.0, 27_500.0),
             (Backend::Memory, Kind::Renew) => (37.0, 24_000.0),
