@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{RawPathParams, RawQuery, State};
-use axum::http::{header, HeaderValue, StatusCode};
+
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -23,6 +23,7 @@ use super::auth::Role;
 use super::extract::{Headers, Problems};
 use super::problem::{respond_one, ApiError};
 use super::watch::{stream_bounds, StreamBounds};
+use super::watch_stream::{event_stream, KEEPALIVE};
 use super::AppState;
 use crate::domain::{Purpose, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
@@ -294,19 +295,10 @@ fn stream(
                 // The ticker ends only at shutdown.
                 tick = s.keepalive.changed() => {
                     tick.ok()?;
-                    return Some((Ok(Bytes::from_static(b": keepalive\n\n")), s));
+                    return Some((Ok(Bytes::from_static(KEEPALIVE)), s));
                 }
             }
         }
     });
-    let mut response = Response::new(Body::from_stream(body));
-    *response.status_mut() = StatusCode::OK;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    event_stream(Body::from_stream(body))
 }

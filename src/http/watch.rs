@@ -377,6 +377,7 @@ pub async fn events(
             .waiters()
             .watch()
             .keepalive(app.watch.keepalive, shutdown);
+        let bounds = (bounds.max_events, bounds.max_ms);
         let stream = Stream::new(watcher, first, bounds, keepalive);
         Ok::<_, ApiError>(response(stream, direct.as_ref()))
     };

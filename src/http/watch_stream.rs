@@ -15,7 +15,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use tokio::sync::watch;
 
-use super::watch::StreamBounds;
 use crate::domain::Change;
 use crate::http::openapi::STATE_EVENT;
 use crate::notify::{Snapshot, Watcher};
@@ -78,11 +77,12 @@ pub struct Stream {
 
 impl Stream {
     /// A stream of `watcher`'s changes, `first` (the `state` event, unless
-    /// the client resumes with nothing missed) sent first.
+    /// the client resumes with nothing missed) sent first, ending after
+    /// `max_events` events or `max_ms` (`maxEvents`, `maxMs`).
     pub fn new(
         watcher: Watcher,
         first: Option<Bytes>,
-        bounds: StreamBounds,
+        (max_events, max_ms): (Option<u32>, Option<u64>),
         keepalive: watch::Receiver<u64>,
     ) -> Self {
         let now = tokio::time::Instant::now();
@@ -90,8 +90,8 @@ impl Stream {
             watcher,
             first,
             keepalive,
-            left: bounds.max_events,
-            deadline: bounds.max_ms.map(|ms| now + Duration::from_millis(ms)),
+            left: max_events,
+            deadline: max_ms.map(|ms| now + Duration::from_millis(ms)),
         }
     }
 
@@ -138,8 +138,9 @@ async fn until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-/// The 200 answer's status and headers, with `body`.
-fn with_headers(body: Body) -> Response {
+/// An event stream's 200 answer (status and headers) with `body`; also
+/// the purpose stream's.
+pub fn event_stream(body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -164,13 +165,13 @@ fn with_headers(body: Body) -> Response {
 pub fn response(stream: Stream, direct: Option<&DirectSlot>) -> Response {
     if let Some(slot) = direct {
         slot.put(stream);
-        return with_headers(Body::empty());
+        return event_stream(Body::empty());
     }
     let body = futures_util::stream::unfold(stream, |mut s| async move {
         let chunk = s.next_chunk().await?;
         Some((Ok::<_, Infallible>(chunk), s))
     });
-    with_headers(Body::from_stream(body))
+    event_stream(Body::from_stream(body))
 }
 
 /// The request's [`DirectSlot`], if the accept loop parsed it (an

@@ -92,14 +92,14 @@ async fn release(app: &TestApp, d: &str, a: &TestAttempt) {
     assert_eq!(r.outcome(), "released", "{:?}", r.body);
 }
 
-async fn readyz_watchers(app: &TestApp) -> u64 {
+pub(crate) async fn readyz_watchers(app: &TestApp) -> u64 {
     app.get("/readyz").await.body["watchers"]
         .as_u64()
         .expect("watchers in /readyz")
 }
 
 /// Polls /readyz until the instance has `n` watchers (bounded).
-async fn until_watchers(app: &TestApp, n: u64) {
+pub(crate) async fn until_watchers(app: &TestApp, n: u64) {
     let deadline = Instant::now() + BOUND;
     loop {
         let now = readyz_watchers(app).await;

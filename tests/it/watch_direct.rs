@@ -10,6 +10,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use crate::watch::{readyz_watchers, until_watchers};
 use common::app::{args, digest, Backend, TestApp, TestAttempt};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -130,28 +131,6 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 fn events_request(d: &str, query: &str) -> String {
     format!("GET /leases/{P}/{d}/events{query} HTTP/1.1\r\nhost: x\r\n\r\n")
-}
-
-async fn readyz_watchers(app: &TestApp) -> u64 {
-    app.get("/readyz").await.body["watchers"]
-        .as_u64()
-        .expect("watchers in /readyz")
-}
-
-/// Polls /readyz until the instance has `n` watchers (bounded).
-async fn until_watchers(app: &TestApp, n: u64) {
-    let deadline = Instant::now() + BOUND;
-    loop {
-        let now = readyz_watchers(app).await;
-        if now == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "watchers stuck at {now}, wanted {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 async fn acquire(app: &TestApp, d: &str) -> TestAttempt {
