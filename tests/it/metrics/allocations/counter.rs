@@ -87,7 +87,7 @@ pub fn trace_from(bytes: usize) {
 }
 
 /// The counts so far, over every opted-in thread.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Counts {
     /// Calls to `alloc`, `alloc_zeroed` and `realloc`.
     pub allocations: u64,
@@ -100,6 +100,13 @@ impl Counts {
         Counts {
             allocations: ALLOCATIONS.load(Relaxed),
             bytes: BYTES.load(Relaxed),
+        }
+    }
+
+    pub fn plus(self, other: Counts) -> Counts {
+        Counts {
+            allocations: self.allocations + other.allocations,
+            bytes: self.bytes + other.bytes,
         }
     }
 
