@@ -197,7 +197,9 @@ pub async fn run_with(
     });
     let router = http::service(Arc::clone(&app), metrics_listener.is_none());
     let limits = server_limits(&config.http);
-    if let Some(listener) = metrics_listener {
+    // Awaited at shutdown with the API's server, so `run` returns with
+    // neither listener bound.
+    let mut metrics_server = metrics_listener.map(|listener| {
         let metrics = http::metrics_router(Arc::clone(&app));
         let stop = token.clone();
         let tls = acceptor.clone();
@@ -206,8 +208,8 @@ pub async fn run_with(
                 stop.cancelled().await;
             })
             .await;
-        });
-    }
+        })
+    });
     tracing::info!(
         addr = %listener
             .local_addr()
@@ -224,15 +226,23 @@ pub async fn run_with(
     let mut server = tokio::spawn(server);
     let grace = Duration::from_millis(config.http.shutdown_grace_ms);
     tokio::select! {
-        result = &mut server => {
+        () = async {
+            let result = (&mut server).await;
             token.cancel();
-            if let Err(e) = result {
+            let metrics_result = match metrics_server.as_mut() {
+                Some(metrics) => metrics.await,
+                None => Ok(()),
+            };
+            for e in [result.err(), metrics_result.err()].into_iter().flatten() {
                 tracing::error!(error = %e, "server task failed");
             }
-        }
+        } => {}
         _ = async { token.cancelled().await; tokio::time::sleep(grace).await } => {
             tracing::warn!(grace_ms = config.http.shutdown_grace_ms, "grace period over; dropping remaining connections");
             server.abort();
+            if let Some(metrics) = &metrics_server {
+                metrics.abort();
+            }
         }
     }
     // The spans of the last requests, exported before the process exits.

@@ -4,6 +4,7 @@
 //! built through its `parse` function, which states the rule it enforces.
 
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
@@ -14,8 +15,12 @@ use sha2::{Digest as _, Sha256};
 pub struct NameError(pub &'static str);
 
 /// What a lease is for, e.g. `invoice-export`: `^[a-z][a-z0-9-]{0,62}$`.
+///
+/// Shared text (`Arc<str>`), like [`ResourceDigest`]: a lease answer and
+/// the request's resource hold the same name, so a clone is a reference
+/// count, not an allocation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Purpose(String);
+pub struct Purpose(Arc<str>);
 
 impl Purpose {
     /// The pattern a purpose must match (also published in the OpenAPI document).
@@ -31,7 +36,7 @@ impl Purpose {
                 .iter()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
         if ok {
-            Ok(Self(raw.to_owned()))
+            Ok(Self(Arc::from(raw)))
         } else {
             Err(NameError(
                 "must match ^[a-z][a-z0-9-]{0,62}$ (lowercase letter first, then up to 62 lowercase letters, digits or '-')",
@@ -65,7 +70,7 @@ impl fmt::Display for Purpose {
 
 /// The resource, never its raw id: `v1.` + 64 lowercase hex of SHA-256 of the raw id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ResourceDigest(String);
+pub struct ResourceDigest(Arc<str>);
 
 impl ResourceDigest {
     /// The pattern a digest must match.
@@ -79,7 +84,7 @@ impl ResourceDigest {
                 .iter()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
         if ok {
-            Ok(Self(raw.to_owned()))
+            Ok(Self(Arc::from(raw)))
         } else {
             Err(NameError(
                 "must be 'v1.' followed by 64 lowercase hex digits (SHA-256 of the raw resource id; see `leasehold digest`)",
@@ -96,7 +101,7 @@ impl ResourceDigest {
             out.push(char::from(HEX[usize::from(byte >> 4)]));
             out.push(char::from(HEX[usize::from(byte & 0x0f)]));
         }
-        Self(out)
+        Self(Arc::from(out))
     }
 
     /// The digest as text.

@@ -324,18 +324,26 @@ where
         let ready = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let app = Arc::clone(&self.app);
-        let id = match req.headers().get(&REQUEST_ID_NAME) {
-            Some(v) if acceptable_request_id(v) => v.clone(),
-            _ => self.ids.next(),
-        };
-        req.headers_mut().insert(REQUEST_ID_NAME, id.clone());
-        let method = method_label(req.method());
-        let route = route_label(req.uri().path(), self.serves_metrics);
+        // The client's header block, as it came.
         let header_bytes: usize = req
             .headers()
             .iter()
             .map(|(k, v)| k.as_str().len() + v.len())
             .sum();
+        // The id goes on the answer only: nothing behind the front reads it
+        // from the request, and a copy there cost an allocation per request
+        // (the first clone of a generated value's bytes). A client's
+        // unacceptable id is still taken off the request.
+        let id = match req.headers().get(&REQUEST_ID_NAME) {
+            Some(v) if acceptable_request_id(v) => v.clone(),
+            Some(_) => {
+                req.headers_mut().remove(&REQUEST_ID_NAME);
+                self.ids.next()
+            }
+            None => self.ids.next(),
+        };
+        let method = method_label(req.method());
+        let route = route_label(req.uri().path(), self.serves_metrics);
         let mutating = matches!(*req.method(), Method::PUT | Method::PATCH | Method::DELETE);
         // Kept raw (a cheap refcounted clone) and parsed only if the timeout fires.
         let operation_id = req

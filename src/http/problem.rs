@@ -225,9 +225,10 @@ fn map_take(map: &mut Map<String, Value>) -> Map<String, Value> {
 /// `Retry-After` in whole seconds, rounded up (at least 1).
 pub fn set_retry_after(response: &mut Response, ms: u64) {
     let secs = ms.div_ceil(1000).max(1);
-    if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
-        response.headers_mut().insert(header::RETRY_AFTER, value);
-    }
+    // Straight from the number: no `String` in between.
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
 }
 
 /// A problem+json response: `type`, `title`, `status`, `detail`, `outcome`
@@ -237,15 +238,80 @@ pub fn problem_response(
     outcome: &str,
     title: &str,
     detail: &str,
-    mut members: Map<String, Value>,
+    members: Map<String, Value>,
 ) -> Response {
-    members.insert("type".into(), Value::String(type_uri(outcome)));
-    members.insert("title".into(), Value::String(title.to_owned()));
-    members.insert("status".into(), Value::from(status.as_u16()));
-    members.insert("detail".into(), Value::String(detail.to_owned()));
-    members.insert("outcome".into(), Value::String(outcome.to_owned()));
-    let body = serde_json::to_vec(&Value::Object(members)).unwrap_or_default();
+    let body = problem_body(status, outcome, title, detail, &members).unwrap_or_default();
     with_body(status, PROBLEM_JSON, body)
+}
+
+/// One of the five members every problem answer has.
+enum Fixed<'a> {
+    Text(&'a str),
+    Status(u16),
+    Type(&'a str),
+}
+
+/// The body of [`problem_response`], written into one buffer: the
+/// outcome's own members and the five problem members merged in name order
+/// (the order serde_json's `Map`, a `BTreeMap`, writes them in), a problem
+/// member replacing an own member of the same name. The same bytes as
+/// inserting the five into `members` and serialising the map (a unit test
+/// holds the two together), without an owned key and value per member.
+fn problem_body(
+    status: StatusCode,
+    outcome: &str,
+    title: &str,
+    detail: &str,
+    members: &Map<String, Value>,
+) -> serde_json::Result<Vec<u8>> {
+    // In name order.
+    let fixed = [
+        ("detail", Fixed::Text(detail)),
+        ("outcome", Fixed::Text(outcome)),
+        ("status", Fixed::Status(status.as_u16())),
+        ("title", Fixed::Text(title)),
+        ("type", Fixed::Type(outcome)),
+    ];
+    let mut own = members
+        .iter()
+        .filter(|(name, _)| !fixed.iter().any(|(f, _)| f == name))
+        .peekable();
+    let mut fixed = fixed.iter().peekable();
+    let mut out = Vec::with_capacity(160 + title.len() + detail.len() + 48 * members.len());
+    out.push(b'{');
+    loop {
+        let own_first = match (own.peek(), fixed.peek()) {
+            (None, None) => break,
+            (Some((name, _)), Some((f, _))) => name.as_str() < *f,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+        };
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        if let (true, Some((name, value))) = (own_first, own.peek()) {
+            serde_json::to_writer(&mut out, name)?;
+            out.push(b':');
+            serde_json::to_writer(&mut out, value)?;
+            own.next();
+        } else if let Some((name, value)) = fixed.next() {
+            serde_json::to_writer(&mut out, name)?;
+            out.push(b':');
+            match value {
+                Fixed::Text(text) => serde_json::to_writer(&mut out, text)?,
+                Fixed::Status(code) => serde_json::to_writer(&mut out, code)?,
+                Fixed::Type(outcome) => {
+                    // `PREFIX` and outcome names hold nothing to escape.
+                    out.push(b'"');
+                    out.extend_from_slice(PREFIX.as_bytes());
+                    out.extend(outcome.bytes().map(|b| if b == b'_' { b'-' } else { b }));
+                    out.push(b'"');
+                }
+            }
+        }
+    }
+    out.push(b'}');
+    Ok(out)
 }
 
 /// A response of `status` with `body` of `content_type`, built directly:
@@ -430,3 +496,7 @@ pub fn type_uri(outcome: &str) -> String {
     uri.extend(outcome.chars().map(|c| if c == '_' { '-' } else { c }));
     uri
 }
+
+#[cfg(test)]
+#[path = "problem_tests.rs"]
+mod tests;

@@ -16,6 +16,7 @@ use common::redis::RedisServer;
 use reqwest::StatusCode;
 use serde_json::json;
 
+mod allocations;
 mod contention;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
