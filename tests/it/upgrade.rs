@@ -1157,12 +1157,26 @@ fn bin(release: Release) -> PathBuf {
 async fn departed_waiter(waiter_on: Release, retry_on: Release) -> (String, Value) {
     use common::fault_proxy::FaultProxy;
     let server = RedisServer::start();
-    // A's clean-up release, as the proxy sees it (by its SHA1).
-    let release_sha = {
-        let path = lua_dir(waiter_on).join("release.lua");
+    // A's scripts as the proxy sees them (by their SHA1): its clean-up
+    // release, and its acquire. Every script of A is loaded now: a
+    // NOSCRIPT once the replies are delayed costs three delayed round
+    // trips (1.2 s) under one command timeout (1 s), and the wait that
+    // made that call answers `unavailable` (a fresh-clone CI on a loaded
+    // machine saw the previous release's waiter fail so on its first
+    // queue entry).
+    let sha = |script: &str| {
+        let path = lua_dir(waiter_on).join(script);
         let source = std::fs::read_to_string(&path).expect("script source");
         server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned()
     };
+    for entry in std::fs::read_dir(lua_dir(waiter_on)).expect("lua dir") {
+        let name = entry.expect("lua dir entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".lua") {
+            sha(&name);
+        }
+    }
+    let (release_sha, acquire_sha) = (sha("release.lua"), sha("acquire.lua"));
     let proxy = FaultProxy::start(server.addr()).await;
     let namespace = unique("cl");
     let dir = std::env::temp_dir().join(unique("leasehold-upgrade-"));
@@ -1219,6 +1233,12 @@ async fn departed_waiter(waiter_on: Release, retry_on: Release) -> (String, Valu
         assert!(Instant::now() < deadline, "the waiter never waited on A");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    // ... and its first (contended) attempt has been answered before the
+    // delay starts (A counts the waiter before that reply is back).
+    assert!(
+        proxy.until_answered(&acquire_sha, 1, PATIENCE).await,
+        "the waiter's first attempt was never answered"
+    );
     proxy.set_reply_delay(Duration::from_millis(400));
     assert_eq!(b.release(&d, &holder).await.1["outcome"], "released");
     // The waiter's acquire has run in Redis once B sees it hold the lease.
