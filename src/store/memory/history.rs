@@ -18,13 +18,15 @@ pub(super) struct Histories {
     /// oldest-written).
     cap: usize,
     /// Ends no release reported (an expiry noted, a break), by resource,
-    /// until the call that saw them hands them on ([`Histories::take_ended`]);
-    /// at most [`ENDED_MAX`].
-    ended: Vec<(String, EndedHold)>,
+    /// until an acquire, release or break of it hands them on
+    /// ([`Histories::take_ended`]); at most [`ENDED_MAX`] resources.
+    ended: HashMap<String, Vec<EndedHold>>,
 }
 
-/// Most ends kept for their calls to take (past it, the newest are not
-/// kept: each call takes its own at once, so only a burst can get there).
+/// Most resources with ends waiting to be taken. An expiry noted by an
+/// inspect or a renew waits for the resource's next acquire, release or
+/// break, which may never come; past this many such resources the waiting
+/// ends are dropped (not observed), so they never pile up.
 const ENDED_MAX: usize = 4096;
 
 impl Histories {
@@ -33,32 +35,26 @@ impl Histories {
             map: HashMap::new(),
             bound,
             cap: cap.max(1024),
-            ended: Vec::new(),
+            ended: HashMap::new(),
         }
     }
 
     /// Records that a permit of `key` ended by `end` after `held_ms`.
     pub(super) fn ended(&mut self, key: &str, end: HoldEnd, held_ms: u64) {
-        if self.ended.len() < ENDED_MAX {
-            self.ended
-                .push((key.to_owned(), EndedHold { end, held_ms }));
+        let hold = EndedHold { end, held_ms };
+        if let Some(waiting) = self.ended.get_mut(key) {
+            waiting.push(hold);
+            return;
         }
+        if self.ended.len() >= ENDED_MAX {
+            self.ended.clear();
+        }
+        self.ended.insert(key.to_owned(), vec![hold]);
     }
 
     /// The ends recorded for `key`, taken.
     pub(super) fn take_ended(&mut self, key: &str) -> Vec<EndedHold> {
-        if self.ended.is_empty() {
-            return Vec::new();
-        }
-        let mut taken = Vec::new();
-        self.ended.retain(|(k, hold)| {
-            let mine = k == key;
-            if mine {
-                taken.push(*hold);
-            }
-            !mine
-        });
-        taken
+        self.ended.remove(key).unwrap_or_default()
     }
 
     pub(super) fn bound(&self) -> HistoryBound {
@@ -144,5 +140,31 @@ pub(super) fn of(p: &Permit, event: HistoryEvent, at: StoreTime, version: &str) 
         fencing_token: p.fencing_token,
         version: version.to_owned(),
         holder: p.holder.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ends_are_taken_by_their_resource_and_never_pile_up() {
+        let mut h = Histories::new(HistoryBound::default(), 0);
+        h.ended("a", HoldEnd::Expired, 5);
+        h.ended("b", HoldEnd::Broken, 7);
+        h.ended("a", HoldEnd::Broken, 9);
+        let a: Vec<u64> = h.take_ended("a").iter().map(|e| e.held_ms).collect();
+        assert_eq!(a, [5, 9]);
+        assert!(h.take_ended("a").is_empty(), "taken once");
+        assert_eq!(h.take_ended("b").len(), 1);
+        // Ends nobody takes (noted by inspects) stay bounded: past the cap
+        // the waiting ones go, and a new end is still kept.
+        for i in 0..ENDED_MAX {
+            h.ended(&format!("r{i}"), HoldEnd::Expired, 1);
+        }
+        assert_eq!(h.ended.len(), ENDED_MAX);
+        h.ended("c", HoldEnd::Expired, 3);
+        assert_eq!(h.ended.len(), 1);
+        assert_eq!(h.take_ended("c").len(), 1);
     }
 }
