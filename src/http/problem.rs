@@ -304,7 +304,7 @@ fn problem_body(
                     // `PREFIX` and outcome names hold nothing to escape.
                     out.push(b'"');
                     out.extend_from_slice(PREFIX.as_bytes());
-                    out.extend(outcome.bytes().map(|b| if b == b'_' { b'-' } else { b }));
+                    out.extend(type_slug(outcome));
                     out.push(b'"');
                 }
             }
@@ -493,8 +493,14 @@ pub const PREFIX: &str = "/problems/";
 pub fn type_uri(outcome: &str) -> String {
     let mut uri = String::with_capacity(PREFIX.len() + outcome.len());
     uri.push_str(PREFIX);
-    uri.extend(outcome.chars().map(|c| if c == '_' { '-' } else { c }));
+    uri.extend(type_slug(outcome).map(char::from));
     uri
+}
+
+/// An outcome as its problem type names it: `_` becomes `-` (outcome
+/// names are ASCII).
+fn type_slug(outcome: &str) -> impl Iterator<Item = u8> + '_ {
+    outcome.bytes().map(|b| if b == b'_' { b'-' } else { b })
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{RawPathParams, RawQuery, State};
-
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
