@@ -44,8 +44,10 @@
 --
 -- Returns:
 --   {tag(1), fence, now}  acquired (acquiredAt = renewedAt = now)
---   {tag(2), remaining, fence, acquiredAt, renewedAt, ttlMs, holder}  the
---     same attempt already holds a permit (TTL not extended)
+--   {tag(2), remaining, fence, acquiredAt, renewedAt, ttlMs, holder, granted}
+--     the same attempt already holds a permit (TTL not extended); granted
+--     1: the caller waits and a release granted it that permit (its queue
+--     entry is gone), so this is its acquisition, else 0
 --   {tag(3), remaining}   the same owner token holds the plain lease for
 --                         another operation
 --   {tag(0), retry, why}  contended: why 0 no free permit (or the other
@@ -304,7 +306,12 @@ for i = 1, rec and #rec or 0, 2 do
         if type(claimed) == 'table' and claimed.err then
           return {tag - 9, claimed.err}
         end
-        return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(granted), string.sub(v, at)}
+        -- 1 when the caller waits and its queue entry is gone: a release
+        -- granted it this permit (release.lua), which is its acquisition.
+        local handed = member ~= '' and not redis.call('ZSCORE',
+          (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member) and 1 or 0
+        return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(granted),
+          string.sub(v, at), handed}
       end
       live = live + 1
       if not soonest or exp < soonest then
@@ -606,6 +613,7 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
   end
   if member ~= '' then
     redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
+    redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member)
   end
   H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
   done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[4])
@@ -672,6 +680,8 @@ redis.pcall('ZADD', IDX, exp_text, mine)
 redis.pcall('PEXPIRE', IDX, ends - now)
 if member ~= '' then
   redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
+  -- Its ask (queue.lua) goes with it: no release grants it again.
+  redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member)
 end
 H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
 done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.'

@@ -12,7 +12,13 @@
 --         roster: this instance's members that still wait, comma-separated;
 --         its other entries among the first 64 go (per-waiter liveness: an
 --         entry whose waiter has gone stops blocking at the next beat)
--- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- ARGV[8] ask (enter/front): '' or the waiter's acquire, for a release to
+--         grant it the lease in its own run (release.lua, "Hand-off"):
+--         "<ttl ms>|<owner token>|<operation id>|<holder label>" (the label
+--         as acquire.lua's ARGV[4], last: it may contain '|'). Kept in the
+--         hash <ns>:ask:v2:{<purpose>:<digest>} (derived from KEYS[1]),
+--         field = the member, for as long as the queue lives.
+-- ARGV[9] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Members: each waiter '<mode>:<instance>:<n>' with score = the server
 -- clock in µs when it entered (its place; ties go by member), and each
@@ -22,14 +28,22 @@
 -- waiters stop holding up the queue when its deadline passes. The key
 -- expires by itself after the last deadline; the sequence's fourth part
 -- ("queue until") tells acquire when it can skip the queue altogether.
--- Returns {tag(1)}; {tag(-9), error} Redis refused a write.
-local tag = tonumber(ARGV[8]) * 16 + 9
+-- Returns {tag(1), n}: for enter/front n = the PTTL of the resource's
+-- record (held, or in a lock-delay: a release or an expiry comes first,
+-- and a release hands off to the queue's head), -2 when it has none (free:
+-- the waiter looks at once); for leave n = 1 when the entry was there (it
+-- could not have been granted: release.lua takes a granted entry out),
+-- 0 when it was not (granted, taken, or dropped as dead); for beat n = 1.
+-- {tag(-9), error} Redis refused a write.
+local tag = tonumber(ARGV[9]) * 16 + 9
 local verb = ARGV[1]
+local ASK = (string.gsub(KEYS[1], ':queue:v2:{', ':ask:v2:{', 1))
 if verb == 'leave' then
-  redis.pcall('ZREM', KEYS[1], ARGV[7])
+  local removed = redis.pcall('ZREM', KEYS[1], ARGV[7])
+  redis.pcall('HDEL', ASK, ARGV[7])
   -- The next waiter may go now.
   redis.pcall('PUBLISH', ARGV[5], ARGV[6] .. '\t\tqueue')
-  return {tag + 1}
+  return {tag + 1, removed == 1 and 1 or 0}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -51,6 +65,11 @@ if verb == 'enter' or verb == 'front' then
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}
   end
+  if ARGV[8] ~= '' then
+    -- Refused, the entry only waits as one without an ask (it looks for
+    -- itself on every release).
+    redis.pcall('HSET', ASK, ARGV[7], ARGV[8])
+  end
 end
 if verb == 'beat' then
   local live = {}
@@ -69,6 +88,7 @@ if verb == 'beat' then
   if gone then
     -- At most 64: unpack is bounded.
     redis.pcall('ZREM', KEYS[1], unpack(gone))
+    redis.pcall('HDEL', ASK, unpack(gone))
     redis.pcall('PUBLISH', ARGV[5], ARGV[6] .. '\t\tqueue')
   end
 end
@@ -77,6 +97,7 @@ if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
 redis.pcall('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
+redis.pcall('PEXPIRE', ASK, tonumber(ARGV[3]) + 1000)
 -- Tell acquire the queue exists until this deadline.
 local seq = redis.call('GET', KEYS[2])
 local a, b, c, d = '0', '0', '0', '0'
@@ -97,4 +118,7 @@ if tonumber(d) < deadline then
     return {tag - 9, done.err}
   end
 end
-return {tag + 1}
+if verb == 'beat' then
+  return {tag + 1, 1}
+end
+return {tag + 1, redis.call('PTTL', (string.gsub(KEYS[1], ':queue:v2:{', ':lease:v2:{', 1)))}

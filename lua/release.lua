@@ -7,7 +7,8 @@
 --         goes only if nobody has been told it is held since, i.e. it was
 --         never renewed and no replay claimed it (acquire.lua's claim key).
 -- ARGV[6] history length  ARGV[7] history ttl ms (see acquire.lua)
--- ARGV[8] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
+-- ARGV[8] this instance's id (its queue members are '<mode>:<id>:<n>')
+-- ARGV[9] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- History (see acquire.lua): 'r' for the released permit, and 'x'/'d' for
 -- expired permits this run reads, as acquire.lua writes them.
@@ -19,13 +20,29 @@
 -- error} Redis refused. After those items, every answer but a refusal
 -- appends the hold time (expiresAt - acquiredAt, ms) of each permit whose
 -- expiry this run wrote to the history (as acquire.lua).
+-- Hand-off (docs/design.md §12): when the released permit was a plain
+-- lease's and the fair queue's first live entry is an exclusive waiter
+-- that left an ask (queue.lua) on the releasing instance itself, this run
+-- grants that waiter the lease: the
+-- permit written as acquire.lua writes it (its attempt, a new fencing token,
+-- its TTL and label; 'a' in the history), its entry and ask gone, and
+-- "<tag>\t<version>\tgranted\t<member>\t<fence>\t<acquiredAt>" published
+-- instead of 'released' (after the writes: nobody hears of a grant that was
+-- not written). The waiter's instance answers it from that message, without
+-- another script run; a waiter that left meanwhile is released again by
+-- mode 'a' (the grant was never claimed). A head without an ask (an older
+-- instance's waiter, a shared or counting waiter) is not granted: the
+-- release wakes waiters as before. So is a head on another instance: that
+-- instance may have been frozen or killed a moment ago (its heartbeat
+-- lasts 2 s), and a grant would then be held for its whole TTL by a
+-- waiter nobody can answer or clean up; the releasing instance is running.
 -- The event "<tag>\t<version>\treleased" is published before the delete: an
 -- ACL that denies the channel refuses the release before anything is deleted
 -- (an event without a delete only costs waiters and watchers one look).
 -- A release changes no counter: the version "<changes>.<live permits>" moves
 -- because the live count falls (and for one change count it only falls). A
 -- release never starts a lock-delay: only an expiry does.
-local tag = tonumber(ARGV[8]) * 16 + 9
+local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
@@ -140,8 +157,12 @@ end
 local H, HMAX = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1)), tonumber(ARGV[6])
 local changes = '0'
 local seq = redis.call('GET', KEYS[2])
+local last, watched, queued = '0', '0', '0'
 if seq then
-  changes = string.match(seq, '^%d+:(%d+):') or '0'
+  local a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
+  if a then
+    last, changes, watched, queued = a, b, c, (d ~= '' and d or '0')
+  end
 end
 -- Hold times of the expiries written below, appended to the answer (as
 -- acquire.lua does).
@@ -194,9 +215,37 @@ if ARGV[5] == 'a' and (renewed
     or redis.call('EXISTS', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1)) .. ':' .. mine) == 1) then
   return answer({tag + 2})
 end
-local done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased')
-if type(done) == 'table' and done.err then
-  return {tag - 9, done.err}
+-- Hand-off: the queue's first live entry, when the released permit was a
+-- plain lease's (a string record: no other permit, no lock-delay).
+local QUEUE, ASK, head, ask
+if type(cur) == 'string' and tonumber(queued) > now then
+  QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
+  local entries = redis.call('ZRANGEBYSCORE', QUEUE, 0, '+inf', 'LIMIT', 0, 64)
+  local alive = {}
+  for i = 1, #entries do
+    local inst = string.match(entries[i], '^%a:([^:]+):') or ''
+    local until_ms = alive[inst]
+    if until_ms == nil then
+      local sc = redis.call('ZSCORE', QUEUE, '~' .. inst)
+      until_ms = sc and -tonumber(sc) or 0
+      alive[inst] = until_ms
+    end
+    if until_ms > now then
+      head = entries[i]
+      break
+    end
+  end
+  if head and string.match(head, '^x:([^:]+):') == ARGV[8] then
+    ASK = (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1))
+    ask = redis.call('HGET', ASK, head)
+  end
+end
+local done
+if not ask then
+  done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased')
+  if type(done) == 'table' and done.err then
+    return {tag - 9, done.err}
+  end
 end
 if rest == 0 then
   done = redis.pcall('DEL', KEYS[1])
@@ -232,4 +281,47 @@ if type(done) == 'number' and done > HMAX then
   redis.pcall('LTRIM', H, 0, HMAX - 1)
 end
 redis.pcall('PEXPIRE', H, ARGV[7])
+if ask then
+  -- The grant, as acquire.lua's general path writes a plain lease.
+  local granted = false
+  local ttl_text, owner, op, label = string.match(ask, '^(%d+)|([^|]*)|([^|]*)|(.*)$')
+  if ttl_text then
+    local us6 = t[2]
+    if #us6 < 6 then
+      us6 = string.sub('00000' .. us6, -6)
+    end
+    -- Fencing as acquire.lua: above the last token and the clock in µs.
+    local clock_us, fence_text = tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. us6
+    if tonumber(last) + 1 > clock_us then
+      fence_text = string.format('%d', tonumber(last) + 1)
+    end
+    local ttl = tonumber(ttl_text)
+    local changes_text = string.format('%d', tonumber(changes) + 1)
+    local now_text = string.format('%d', now)
+    done = redis.pcall('SET', KEYS[2], fence_text .. ':' .. changes_text .. ':' .. watched .. ':' .. queued,
+      'PX', ttl > 604800000 and ttl_text or '604800000')
+    if not (type(done) == 'table' and done.err) then
+      done = redis.pcall('SET', KEYS[1], 'p:' .. owner .. ':' .. op .. '|' .. fence_text .. '|'
+        .. string.format('%d', now + ttl) .. '|' .. now_text .. '|' .. now_text .. '|' .. ttl_text .. '|0|'
+        .. label, 'PX', ttl_text)
+      granted = not (type(done) == 'table' and done.err)
+    end
+    if granted then
+      redis.pcall('ZREM', QUEUE, head)
+      redis.pcall('HDEL', ASK, head)
+      done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. label)
+      if type(done) == 'number' and done > HMAX then
+        redis.pcall('LTRIM', H, 0, HMAX - 1)
+      end
+      redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes_text .. '.1\tgranted\t' .. head .. '\t'
+        .. fence_text .. '\t' .. now_text)
+    end
+  end
+  if not granted then
+    -- Not granted (a malformed ask, Redis refused the write): released,
+    -- and the waiters look for themselves.
+    redis.pcall('HDEL', ASK, head)
+    redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased')
+  end
+end
 return answer({tag + 1, now - acquired_at})

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
 use super::purpose::PurposeHub;
 use super::watch::WatchHub;
@@ -38,27 +38,64 @@ pub struct ResourceWaiters {
     guards: AtomicUsize,
     /// The fair-queue members of this instance's live places: each
     /// heartbeat sends them, and the store drops this instance's entries
-    /// that are not among them (per-waiter liveness, docs/design.md §14).
-    members: Mutex<Vec<String>>,
+    /// that are not among them (per-waiter liveness, docs/design.md §14);
+    /// with each, where a grant to it goes.
+    members: Mutex<Vec<(String, Option<oneshot::Sender<Grant>>)>>,
+}
+
+/// A release handed the lease to a queue entry of this instance in the
+/// same store call (docs/design.md §12, "Hand-off"): the permit the store
+/// wrote for the entry's attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// The new fencing token.
+    pub fencing_token: u64,
+    /// When it was written (store clock, ms): acquiredAt and renewedAt.
+    pub acquired_at: u64,
 }
 
 impl ResourceWaiters {
-    /// A place took `member` (before its enter is sent).
-    pub fn join(&self, member: &str) {
-        self.lock_members().push(member.to_owned());
+    /// A place took `member` (before its enter is sent); a grant to it
+    /// arrives on the receiver.
+    pub fn join(&self, member: &str) -> oneshot::Receiver<Grant> {
+        let (tx, rx) = oneshot::channel();
+        self.lock_members().push((member.to_owned(), Some(tx)));
+        rx
     }
 
     /// The place of `member` is gone (taken with the permit, or left).
     pub fn part(&self, member: &str) {
-        self.lock_members().retain(|m| m != member);
+        self.lock_members().retain(|(m, _)| m != member);
     }
 
     /// This instance's live members, comma-separated (members hold none).
     pub fn roster(&self) -> String {
-        self.lock_members().join(",")
+        let members = self.lock_members();
+        let mut roster = String::new();
+        for (i, (m, _)) in members.iter().enumerate() {
+            if i > 0 {
+                roster.push(',');
+            }
+            roster.push_str(m);
+        }
+        roster
     }
 
-    fn lock_members(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+    /// Hands `grant` to the place of `member`; false when no live place
+    /// took it (that place's leave finds its entry gone and releases what
+    /// it was granted, unless someone claimed it).
+    fn grant(&self, member: &str, grant: Grant) -> bool {
+        let sender = self
+            .lock_members()
+            .iter_mut()
+            .find(|(m, _)| m == member)
+            .and_then(|(_, tx)| tx.take());
+        sender.is_some_and(|tx| tx.send(grant).is_ok())
+    }
+
+    fn lock_members(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Vec<(String, Option<oneshot::Sender<Grant>>)>> {
         self.members
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -105,6 +142,20 @@ impl WaitRegistry {
         }
         self.watch.changed(tag, Some(change));
         self.purposes.changed(tag, Some(change));
+    }
+
+    /// A release of `tag` granted the lease to `member` (an entry of some
+    /// instance's waiter): that waiter hears of it here when it is this
+    /// instance's; watchers hear a release and an acquire. Other waiters
+    /// are not woken: the resource is held again.
+    pub fn granted(&self, tag: &str, member: &str, grant: Grant) -> bool {
+        let resource = self.map().get(tag).cloned();
+        let handed = resource.is_some_and(|r| r.grant(member, grant));
+        for change in [Change::Released, Change::Acquired] {
+            self.watch.changed(tag, Some(change));
+            self.purposes.changed(tag, Some(change));
+        }
+        handed
     }
 
     /// An operator broke `tag` (or permits of it): waiters look again, as

@@ -8,10 +8,11 @@ use super::place::*;
 use std::time::{Duration, Instant};
 
 use crate::domain::{
-    AcquireOutcome, Attempt, ContendedReason, Failure, HolderLabel, LeaseShape, ResourceId, Ttl,
-    WaitMs,
+    AcquireOutcome, Attempt, ContendedReason, Failure, HolderLabel, LeaseShape, ResourceId,
+    StoreTime, Ttl, WaitMs,
 };
-use crate::store::{AcquireSpec, Contention, QueueOp, StoreAcquire, StoreError};
+use crate::notify::Grant;
+use crate::store::{AcquireSpec, Ask, Contention, QueueOp, StoreAcquire, StoreError, StoreLease};
 
 /// What a store call looks like to the wait loop.
 pub(super) type Tried = Result<AcquireOutcome, Failure>;
@@ -290,15 +291,23 @@ impl LeaseService {
                 return last_look!();
             }
         };
+        // What a release may grant this waiter in its own store call
+        // (docs/design.md §12, "Hand-off").
+        let ask = Ask {
+            attempt,
+            spec: request.spec(None),
+        };
         let mut enter_retries = Retries::new();
-        loop {
+        // Entered while the record lives this long: no look before a
+        // release, a grant or then.
+        let mut held_ms = loop {
             let failure = tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => {
                     return Ok(contended(retry_after_ms, waited()));
                 }
-                entered = place.enter(self, false) => match entered {
-                    Ok(()) => break,
+                entered = place.enter(self, false, Some(ask)) => match entered {
+                    Ok(held_ms) => break held_ms,
                     Err(failure) => failure,
                 },
                 _ = tokio::time::sleep_until(deadline) => {
@@ -313,7 +322,7 @@ impl LeaseService {
                 drop(entry);
                 return last_look!();
             }
-        }
+        };
         let mut turn = std::pin::pin!(queue.turn.lock());
         let mut held_turn = tokio::select! {
             biased;
@@ -326,6 +335,10 @@ impl LeaseService {
                 biased;
                 _ = self.shutdown.cancelled() => {
                     return Ok(contended(retry_after_ms, waited()));
+                }
+                grant = place.granted() => {
+                    place.taken();
+                    return Ok(Self::granted(resource, request, grant, waited()));
                 }
                 turn = &mut turn => Some(turn),
                 _ = tokio::time::sleep_until(deadline) => None,
@@ -344,10 +357,15 @@ impl LeaseService {
             let woken = queue.wake.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            match self
-                .try_acquire(resource, attempt, request, place.member(), waited())
-                .await
-            {
+            let tried = match held_ms.take() {
+                // Entered behind a live record: a release wakes or grants.
+                Some(ms) => Ok((contended(ms, None), None)),
+                None => {
+                    self.try_acquire(resource, attempt, request, place.member(), waited())
+                        .await
+                }
+            };
+            match tried {
                 Ok((AcquireOutcome::Contended { retry_after_ms, .. }, why)) => {
                     retries.uncertain = false;
                     holder_ttl = retry_after_ms;
@@ -355,9 +373,12 @@ impl LeaseService {
                         // This instance missed its heartbeats (frozen?):
                         // its place is gone; take a new one, ahead of this
                         // instance's other waiters (they wait for this turn).
-                        if let Err(failure) = place.enter(self, true).await {
-                            if !self.pause(&mut retries, &failure, deadline, false).await {
-                                return last_look!();
+                        match place.enter(self, true, Some(ask)).await {
+                            Ok(ms) => held_ms = ms,
+                            Err(failure) => {
+                                if !self.pause(&mut retries, &failure, deadline, false).await {
+                                    return last_look!();
+                                }
                             }
                         }
                         continue;
@@ -389,6 +410,10 @@ impl LeaseService {
                     biased;
                     _ = self.shutdown.cancelled() => {
                         return Ok(contended(holder_ttl, waited()));
+                    }
+                    grant = place.granted() => {
+                        place.taken();
+                        return Ok(Self::granted(resource, request, grant, waited()));
                     }
                     _ = &mut woken => break,
                     _ = tokio::time::sleep_until(expiry.min(deadline)) => break,
@@ -469,6 +494,32 @@ impl LeaseService {
                 AcquireOutcome::Acquired { lease, waited_ms }
             }
             other => other,
+        }
+    }
+
+    /// What a release granted this waiter (docs/design.md §12, "Hand-off"):
+    /// the permit the store wrote for its attempt, as an acquire script
+    /// answers it.
+    pub(super) fn granted(
+        resource: &ResourceId,
+        request: &AcquireRequest,
+        grant: Grant,
+        waited_ms: Option<u64>,
+    ) -> AcquireOutcome {
+        let ttl_ms = request.ttl.at_most(request.max_hold_ms).ms();
+        let at = StoreTime(grant.acquired_at);
+        let record = StoreLease {
+            fencing_token: grant.fencing_token,
+            remaining_ms: ttl_ms,
+            ttl_ms,
+            acquired_at: at,
+            renewed_at: at,
+            holder: request.holder.clone(),
+            max_hold_ms: request.max_hold_ms,
+        };
+        AcquireOutcome::Acquired {
+            lease: Self::lease(resource, record, None),
+            waited_ms,
         }
     }
 

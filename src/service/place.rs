@@ -6,11 +6,12 @@ use super::core::*;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{Attempt, Failure, Mode, ResourceId};
-use crate::notify::{ResourceWaiters, WaitRegistry};
-use crate::store::{QueueOp, Store};
+use crate::notify::{Grant, ResourceWaiters, WaitRegistry};
+use crate::store::{Ask, QueueOp, Queued, Store};
 
 /// A waiter's place in the resource's fair queue. Dropped without being
 /// taken (deadline, disconnect, shutdown), it leaves the queue in the
@@ -25,6 +26,13 @@ pub(super) struct Place {
     /// This instance's waiters of the resource: the roster its heartbeats
     /// send lists this place's member while it lives.
     pub(super) queue: Arc<ResourceWaiters>,
+    /// Where a release's grant to this place's entry arrives.
+    pub(super) grant: Option<oneshot::Receiver<Grant>>,
+    /// The waiter's attempt, once an ask went with its entry: a leave that
+    /// finds the entry gone releases what it may have been granted (with
+    /// `--release-abandoned`; without, a grant ends with its TTL).
+    pub(super) asked: Option<Attempt>,
+    release_abandoned: bool,
 }
 
 /// First pause between two tries of a store call that failed inside a wait
@@ -32,6 +40,9 @@ pub(super) struct Place {
 pub(super) const RETRY_FIRST: Duration = Duration::from_millis(25);
 /// Longest pause between two such tries.
 pub(super) const RETRY_MAX: Duration = Duration::from_millis(400);
+/// How long after its waiter left an entry that left an ask may still be
+/// granted: the queue's heartbeat horizon (2 s) and some room.
+const GRANTABLE: Duration = Duration::from_millis(3_000);
 
 impl Place {
     pub(super) fn new(
@@ -48,6 +59,9 @@ impl Place {
             waiters: Arc::clone(&service.waiters),
             shutdown: service.shutdown.clone(),
             queue,
+            grant: None,
+            asked: None,
+            release_abandoned: service.settings.release_abandoned,
         }
     }
 
@@ -58,36 +72,61 @@ impl Place {
     /// Takes a (new) place: at the back of the queue, or (`front`, for a
     /// turn holder whose place lapsed) ahead of this instance's own
     /// entries, so that it never waits behind waiters waiting for its turn.
+    /// `ask`: what a release may grant the entry (docs/design.md §12). `Some(ms)`:
+    /// the resource's record lives that long, so the waiter need not look
+    /// before a release, a grant or then.
     pub(super) async fn enter(
         &mut self,
         service: &LeaseService,
         front: bool,
-    ) -> Result<(), Failure> {
+        ask: Option<Ask<'_>>,
+    ) -> Result<Option<u64>, Failure> {
         self.leave();
         // Known before the enter is sent: a cancel or an uncertain reply
         // during it still leaves on drop.
         let member = self.store.queue_member(self.mode);
-        self.queue.join(&member);
+        self.grant = Some(self.queue.join(&member));
         self.member = Some(member.clone());
+        self.asked = ask.map(|a| a.attempt.clone());
         let op = if front {
-            QueueOp::EnterFront(&member)
+            QueueOp::EnterFront(&member, ask)
         } else {
-            QueueOp::Enter(&member)
+            QueueOp::Enter(&member, ask)
         };
         let entered = service
             .admitted(self.store.queue(&self.resource, op))
             .await?;
-        entered.map_err(|err| service.failure(err, None))
+        match entered.map_err(|err| service.failure(err, None))? {
+            Queued::Entered(held_ms) => Ok(held_ms),
+            _ => Ok(None),
+        }
+    }
+
+    /// A release's grant to this place's entry, when one came (never
+    /// resolves otherwise).
+    pub(super) async fn granted(&mut self) -> Grant {
+        if let Some(rx) = self.grant.as_mut() {
+            if let Ok(grant) = rx.await {
+                return grant;
+            }
+            // No grant can come any more (a receiver is not polled twice).
+            self.grant = None;
+        }
+        std::future::pending().await
     }
 
     /// The acquire script took the entry out with the permit.
     pub(super) fn taken(&mut self) {
+        self.grant = None;
+        self.asked = None;
         if let Some(member) = self.member.take() {
             self.queue.part(&member);
         }
     }
 
     pub(super) fn leave(&mut self) {
+        self.grant = None;
+        let asked = self.asked.take().filter(|_| self.release_abandoned);
         let Some(member) = self.member.take() else {
             return;
         };
@@ -98,17 +137,29 @@ impl Place {
         let (waiters, shutdown) = (Arc::clone(&self.waiters), self.shutdown.clone());
         tokio::spawn(async move {
             let mut pause = RETRY_FIRST;
+            let started = tokio::time::Instant::now();
             loop {
-                if store
-                    .queue(&resource, QueueOp::Leave(&member))
-                    .await
-                    .is_ok()
-                {
-                    return;
+                match store.queue(&resource, QueueOp::Leave(&member)).await {
+                    Ok(Queued::Left { was_there: false }) => {
+                        // Granted before the leave (or taken, or dropped):
+                        // what the attempt holds goes, unless claimed.
+                        if let Some(attempt) = asked {
+                            release_abandoned(&store, &resource, &attempt).await;
+                        }
+                        return;
+                    }
+                    Ok(_) => return,
+                    Err(_) => {}
                 }
                 // With no waiter of this instance left there, nobody beats
                 // for the entry: it lapses within the heartbeat horizon.
-                if !waiters.is_waited_for(&resource.tag()) {
+                // An entry that left an ask may be granted until then: past
+                // it, what its attempt may hold goes, unless claimed.
+                if asked.is_none() && !waiters.is_waited_for(&resource.tag()) {
+                    return;
+                }
+                if let Some(attempt) = asked.as_ref().filter(|_| started.elapsed() > GRANTABLE) {
+                    release_abandoned(&store, &resource, attempt).await;
                     return;
                 }
                 tokio::select! {

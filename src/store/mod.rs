@@ -89,16 +89,47 @@ pub enum Contention {
 /// A fair-queue operation for one resource.
 #[derive(Debug, Clone, Copy)]
 pub enum QueueOp<'a> {
-    /// Take a place at the back (the store's clock orders places).
-    Enter(&'a str),
+    /// Take a place at the back (the store's clock orders places), with
+    /// what to grant the entry when a release hands the lease to it.
+    Enter(&'a str, Option<Ask<'a>>),
     /// Take a place ahead of this instance's own entries (a turn holder
     /// whose place lapsed; bounded: among the first 64 entries).
-    EnterFront(&'a str),
+    EnterFront(&'a str, Option<Ask<'a>>),
     /// This instance is alive, and these of its entries (comma-separated
     /// members) still wait; its other entries go.
     Beat(&'a str),
     /// Leave the queue (deadline, disconnect, shutdown).
     Leave(&'a str),
+}
+
+/// A waiter's acquire, left with its queue entry so that a release can
+/// grant it the lease in the same store call (docs/design.md §12,
+/// "Hand-off"). A store that cannot grant (the embedded store's waiters
+/// are all local; a Redis store that waits for replica acks) ignores it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    /// Whose acquire: the permit is written for this attempt.
+    pub attempt: &'a Attempt,
+    /// What it asks for (a plain lease is granted; any other shape is not).
+    pub spec: AcquireSpec<'a>,
+}
+
+/// What a fair-queue operation found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queued {
+    /// Entered. `Some(ms)`: the resource's record lives this much longer
+    /// (a holder or a lock-delay), so a release or an expiry comes first
+    /// and the waiter need not look now; `None`: the waiter looks at once.
+    Entered(Option<u64>),
+    /// Left. `was_there`: the entry was still queued, so no release granted
+    /// it anything; otherwise it may have been granted (or was taken or
+    /// dropped), and what it holds is released if nobody claimed it.
+    Left {
+        /// Whether the leave removed the entry.
+        was_there: bool,
+    },
+    /// A heartbeat.
+    Beaten,
 }
 
 /// What an acquire script found and did.
@@ -534,7 +565,11 @@ impl Store {
     }
 
     /// Enters, keeps or leaves `resource`'s fair queue.
-    pub async fn queue(&self, resource: &ResourceId, op: QueueOp<'_>) -> Result<(), StoreError> {
+    pub async fn queue(
+        &self,
+        resource: &ResourceId,
+        op: QueueOp<'_>,
+    ) -> Result<Queued, StoreError> {
         dispatch!(self, s => s.queue(resource, op).await)
     }
 

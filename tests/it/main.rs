@@ -23,6 +23,7 @@ mod contract;
 #[cfg(feature = "client")]
 mod election;
 mod fairness;
+mod handoff;
 mod harness_selftest;
 mod history;
 mod history_api;

@@ -14,8 +14,8 @@ use crate::domain::{
 };
 use crate::notify::WaitRegistry;
 use crate::store::{
-    AcquireSpec, Contention, Probe, QueueOp, Readiness, StoreAcquire, StoreError, StoreInspect,
-    StoreLease, StoreListed, StorePage, StoreRelease, StoreRenew, PERMITS_SHOWN,
+    AcquireSpec, Contention, Probe, Readiness, StoreAcquire, StoreError, StoreInspect, StoreLease,
+    StoreListed, StorePage, StoreRelease, StoreRenew, PERMITS_SHOWN,
 };
 
 use super::history::{of, Histories};
@@ -24,6 +24,8 @@ use operator::Tomb;
 
 #[path = "operator.rs"]
 mod operator;
+#[path = "queue.rs"]
+mod queue;
 /// Most shared holders at once (as on Redis).
 const SHARED_CAP: usize = 10_000;
 
@@ -495,19 +497,6 @@ impl MemoryStore {
             _ => None,
         };
         Ok(StorePage { leases, next })
-    }
-
-    pub(in crate::store) fn queue_member(&self, mode: Mode) -> String {
-        // One instance: the waiters' own FIFO is the queue.
-        format!("{}:local", mode.code())
-    }
-
-    pub(in crate::store) async fn queue(
-        &self,
-        _resource: &ResourceId,
-        _op: QueueOp<'_>,
-    ) -> Result<(), StoreError> {
-        Ok(())
     }
 
     pub(in crate::store) async fn readiness(&self) -> Readiness {

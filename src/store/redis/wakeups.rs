@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::cluster::ClusterBackend;
 use super::sentinel::{Master, SentinelBackend};
 use crate::domain::{BreakReason, Change, Revocation};
-use crate::notify::WaitRegistry;
+use crate::notify::{Grant, WaitRegistry};
 
 /// Where the wake-up subscription connects.
 pub(super) enum WakeSource {
@@ -127,11 +127,30 @@ pub(super) async fn subscribe_wakeups(
 
 /// One wake-up channel message: `<tag>\t<version>\t<kind>` (a bare
 /// `<tag>` is read as "something changed"); `revoked` (break.lua) adds
-/// `\t<key name>\t<reason>`, either of them empty when there is none.
+/// `\t<key name>\t<reason>`, either of them empty when there is none;
+/// `granted` (release.lua's hand-off) adds `\t<member>\t<fence>\t<at ms>`.
 pub(super) fn on_event(waiters: &WaitRegistry, payload: &str) {
     let mut parts = payload.split('\t');
     let tag = parts.next().unwrap_or_default();
     match parts.nth(1) {
+        Some("granted") => {
+            let member = parts.next().unwrap_or_default();
+            let fence = parts.next().and_then(|f| f.parse().ok());
+            let at = parts.next().and_then(|a| a.parse().ok());
+            match fence.zip(at) {
+                Some((fencing_token, acquired_at)) => {
+                    let grant = Grant {
+                        fencing_token,
+                        acquired_at,
+                    };
+                    // Not handed: no live place of this instance has the
+                    // member (another instance's, or one that left and
+                    // releases it).
+                    waiters.granted(tag, member, grant);
+                }
+                None => waiters.changed_somehow(tag),
+            }
+        }
         Some("revoked") => {
             let key_name = parts.next().filter(|n| !n.is_empty()).map(str::to_owned);
             let reason = parts.next().and_then(|r| BreakReason::parse(r).ok());

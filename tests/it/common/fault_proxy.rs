@@ -12,6 +12,9 @@
 //!   and is then closed on both sides (RST) before the reply can come back.
 //! * **latency** ([`FaultProxy::set_reply_delay`]): every reply is held back
 //!   this long (order kept; requests are not delayed).
+//! * **held script** ([`FaultProxy::hold_script`]): requests that run one
+//!   script (by SHA1) are not forwarded until the hold is lifted (in order:
+//!   later requests on the same connection wait behind them).
 //! * **stall** ([`FaultProxy::set_stalled`]): every open connection is closed
 //!   and new ones are accepted but never connected upstream, so a pool can
 //!   neither keep nor replace a connection (pool exhaustion).
@@ -43,6 +46,8 @@ struct State {
     answered: watch::Sender<Vec<String>>,
     /// True while stalled; bumping closes every open connection.
     stalled: watch::Sender<bool>,
+    /// The SHA1 whose `EVALSHA` requests are held back, if any.
+    held: watch::Sender<Option<String>>,
 }
 
 /// See the module documentation.
@@ -73,6 +78,7 @@ impl FaultProxy {
             delay_ms: AtomicU64::new(0),
             answered: watch::channel(Vec::new()).0,
             stalled: watch::channel(false).0,
+            held: watch::channel(None).0,
         });
         let accept_state = state.clone();
         let accept_task = tokio::spawn(async move {
@@ -166,6 +172,12 @@ impl FaultProxy {
         )
         .await;
         matches!(waited, Ok(Ok(_)))
+    }
+
+    /// `Some(sha)`: hold back every request that runs script `sha` (and
+    /// what follows it on its connection) until `None`.
+    pub fn hold_script(&self, sha: Option<String>) {
+        self.state.held.send_replace(sha);
     }
 
     /// On: close every open connection and hold new ones unconnected.
@@ -297,6 +309,7 @@ async fn connection(client: tokio::net::TcpStream, upstream: SocketAddr, state: 
             };
             pending.extend_from_slice(&buf[..n]);
             let mut scripts = false;
+            let mut shas = Vec::new();
             let mut used = 0;
             while let Ok(Some(end)) = frame_end(&pending, used) {
                 let frame = &pending[used..end];
@@ -304,12 +317,17 @@ async fn connection(client: tokio::net::TcpStream, upstream: SocketAddr, state: 
                 if name == "EVALSHA" {
                     if let Some(sha) = second_word(frame) {
                         name = format!("EVALSHA {sha}");
+                        shas.push(sha);
                     }
                 }
                 scripts |= is_script(&name);
                 let _ = names_tx.send(name);
                 used = end;
             }
+            let mut held = state.held.subscribe();
+            let _ = held
+                .wait_for(|h| h.as_ref().is_none_or(|sha| !shas.contains(sha)))
+                .await;
             if server_wr.write_all(&pending[..used]).await.is_err() {
                 return;
             }

@@ -77,7 +77,7 @@ fn shape_arg(spec: &AcquireSpec<'_>) -> String {
 /// `"\x1e<maxHoldMs>|<label>"`, which the permit keeps in its label slot
 /// (docs/storage-v2.md, "Bounded holds": renew.lua reads the bound there,
 /// and every reader takes it off the label).
-fn holder_arg<'a>(spec: &AcquireSpec<'a>) -> std::borrow::Cow<'a, str> {
+pub(super) fn holder_arg<'a>(spec: &AcquireSpec<'a>) -> std::borrow::Cow<'a, str> {
     let label = spec.holder.map_or("", HolderLabel::as_str);
     match spec.max_hold_ms {
         None => label.into(),
@@ -101,6 +101,8 @@ mod at {
         pub const RENEWED_AT: usize = 4;
         pub const TTL_MS: usize = 5;
         pub const HOLDER: usize = 6;
+        /// 1: a release granted the waiting caller this permit.
+        pub const GRANTED: usize = 7;
     }
     /// `{tag(3), remaining}`: the owner token holds it for another operation.
     pub mod other_operation {
@@ -138,7 +140,7 @@ fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire
         2 => {
             use at::replayed::*;
             let (holder, max_hold_ms) = label(items, HOLDER)?;
-            StoreAcquire::Replayed(StoreLease {
+            let lease = StoreLease {
                 fencing_token: token_of(int(items, FENCE)?)?,
                 remaining_ms: non_negative(int(items, REMAINING)?).unwrap_or(0),
                 ttl_ms: non_negative(int(items, TTL_MS)?).ok_or_else(bad_reply)?,
@@ -146,7 +148,14 @@ fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire
                 renewed_at: store_time(int(items, RENEWED_AT)?)?,
                 holder,
                 max_hold_ms,
-            })
+            };
+            // A grant whose message this instance missed: the waiter's
+            // acquisition, not a replay of an earlier one.
+            if int(items, GRANTED)? == 1 {
+                StoreAcquire::Acquired(lease)
+            } else {
+                StoreAcquire::Replayed(lease)
+            }
         }
         3 => StoreAcquire::OwnerOperationConflict {
             remaining_ms: non_negative(int(items, at::other_operation::REMAINING)?),
@@ -205,10 +214,11 @@ impl RedisStore {
             .await?;
         let value = decode(&done.value, spec)?;
         // The expiries the run wrote follow the answer's own items.
-        let fixed = match value {
-            StoreAcquire::Acquired(_) | StoreAcquire::Contended { .. } => 3,
-            StoreAcquire::OwnerOperationConflict { .. } | StoreAcquire::LimitMismatch { .. } => 2,
-            StoreAcquire::Replayed(_) => done.value.len(),
+        // (By status: a replay that was a grant decodes as `Acquired`.)
+        let fixed = match int(&done.value, STATUS)? {
+            2 => done.value.len(),
+            0 | 1 => 3,
+            _ => 2,
         };
         Ok(Replicated {
             ended_holds: ended_holds(&done.value, fixed, HoldEnd::Expired)?,
@@ -259,6 +269,24 @@ mod tests {
         assert_eq!(
             decode(&[Value::Int(4), Value::Int(3)], &spec),
             Ok(StoreAcquire::LimitMismatch { limit: 3 })
+        );
+    }
+
+    #[test]
+    fn a_replay_is_an_acquisition_when_a_release_granted_it() {
+        let ttl = Bounds::new(10, 3_600_000, 30_000).ttl(5000).expect("ttl");
+        let spec = AcquireSpec::plain(ttl);
+        let replay = |granted| {
+            let label = Value::BulkString(b"w".to_vec());
+            let items = [2, 4000, 7, 100, 100, 5000].map(Value::Int);
+            let mut items = items.to_vec();
+            items.extend([label, Value::Int(granted)]);
+            decode(&items, &spec)
+        };
+        assert!(matches!(replay(0), Ok(StoreAcquire::Replayed(l)) if l.fencing_token == 7));
+        assert!(
+            matches!(replay(1), Ok(StoreAcquire::Acquired(l)) if l.fencing_token == 7
+            && l.remaining_ms == 4000 && l.acquired_at.0 == 100)
         );
     }
 }

@@ -9,10 +9,11 @@ use super::super::call::Call;
 use super::super::keys::{key, seq_key, QUEUE_HORIZON_MS, SEQ_KEY_TTL_TEXT};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
-use super::decode::{int, STATUS};
+use super::acquire::holder_arg;
+use super::decode::{int, non_negative, STATUS};
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Mode, ResourceId};
-use crate::store::{QueueOp, StoreError};
+use crate::store::{Ask, QueueOp, Queued, StoreError};
 
 /// The script, hashed once.
 static SCRIPT: LazyLock<Script> =
@@ -38,11 +39,13 @@ struct Args<'a> {
     resource_tag: &'a str,
     /// The member (enter, front, leave) or the roster (beat).
     member: &'a str,
+    /// Enter and front: [`ask_arg`], or `''`.
+    ask: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 7> {
+    fn named(&self) -> Named<'a, 8> {
         [
             ("verb", self.verb),
             ("this instance's id", self.instance_id),
@@ -51,22 +54,43 @@ impl<'a> Args<'a> {
             ("event channel", self.event_channel),
             ("resource tag", self.resource_tag),
             ("member", self.member),
+            ("ask", self.ask),
         ]
     }
 }
 
-/// The script's `verb` and `member` arguments for `op`.
-fn verb_and_member(op: QueueOp<'_>) -> (&'static str, &str) {
+/// The script's `verb`, `member` and ask for `op`.
+fn verb_and_member(op: QueueOp<'_>) -> (&'static str, &str, Option<Ask<'_>>) {
     match op {
-        QueueOp::Enter(member) => ("enter", member),
-        QueueOp::EnterFront(member) => ("front", member),
-        QueueOp::Beat(roster) => ("beat", roster),
-        QueueOp::Leave(member) => ("leave", member),
+        QueueOp::Enter(member, ask) => ("enter", member, ask),
+        QueueOp::EnterFront(member, ask) => ("front", member, ask),
+        QueueOp::Beat(roster) => ("beat", roster, None),
+        QueueOp::Leave(member) => ("leave", member, None),
     }
 }
 
-/// The only answer but a refusal: `{tag(1)}`.
+/// The `ask` argument: `"<ttl ms>|<owner token>|<operation id>|<holder
+/// label>"` (the label as acquire.lua's, with a hold bound's mark) for a
+/// plain lease, which release.lua may grant; `''` for any other shape.
+fn ask_arg(ask: Option<Ask<'_>>) -> String {
+    let Some(Ask { attempt, spec }) = ask else {
+        return String::new();
+    };
+    if !spec.shape.is_plain() || spec.shape.lock_delay_ms != 0 {
+        return String::new();
+    }
+    format!(
+        "{}|{}|{}|{}",
+        spec.ttl.ms(),
+        attempt.owner_token.expose(),
+        attempt.operation_id.as_str(),
+        holder_arg(&spec)
+    )
+}
+
+/// The answer's status, and its one item (`{tag(1), n}`).
 const DONE: i64 = 1;
+const N: usize = 1;
 
 impl RedisStore {
     /// A new queue member of this instance: `<mode>:<instance>:<n>`.
@@ -75,16 +99,19 @@ impl RedisStore {
         format!("{}:{}:{n}", mode.code(), self.instance)
     }
 
-    /// `queue.lua`: `op` on `resource`'s fair queue.
+    /// `queue.lua`: `op` on `resource`'s fair queue. An ask is left with
+    /// the entry only without replica acks: a grant is answered from its
+    /// published message, before any `WAIT` could confirm it.
     pub(in crate::store) async fn queue(
         &self,
         resource: &ResourceId,
         op: QueueOp<'_>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Queued, StoreError> {
         let queue = key(&self.namespace, "queue", resource);
         let seq = seq_key(&self.namespace, resource);
         let tag = resource.tag();
-        let (verb, member) = verb_and_member(op);
+        let (verb, member, ask) = verb_and_member(op);
+        let ask = ask_arg(ask.filter(|_| self.acks.is_none()));
         let args = Args {
             verb,
             instance_id: &self.instance,
@@ -93,6 +120,7 @@ impl RedisStore {
             event_channel: &self.wake_channel,
             resource_tag: &tag,
             member,
+            ask: &ask,
         };
         let done = self
             .run(Call {
@@ -103,10 +131,16 @@ impl RedisStore {
                 acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
             })
             .await?;
-        match int(&done.value, STATUS)? {
-            DONE => Ok(()),
-            _ => Err(bad_reply()),
+        if int(&done.value, STATUS)? != DONE {
+            return Err(bad_reply());
         }
+        let n = int(&done.value, N)?;
+        Ok(match op {
+            // PTTL: -2 no record (free), -1 none (never written so).
+            QueueOp::Enter(..) | QueueOp::EnterFront(..) => Queued::Entered(non_negative(n)),
+            QueueOp::Leave(_) => Queued::Left { was_there: n == 1 },
+            QueueOp::Beat(_) => Queued::Beaten,
+        })
     }
 }
 
@@ -127,9 +161,13 @@ mod tests {
 
     #[test]
     fn every_op_names_its_verb() {
-        assert_eq!(verb_and_member(QueueOp::Enter("m")), ("enter", "m"));
-        assert_eq!(verb_and_member(QueueOp::EnterFront("m")), ("front", "m"));
-        assert_eq!(verb_and_member(QueueOp::Beat("a,b")), ("beat", "a,b"));
-        assert_eq!(verb_and_member(QueueOp::Leave("m")), ("leave", "m"));
+        let names = |op| {
+            let (verb, member, _) = verb_and_member(op);
+            (verb, member)
+        };
+        assert_eq!(names(QueueOp::Enter("m", None)), ("enter", "m"));
+        assert_eq!(names(QueueOp::EnterFront("m", None)), ("front", "m"));
+        assert_eq!(names(QueueOp::Beat("a,b")), ("beat", "a,b"));
+        assert_eq!(names(QueueOp::Leave("m")), ("leave", "m"));
     }
 }

@@ -51,11 +51,13 @@ struct Args<'a> {
     /// [`RedisStore::history_args`]: the history's bound.
     history_length: &'a str,
     history_ttl_ms: &'a str,
+    /// Its waiters may be granted the lease (lua/release.lua, "Hand-off").
+    instance_id: &'a str,
 }
 
 impl<'a> Args<'a> {
     /// Each argument with its header name, in `ARGV` order.
-    fn named(&self) -> Named<'a, 7> {
+    fn named(&self) -> Named<'a, 8> {
         [
             ("owner token", self.owner_token),
             ("operation id", self.operation_id),
@@ -64,6 +66,7 @@ impl<'a> Args<'a> {
             ("mode", self.mode),
             ("history length", self.history_length),
             ("history ttl ms", self.history_ttl_ms),
+            ("this instance's id", self.instance_id),
         ]
     }
 }
@@ -160,6 +163,7 @@ impl RedisStore {
             mode: mode.arg(),
             history_length: &self.history_args[0],
             history_ttl_ms: &self.history_args[1],
+            instance_id: &self.instance,
         };
         let done = self
             .run_on_record(

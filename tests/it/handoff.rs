@@ -1,0 +1,219 @@
+//! Hand-off in the script (docs/design.md §12, "Hand-off"): a release of a
+//! plain lease with a queue grants it to the queue's first live waiter when
+//! that waiter is on the releasing instance, in the same script run, and
+//! the instance answers it from the published grant, without another
+//! acquire. A head on another instance is woken as before. A granted waiter
+//! whose caller has gone is released again (nobody claimed the grant), and
+//! the next waiter goes in turn. Real `redis-server` processes; the
+//! instances reach Redis through a RESP-aware proxy that counts script runs
+//! by SHA and can hold one script's calls back.
+
+#[allow(unused_imports)]
+use crate::common;
+
+use std::time::Duration;
+
+use common::app::{args, digest, unique, Backend, TestApp, TestAttempt};
+use common::fault_proxy::FaultProxy;
+use common::redis::RedisServer;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const P: &str = "handoff";
+
+/// Loads `lua/<name>.lua` into `server` and returns its SHA1, as the proxy
+/// sees it in `EVALSHA`.
+fn script_sha(server: &RedisServer, name: &str) -> String {
+    let path = format!("{}/lua/{name}.lua", env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(&path).expect("script source");
+    server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned()
+}
+
+/// An instance of namespace `ns` on `url`.
+async fn instance(url: String, ns: &str) -> TestApp {
+    let flags = ["--namespace", ns, "--release-abandoned", "true"];
+    TestApp::spawn_with(args(&Backend::Redis(url), &flags)).await
+}
+
+/// A waiting acquire through a client of its own, which the test may
+/// abort (the caller closes its socket).
+fn waiting_acquire(
+    app: &TestApp,
+    d: &str,
+    who: &TestAttempt,
+) -> tokio::task::JoinHandle<(StatusCode, Value)> {
+    let request = reqwest::Client::new()
+        .put(format!("{}/leases/{P}/{d}", app.base))
+        .header("Lease-Owner-Token", &who.token)
+        .header("Lease-Operation-Id", &who.op)
+        .json(&json!({ "ttlMs": 30_000, "waitMs": 20_000, "holder": "waiter" }));
+    tokio::spawn(async move {
+        let resp = request.send().await.expect("waiting acquire sent");
+        let status = resp.status();
+        (status, resp.json().await.expect("a JSON answer"))
+    })
+}
+
+/// The release answers `released`; the waiter queued on the same instance
+/// is answered `acquired` from the grant, with a newer fencing token, and
+/// no acquire script ran for it. Inspect and the history agree: released,
+/// then acquired by the waiter. When the next head waits on another
+/// instance, that instance's waiter acquires for itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_grants_the_queue_head_without_another_acquire() {
+    let server = RedisServer::start();
+    let (acquire_sha, queue_sha) = (script_sha(&server, "acquire"), script_sha(&server, "queue"));
+    let proxy = FaultProxy::start(server.addr()).await;
+    let ns = unique("ho");
+    let waiting = instance(proxy.url(), &ns).await;
+    let holding = instance(server.url(), &ns).await;
+    let d = digest();
+    let holder = waiting.attempt().await;
+    let held = waiting.acquire(P, &d, &holder, 30_000).await;
+    assert_eq!(held.outcome(), "acquired", "{:?}", held.body);
+
+    let waiter = waiting.attempt().await;
+    let pending = waiting_acquire(&waiting, &d, &waiter);
+    assert!(
+        proxy
+            .until_answered(&queue_sha, 1, Duration::from_secs(10))
+            .await,
+        "the waiter never entered the queue"
+    );
+    // The holder's acquire and the waiter's first look.
+    let looks = proxy.answered(&acquire_sha);
+    assert_eq!(looks, 2);
+
+    let released = waiting.release(P, &d, &holder).await;
+    assert_eq!(released.outcome(), "released", "{:?}", released.body);
+    let (status, body) = pending.await.expect("waiter");
+    assert_eq!(status, StatusCode::CREATED, "{body:?}");
+    assert_eq!(body["outcome"], "acquired");
+    assert!(body["waitedMs"].as_u64().is_some(), "{body:?}");
+    let lease = &body["lease"];
+    let token = lease["fencingToken"].as_u64().expect("fencingToken");
+    assert!(token > held.fencing_token(), "{body:?}");
+    assert_eq!(lease["holder"], "waiter");
+    assert_eq!(lease["ttlMs"], 30_000);
+    assert_eq!(lease["acquiredAt"], lease["renewedAt"]);
+    assert_eq!(
+        proxy.answered(&acquire_sha),
+        looks,
+        "the grant was answered with another acquire script run"
+    );
+
+    let seen = holding.inspect(P, &d, Some(&waiter)).await;
+    assert_eq!(seen.body["heldBy"], "caller", "{:?}", seen.body);
+    assert_eq!(seen.body["fencingToken"].as_u64(), Some(token));
+    let history = holding.get(&format!("/leases/{P}/{d}/history")).await;
+    let entries = history.body["entries"].as_array().expect("entries");
+    let newest: Vec<(&str, u64)> = entries
+        .iter()
+        .take(3)
+        .map(|e| {
+            let event = e["event"].as_str().expect("event");
+            (event, e["fencingToken"].as_u64().expect("fencingToken"))
+        })
+        .collect();
+    assert_eq!(
+        newest,
+        [
+            ("acquired", token),
+            ("released", held.fencing_token()),
+            ("acquired", held.fencing_token())
+        ],
+        "{:#}",
+        history.body
+    );
+    // The grantee holds a lease like any other: it renews and releases.
+    let renewed = waiting.renew(P, &d, &waiter, 30_000).await;
+    assert_eq!(renewed.outcome(), "renewed", "{:?}", renewed.body);
+
+    // The next waiter is on the other instance: woken by this instance's
+    // release, it acquires for itself.
+    let other = holding.attempt().await;
+    let (other_status, other_body) = {
+        let pending = waiting_acquire(&holding, &d, &other);
+        holding.until_waiters(1).await;
+        assert_eq!(waiting.release(P, &d, &waiter).await.outcome(), "released");
+        pending.await.expect("other waiter")
+    };
+    assert_eq!(other_status, StatusCode::CREATED, "{other_body:?}");
+    assert_eq!(other_body["outcome"], "acquired");
+    assert!(other_body["lease"]["fencingToken"].as_u64() > Some(token));
+}
+
+/// The head's caller leaves, and its instance's leave is held back on the
+/// way to Redis: the release grants the head all the same (its instance is
+/// up). When the leave arrives it finds the entry gone, and the instance
+/// releases the grant nobody claimed, in a run that grants the next waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_departed_waiter_is_released_and_the_next_waiter_granted() {
+    let server = RedisServer::start();
+    let (queue_sha, release_sha) = (script_sha(&server, "queue"), script_sha(&server, "release"));
+    let (first_proxy, second_proxy) = (
+        FaultProxy::start(server.addr()).await,
+        FaultProxy::start(server.addr()).await,
+    );
+    let ns = unique("ho");
+    let first = instance(first_proxy.url(), &ns).await;
+    let second = instance(second_proxy.url(), &ns).await;
+    let holding = instance(server.url(), &ns).await;
+    let d = digest();
+    let holder = first.attempt().await;
+    let held = first.acquire(P, &d, &holder, 30_000).await;
+    assert_eq!(held.outcome(), "acquired", "{:?}", held.body);
+
+    let departed = first.attempt().await;
+    let gone = waiting_acquire(&first, &d, &departed);
+    assert!(
+        first_proxy
+            .until_answered(&queue_sha, 1, Duration::from_secs(10))
+            .await,
+        "the first waiter never entered the queue"
+    );
+    let next = second.attempt().await;
+    let pending = waiting_acquire(&second, &d, &next);
+    assert!(
+        second_proxy
+            .until_answered(&queue_sha, 1, Duration::from_secs(10))
+            .await,
+        "the second waiter never entered the queue"
+    );
+
+    // The first instance's queue calls are held back: its waiter's caller
+    // leaves, and the leave does not reach Redis yet.
+    first_proxy.hold_script(Some(queue_sha.clone()));
+    gone.abort();
+    let _ = gone.await;
+    first.until_waiters(0).await;
+    // The release grants the queue's head all the same: its instance is the
+    // releasing one, and has not heard of the leave.
+    assert_eq!(first.release(P, &d, &holder).await.outcome(), "released");
+    let seen = holding.inspect(P, &d, Some(&departed)).await;
+    assert_eq!(
+        seen.body["heldBy"], "caller",
+        "the release did not grant the queue's head: {:?}",
+        seen.body
+    );
+    let granted = seen.body["fencingToken"].as_u64().expect("fencingToken");
+
+    first_proxy.hold_script(None);
+    assert!(
+        first_proxy
+            .until_answered(&release_sha, 1, Duration::from_secs(10))
+            .await,
+        "the departed waiter's grant was never released"
+    );
+    let (status, body) = pending.await.expect("second waiter");
+    assert_eq!(status, StatusCode::CREATED, "{body:?}");
+    assert_eq!(body["outcome"], "acquired");
+    assert!(
+        body["lease"]["fencingToken"]
+            .as_u64()
+            .expect("fencingToken")
+            > granted
+    );
+    let seen = holding.inspect(P, &d, Some(&next)).await;
+    assert_eq!(seen.body["heldBy"], "caller", "{:?}", seen.body);
+}
