@@ -298,8 +298,14 @@ impl LeaseService {
             spec: request.spec(None),
         };
         let mut enter_retries = Retries::new();
-        // Entered while the record lives this long: no look before a
-        // release, a grant or then.
+        // Entered while a plain lease's record lives this long: no look
+        // before a release, a grant or its expiry (the look could only say
+        // contended). Any other shape looks at once, as before: its record
+        // outlives its soonest expiry, and a lock-delay is seen by a look.
+        let plain = request.shape.is_plain() && request.shape.lock_delay_ms == 0;
+        let skip = |held_ms: Option<u64>, retry_after_ms: u64| {
+            held_ms.filter(|_| plain).map(|ms| ms.min(retry_after_ms))
+        };
         let mut held_ms = loop {
             let failure = tokio::select! {
                 biased;
@@ -307,7 +313,7 @@ impl LeaseService {
                     return Ok(contended(retry_after_ms, waited()));
                 }
                 entered = place.enter(self, false, Some(ask)) => match entered {
-                    Ok(held_ms) => break held_ms,
+                    Ok(held_ms) => break skip(held_ms, retry_after_ms),
                     Err(failure) => failure,
                 },
                 _ = tokio::time::sleep_until(deadline) => {
@@ -374,7 +380,7 @@ impl LeaseService {
                         // its place is gone; take a new one, ahead of this
                         // instance's other waiters (they wait for this turn).
                         match place.enter(self, true, Some(ask)).await {
-                            Ok(ms) => held_ms = ms,
+                            Ok(ms) => held_ms = skip(ms, holder_ttl),
                             Err(failure) => {
                                 if !self.pause(&mut retries, &failure, deadline, false).await {
                                     return last_look!();

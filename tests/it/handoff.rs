@@ -11,6 +11,7 @@
 #[allow(unused_imports)]
 use crate::common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::app::{args, digest, unique, Backend, TestApp, TestAttempt};
@@ -31,7 +32,15 @@ fn script_sha(server: &RedisServer, name: &str) -> String {
 
 /// An instance of namespace `ns` on `url`.
 async fn instance(url: String, ns: &str) -> TestApp {
-    let flags = ["--namespace", ns, "--release-abandoned", "true"];
+    // A command timeout above the 3 s reply delay of the second test.
+    let flags = [
+        "--namespace",
+        ns,
+        "--release-abandoned",
+        "true",
+        "--command-timeout-ms",
+        "6000",
+    ];
     TestApp::spawn_with(args(&Backend::Redis(url), &flags)).await
 }
 
@@ -52,6 +61,46 @@ fn waiting_acquire(
         let status = resp.status();
         (status, resp.json().await.expect("a JSON answer"))
     })
+}
+
+/// Polls inspect (bounded) until `who` holds the lease; its fencing token.
+async fn until_held_by(app: &TestApp, d: &str, who: &TestAttempt) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = app.inspect(P, d, Some(who)).await;
+        if seen.body["heldBy"] == "caller" {
+            return seen.body["fencingToken"].as_u64().expect("fencingToken");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never granted: {:?}",
+            seen.body
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A waiting acquire written on a socket of its own, which the test closes
+/// (dropped: the caller leaves at once).
+async fn raw_waiting_acquire(app: &TestApp, d: &str, who: &TestAttempt) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt as _;
+    let body = json!({ "ttlMs": 30_000, "waitMs": 20_000, "holder": "waiter" }).to_string();
+    let head = format!(
+        "PUT /leases/{P}/{d} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nlease-owner-token: {}\r\nlease-operation-id: {}\r\n\r\n",
+        app.addr,
+        body.len(),
+        who.token,
+        who.op
+    );
+    let mut socket = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    socket
+        .write_all(format!("{head}{body}").as_bytes())
+        .await
+        .expect("request written");
+    socket
 }
 
 /// The release answers `released`; the waiter queued on the same instance
@@ -143,10 +192,10 @@ async fn a_release_grants_the_queue_head_without_another_acquire() {
     assert!(other_body["lease"]["fencingToken"].as_u64() > Some(token));
 }
 
-/// The head's caller leaves, and its instance's leave is held back on the
-/// way to Redis: the release grants the head all the same (its instance is
-/// up). When the leave arrives it finds the entry gone, and the instance
-/// releases the grant nobody claimed, in a run that grants the next waiter.
+/// The release grants the head, and the head's caller leaves before its
+/// instance hears of the grant (the instance's replies are held back). Its
+/// leave finds the entry gone, and the instance releases the grant nobody
+/// claimed; the next waiter, on another instance, then acquires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_to_a_departed_waiter_is_released_and_the_next_waiter_granted() {
     let server = RedisServer::start();
@@ -156,7 +205,7 @@ async fn a_grant_to_a_departed_waiter_is_released_and_the_next_waiter_granted() 
         FaultProxy::start(server.addr()).await,
     );
     let ns = unique("ho");
-    let first = instance(first_proxy.url(), &ns).await;
+    let first = Arc::new(instance(first_proxy.url(), &ns).await);
     let second = instance(second_proxy.url(), &ns).await;
     let holding = instance(server.url(), &ns).await;
     let d = digest();
@@ -165,7 +214,7 @@ async fn a_grant_to_a_departed_waiter_is_released_and_the_next_waiter_granted() 
     assert_eq!(held.outcome(), "acquired", "{:?}", held.body);
 
     let departed = first.attempt().await;
-    let gone = waiting_acquire(&first, &d, &departed);
+    let gone = raw_waiting_acquire(&first, &d, &departed).await;
     assert!(
         first_proxy
             .until_answered(&queue_sha, 1, Duration::from_secs(10))
@@ -181,30 +230,25 @@ async fn a_grant_to_a_departed_waiter_is_released_and_the_next_waiter_granted() 
         "the second waiter never entered the queue"
     );
 
-    // The first instance's queue calls are held back: its waiter's caller
-    // leaves, and the leave does not reach Redis yet.
-    first_proxy.hold_script(Some(queue_sha.clone()));
-    gone.abort();
-    let _ = gone.await;
-    first.until_waiters(0).await;
-    // The release grants the queue's head all the same: its instance is the
-    // releasing one, and has not heard of the leave.
-    assert_eq!(first.release(P, &d, &holder).await.outcome(), "released");
-    let seen = holding.inspect(P, &d, Some(&departed)).await;
-    assert_eq!(
-        seen.body["heldBy"], "caller",
-        "the release did not grant the queue's head: {:?}",
-        seen.body
-    );
-    let granted = seen.body["fencingToken"].as_u64().expect("fencingToken");
-
-    first_proxy.hold_script(None);
+    // Replies to the first instance are held back (its calls still reach
+    // Redis): the release grants the queue's head, the first instance's own
+    // waiter, and the grant's message is on its way when the caller leaves.
+    first_proxy.set_reply_delay(Duration::from_secs(3));
+    let release = {
+        let (first, d, holder) = (Arc::clone(&first), d.clone(), holder.clone());
+        tokio::spawn(async move { first.release(P, &d, &holder).await })
+    };
+    let granted = until_held_by(&holding, &d, &departed).await;
+    drop(gone);
+    // The leave finds the entry gone: the grant nobody claimed is released
+    // (the release's own run and the clean-up's).
     assert!(
         first_proxy
-            .until_answered(&release_sha, 1, Duration::from_secs(10))
+            .until_answered(&release_sha, 2, Duration::from_secs(10))
             .await,
         "the departed waiter's grant was never released"
     );
+    assert_eq!(release.await.expect("release").outcome(), "released");
     let (status, body) = pending.await.expect("second waiter");
     assert_eq!(status, StatusCode::CREATED, "{body:?}");
     assert_eq!(body["outcome"], "acquired");

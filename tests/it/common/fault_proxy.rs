@@ -12,9 +12,10 @@
 //!   and is then closed on both sides (RST) before the reply can come back.
 //! * **latency** ([`FaultProxy::set_reply_delay`]): every reply is held back
 //!   this long (order kept; requests are not delayed).
-//! * **held script** ([`FaultProxy::hold_script`]): requests that run one
-//!   script (by SHA1) are not forwarded until the hold is lifted (in order:
-//!   later requests on the same connection wait behind them).
+//! * **held requests** ([`FaultProxy::hold_requests`]): requests whose
+//!   bytes contain a given string (e.g. one script verb's argument) are not
+//!   forwarded until the hold is lifted (in order: later requests on the
+//!   same connection wait behind them).
 //! * **stall** ([`FaultProxy::set_stalled`]): every open connection is closed
 //!   and new ones are accepted but never connected upstream, so a pool can
 //!   neither keep nor replace a connection (pool exhaustion).
@@ -46,8 +47,8 @@ struct State {
     answered: watch::Sender<Vec<String>>,
     /// True while stalled; bumping closes every open connection.
     stalled: watch::Sender<bool>,
-    /// The SHA1 whose `EVALSHA` requests are held back, if any.
-    held: watch::Sender<Option<String>>,
+    /// Requests containing these bytes are held back, if any.
+    held: watch::Sender<Option<Vec<u8>>>,
 }
 
 /// See the module documentation.
@@ -174,10 +175,10 @@ impl FaultProxy {
         matches!(waited, Ok(Ok(_)))
     }
 
-    /// `Some(sha)`: hold back every request that runs script `sha` (and
-    /// what follows it on its connection) until `None`.
-    pub fn hold_script(&self, sha: Option<String>) {
-        self.state.held.send_replace(sha);
+    /// `Some(bytes)`: hold back every request whose frame contains
+    /// `bytes` (and what follows it on its connection) until `None`.
+    pub fn hold_requests(&self, bytes: Option<&[u8]>) {
+        self.state.held.send_replace(bytes.map(<[u8]>::to_vec));
     }
 
     /// On: close every open connection and hold new ones unconnected.
@@ -309,7 +310,6 @@ async fn connection(client: tokio::net::TcpStream, upstream: SocketAddr, state: 
             };
             pending.extend_from_slice(&buf[..n]);
             let mut scripts = false;
-            let mut shas = Vec::new();
             let mut used = 0;
             while let Ok(Some(end)) = frame_end(&pending, used) {
                 let frame = &pending[used..end];
@@ -317,16 +317,19 @@ async fn connection(client: tokio::net::TcpStream, upstream: SocketAddr, state: 
                 if name == "EVALSHA" {
                     if let Some(sha) = second_word(frame) {
                         name = format!("EVALSHA {sha}");
-                        shas.push(sha);
                     }
                 }
                 scripts |= is_script(&name);
                 let _ = names_tx.send(name);
                 used = end;
             }
+            let batch = &pending[..used];
             let mut held = state.held.subscribe();
             let _ = held
-                .wait_for(|h| h.as_ref().is_none_or(|sha| !shas.contains(sha)))
+                .wait_for(|h| {
+                    h.as_ref()
+                        .is_none_or(|b| b.is_empty() || !batch.windows(b.len()).any(|w| w == b))
+                })
                 .await;
             if server_wr.write_all(&pending[..used]).await.is_err() {
                 return;
