@@ -12,10 +12,6 @@
 //!   and is then closed on both sides (RST) before the reply can come back.
 //! * **latency** ([`FaultProxy::set_reply_delay`]): every reply is held back
 //!   this long (order kept; requests are not delayed).
-//! * **held requests** ([`FaultProxy::hold_requests`]): requests whose
-//!   bytes contain a given string (e.g. one script verb's argument) are not
-//!   forwarded until the hold is lifted (in order: later requests on the
-//!   same connection wait behind them).
 //! * **stall** ([`FaultProxy::set_stalled`]): every open connection is closed
 //!   and new ones are accepted but never connected upstream, so a pool can
 //!   neither keep nor replace a connection (pool exhaustion).
@@ -47,8 +43,6 @@ struct State {
     answered: watch::Sender<Vec<String>>,
     /// True while stalled; bumping closes every open connection.
     stalled: watch::Sender<bool>,
-    /// Requests containing these bytes are held back, if any.
-    held: watch::Sender<Option<Vec<u8>>>,
 }
 
 /// See the module documentation.
@@ -79,7 +73,6 @@ impl FaultProxy {
             delay_ms: AtomicU64::new(0),
             answered: watch::channel(Vec::new()).0,
             stalled: watch::channel(false).0,
-            held: watch::channel(None).0,
         });
         let accept_state = state.clone();
         let accept_task = tokio::spawn(async move {
@@ -173,12 +166,6 @@ impl FaultProxy {
         )
         .await;
         matches!(waited, Ok(Ok(_)))
-    }
-
-    /// `Some(bytes)`: hold back every request whose frame contains
-    /// `bytes` (and what follows it on its connection) until `None`.
-    pub fn hold_requests(&self, bytes: Option<&[u8]>) {
-        self.state.held.send_replace(bytes.map(<[u8]>::to_vec));
     }
 
     /// On: close every open connection and hold new ones unconnected.
@@ -323,14 +310,6 @@ async fn connection(client: tokio::net::TcpStream, upstream: SocketAddr, state: 
                 let _ = names_tx.send(name);
                 used = end;
             }
-            let batch = &pending[..used];
-            let mut held = state.held.subscribe();
-            let _ = held
-                .wait_for(|h| {
-                    h.as_ref()
-                        .is_none_or(|b| b.is_empty() || !batch.windows(b.len()).any(|w| w == b))
-                })
-                .await;
             if server_wr.write_all(&pending[..used]).await.is_err() {
                 return;
             }
