@@ -626,8 +626,10 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
       string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
   end
   if wake_next then
+    -- Nobody else can go while this permit lives: the waiters behind only
+    -- learn when it ends ("queue\t<ttl ms>": no look needed).
     redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
-      string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
+      string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue\t' .. ARGV[3])
   end
   return answer({tag + 1, fence, now})
 end
@@ -698,7 +700,10 @@ if watched > now or ARGV[8] ~= '' then
     string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.' .. (live + 1) .. '\tacquired')
 end
 if wake_next then
+  -- An exclusive permit of a limit of 1: the waiters behind only learn when
+  -- it ends (as above); otherwise one may go now, and they look.
   redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
-    string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
+    string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue'
+    .. ((limit == 1 and mode == 'x') and ('\t' .. ARGV[3]) or ''))
 end
 return answer({tag + 1, fence, now})

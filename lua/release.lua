@@ -36,7 +36,8 @@
 -- instance may have been frozen or killed a moment ago (its heartbeat
 -- lasts 2 s), and a grant would then be held for its whole TTL by a
 -- waiter nobody can answer or clean up; the releasing instance is running.
--- The event "<tag>\t<version>\treleased" is published before the delete: an
+-- The event "<tag>\t<version>\treleased" is published before the delete (with
+-- the queue's live head known: "\t<its instance>\t<ms to its lapse>"): an
 -- ACL that denies the channel refuses the release before anything is deleted
 -- (an event without a delete only costs waiters and watchers one look).
 -- A release changes no counter: the version "<changes>.<live permits>" moves
@@ -217,7 +218,7 @@ if ARGV[5] == 'a' and (renewed
 end
 -- Hand-off: the queue's first live entry, when the released permit was a
 -- plain lease's (a string record: no other permit, no lock-delay).
-local QUEUE, ASK, head, ask
+local QUEUE, ASK, head, ask, head_lapse
 if type(cur) == 'string' and tonumber(queued) > now then
   QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
   local entries = redis.call('ZRANGEBYSCORE', QUEUE, 0, '+inf', 'LIMIT', 0, 64)
@@ -231,7 +232,7 @@ if type(cur) == 'string' and tonumber(queued) > now then
       alive[inst] = until_ms
     end
     if until_ms > now then
-      head = entries[i]
+      head, head_lapse = entries[i], until_ms
       break
     end
   end
@@ -242,7 +243,13 @@ if type(cur) == 'string' and tonumber(queued) > now then
 end
 local done
 if not ask then
-  done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased')
+  -- With a live head known: "\t<its instance>\t<ms until its heartbeat
+  -- lapses>"; only that instance's waiters look, the others sleep until
+  -- then at most (the head may go, or its instance has died).
+  local head_inst = head and string.match(head, '^%a:([^:]+):')
+  local target = head_inst and ('\t' .. head_inst .. '\t' .. string.format('%d', head_lapse - now)) or ''
+  done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased'
+    .. target)
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}
   end

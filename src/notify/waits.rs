@@ -33,6 +33,12 @@ pub struct ResourceWaiters {
     pub turn: tokio::sync::Mutex<()>,
     /// Signalled on a release of the resource.
     pub wake: Notify,
+    /// Signalled when [`ResourceWaiters::bound`] was lowered: the turn
+    /// holder sleeps until then at most, without a store call.
+    pub rebound: Notify,
+    /// The latest a waiter need sleep, learned from an event (a new holder's
+    /// expiry, the queue head's heartbeat lapse); taken by the turn holder.
+    bound: Mutex<Option<tokio::time::Instant>>,
     /// Registered waits; changed only under the registry's map lock, so
     /// the last one to leave always sees itself as the last.
     guards: AtomicUsize,
@@ -79,6 +85,26 @@ impl ResourceWaiters {
             roster.push_str(m);
         }
         roster
+    }
+
+    /// The sleep bound an event left, if any (taken: each bound is used
+    /// once).
+    pub fn take_bound(&self) -> Option<tokio::time::Instant> {
+        self.bound
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    fn lower_bound(&self, at: tokio::time::Instant) {
+        {
+            let mut bound = self
+                .bound
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *bound = Some(bound.map_or(at, |b| b.min(at)));
+        }
+        self.rebound.notify_one();
     }
 
     /// Hands `grant` to the place of `member`; false when no live place
@@ -196,6 +222,8 @@ impl WaitRegistry {
                 entry: tokio::sync::Mutex::new(()),
                 turn: tokio::sync::Mutex::new(()),
                 wake: Notify::new(),
+                rebound: Notify::new(),
+                bound: Mutex::new(None),
                 guards: AtomicUsize::new(0),
                 members: Mutex::new(Vec::new()),
             })
@@ -207,6 +235,28 @@ impl WaitRegistry {
             tag: tag.to_owned(),
             resource,
         })
+    }
+
+    /// An event says `tag`'s waiters need not look for `ms` (a plain
+    /// holder's TTL, a queue head's heartbeat): the turn holder sleeps
+    /// until then at most, and makes no store call for it.
+    pub fn bound(&self, tag: &str, ms: u64) {
+        let resource = self.map().get(tag).cloned();
+        if let Some(resource) = resource {
+            // +1 ms: the store counts whole milliseconds.
+            let at = tokio::time::Instant::now() + std::time::Duration::from_millis(ms + 1);
+            resource.lower_bound(at);
+        }
+    }
+
+    /// `tag` was released while the queue's head waits on another
+    /// instance: watchers hear of it; this instance's waiters only sleep
+    /// until `lapse_ms` at most (when the head's heartbeat lapses, should its
+    /// instance have died), since the head goes first.
+    pub fn released_elsewhere(&self, tag: &str, lapse_ms: u64) {
+        self.bound(tag, lapse_ms);
+        self.watch.changed(tag, Some(Change::Released));
+        self.purposes.changed(tag, Some(Change::Released));
     }
 
     /// A release of `tag` happened (on any instance).

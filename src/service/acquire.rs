@@ -410,7 +410,7 @@ impl LeaseService {
                 }
             }
             // +1 ms: PTTL is truncated to whole milliseconds.
-            let expiry = tokio::time::Instant::now() + Duration::from_millis(holder_ttl + 1);
+            let mut expiry = tokio::time::Instant::now() + Duration::from_millis(holder_ttl + 1);
             loop {
                 tokio::select! {
                     biased;
@@ -422,6 +422,13 @@ impl LeaseService {
                         return Ok(Self::granted(resource, request, grant, waited()));
                     }
                     _ = &mut woken => break,
+                    // An event said when a look is due at the latest (a new
+                    // plain holder's TTL, the queue head's heartbeat lapse).
+                    _ = queue.rebound.notified() => {
+                        if let Some(bound) = queue.take_bound() {
+                            expiry = expiry.min(bound);
+                        }
+                    }
                     _ = tokio::time::sleep_until(expiry.min(deadline)) => break,
                     _ = beat.tick() => {
                         // One heartbeat per instance and resource keeps all

@@ -289,6 +289,7 @@ impl RedisStore {
         tokio::spawn(subscribe_wakeups(
             source,
             channel,
+            self.instance.clone(),
             waiters,
             self.command_timeout,
             shutdown,

@@ -51,6 +51,7 @@ impl WakeSource {
 pub(super) async fn subscribe_wakeups(
     source: WakeSource,
     channel: String,
+    instance: String,
     waiters: Arc<WaitRegistry>,
     timeout: Duration,
     shutdown: CancellationToken,
@@ -102,7 +103,7 @@ pub(super) async fn subscribe_wakeups(
                             break;
                         };
                         match message.get_payload::<String>() {
-                            Ok(payload) => on_event(&waiters, &payload),
+                            Ok(payload) => on_event(&waiters, &instance, &payload),
                             Err(_) => waiters.wake_all(),
                         }
                     }
@@ -128,11 +129,24 @@ pub(super) async fn subscribe_wakeups(
 /// One wake-up channel message: `<tag>\t<version>\t<kind>` (a bare
 /// `<tag>` is read as "something changed"); `revoked` (break.lua) adds
 /// `\t<key name>\t<reason>`, either of them empty when there is none;
-/// `granted` (release.lua's hand-off) adds `\t<member>\t<fence>\t<at ms>`.
-pub(super) fn on_event(waiters: &WaitRegistry, payload: &str) {
+/// `granted` (release.lua's hand-off) adds `\t<member>\t<fence>\t<at ms>`;
+/// `released` may add `\t<instance>\t<ms>` (the queue's head waits there,
+/// and its heartbeat lapses in ms), and `queue` `\t<ms>` (a plain holder's
+/// TTL: nobody else goes before it ends). `instance` is this one's id.
+pub(super) fn on_event(waiters: &WaitRegistry, instance: &str, payload: &str) {
     let mut parts = payload.split('\t');
     let tag = parts.next().unwrap_or_default();
     match parts.nth(1) {
+        Some("released") => {
+            let head = parts.next();
+            let lapse_ms = parts.next().and_then(|ms| ms.parse().ok());
+            match head.zip(lapse_ms) {
+                Some((head, lapse_ms)) if head != instance => {
+                    waiters.released_elsewhere(tag, lapse_ms);
+                }
+                _ => waiters.changed(tag, Change::Released),
+            }
+        }
         Some("granted") => {
             let member = parts.next().unwrap_or_default();
             let fence = parts.next().and_then(|f| f.parse().ok());
@@ -158,7 +172,10 @@ pub(super) fn on_event(waiters: &WaitRegistry, payload: &str) {
         }
         // The fair queue moved (a waiter left, or a permit is free for the
         // next one): only waiters look; the resource itself did not change.
-        Some("queue") => waiters.wake(tag),
+        Some("queue") => match parts.next().and_then(|ms| ms.parse().ok()) {
+            Some(ttl_ms) => waiters.bound(tag, ttl_ms),
+            None => waiters.wake(tag),
+        },
         kind => match kind.and_then(Change::parse) {
             Some(change) => waiters.changed(tag, change),
             None => waiters.changed_somehow(tag),
