@@ -182,3 +182,68 @@ pub(super) fn on_event(waiters: &WaitRegistry, instance: &str, payload: &str) {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt as _;
+
+    /// A registry with one waiter of `t` whose place is `x:me:0`.
+    fn one_waiter() -> (
+        Arc<WaitRegistry>,
+        crate::notify::WaitGuard,
+        tokio::sync::oneshot::Receiver<Grant>,
+    ) {
+        let registry = Arc::new(WaitRegistry::new(10));
+        let guard = registry.enter("t").expect("admitted");
+        let grant = guard.resource().join("x:me:0");
+        (registry, guard, grant)
+    }
+
+    fn woken(guard: &crate::notify::WaitGuard) -> bool {
+        guard.resource().wake.notified().now_or_never().is_some()
+    }
+
+    #[test]
+    fn a_grant_reaches_its_place_and_wakes_nobody() {
+        let (registry, guard, mut grant) = one_waiter();
+        on_event(&registry, "me", "t\t3.1\tgranted\tx:me:0\t17\t100");
+        assert_eq!(
+            grant.try_recv(),
+            Ok(Grant {
+                fencing_token: 17,
+                acquired_at: 100
+            })
+        );
+        assert!(!woken(&guard));
+        // Another instance's member: nothing here.
+        let (registry, guard, mut grant) = one_waiter();
+        on_event(&registry, "me", "t\t3.1\tgranted\tx:other:0\t17\t100");
+        assert!(grant.try_recv().is_err());
+        assert!(!woken(&guard));
+    }
+
+    #[test]
+    fn a_release_wakes_only_the_heads_instance_and_bounds_the_others() {
+        let (registry, guard, _grant) = one_waiter();
+        on_event(&registry, "me", "t\t3.0\treleased\tother\t1500");
+        assert!(!woken(&guard));
+        assert!(guard.resource().take_bound().is_some());
+        on_event(&registry, "me", "t\t3.0\treleased\tme\t1500");
+        assert!(woken(&guard));
+        // No head named (an older instance, or no queue): everyone looks.
+        on_event(&registry, "me", "t\t3.0\treleased");
+        assert!(woken(&guard));
+    }
+
+    #[test]
+    fn a_queue_event_with_a_ttl_bounds_the_sleep_without_a_look() {
+        let (registry, guard, _grant) = one_waiter();
+        on_event(&registry, "me", "t\t\tqueue\t300");
+        assert!(!woken(&guard));
+        let bound = guard.resource().take_bound().expect("a bound");
+        assert!(bound <= tokio::time::Instant::now() + std::time::Duration::from_millis(301));
+        on_event(&registry, "me", "t\t\tqueue");
+        assert!(woken(&guard));
+    }
+}
