@@ -30,8 +30,9 @@
 -- ("queue until") tells acquire when it can skip the queue altogether.
 -- Returns {tag(1), n}: for enter/front n = the PTTL of the resource's
 -- record (held, or in a lock-delay: a release or an expiry comes first,
--- and a release hands off to the queue's head), -2 when it has none (free:
--- the waiter looks at once); for leave n = 1 when the entry was there (it
+-- and a release hands off to the queue's head); when it has none, the ms
+-- until the first entry's heartbeat lapses if that entry is another live
+-- one (it goes first), else -2 (the waiter looks at once); for leave n = 1 when the entry was there (it
 -- could not have been granted: release.lua takes a granted entry out),
 -- 0 when it was not (granted, taken, or dropped as dead); for beat n = 1.
 -- {tag(-9), error} Redis refused a write.
@@ -121,4 +122,16 @@ end
 if verb == 'beat' then
   return {tag + 1, 1}
 end
-return {tag + 1, redis.call('PTTL', (string.gsub(KEYS[1], ':queue:v2:{', ':lease:v2:{', 1)))}
+local pttl = redis.call('PTTL', (string.gsub(KEYS[1], ':queue:v2:{', ':lease:v2:{', 1)))
+if pttl < 0 then
+  -- Free: the waiter looks now if it is the first entry or the first's
+  -- instance has died; else the first goes, and announces its TTL to those
+  -- behind (acquire.lua), or its heartbeat lapses: that long at most.
+  local first = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'LIMIT', 0, 1)[1]
+  local inst = first and first ~= ARGV[7] and string.match(first, '^%a:([^:]+):')
+  local beat = inst and redis.call('ZSCORE', KEYS[1], '~' .. inst)
+  if beat and -tonumber(beat) > now then
+    pttl = -tonumber(beat) - now
+  end
+end
+return {tag + 1, pttl}
