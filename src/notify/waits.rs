@@ -39,6 +39,9 @@ pub struct ResourceWaiters {
     /// The latest a waiter need sleep, learned from an event (a new holder's
     /// expiry, the queue head's heartbeat lapse); taken by the turn holder.
     bound: Mutex<Option<tokio::time::Instant>>,
+    /// When this instance last told the store its waiters of the resource
+    /// are alive (a heartbeat, or an enter, which beats too).
+    beat_at: Mutex<tokio::time::Instant>,
     /// Registered waits; changed only under the registry's map lock, so
     /// the last one to leave always sees itself as the last.
     guards: AtomicUsize,
@@ -85,6 +88,22 @@ impl ResourceWaiters {
             roster.push_str(m);
         }
         roster
+    }
+
+    /// When the last heartbeat (or enter) of this resource was sent.
+    pub fn last_beat(&self) -> tokio::time::Instant {
+        *self
+            .beat_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A heartbeat or an enter is being sent now.
+    pub fn beaten(&self) {
+        *self
+            .beat_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tokio::time::Instant::now();
     }
 
     /// The sleep bound an event left, if any (taken: each bound is used
@@ -224,6 +243,7 @@ impl WaitRegistry {
                 wake: Notify::new(),
                 rebound: Notify::new(),
                 bound: Mutex::new(None),
+                beat_at: Mutex::new(tokio::time::Instant::now()),
                 guards: AtomicUsize::new(0),
                 members: Mutex::new(Vec::new()),
             })

@@ -355,8 +355,6 @@ impl LeaseService {
             return last_look!();
         }
         let mut holder_ttl;
-        let mut beat = tokio::time::interval(QUEUE_BEAT);
-        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Register for the wake-up before looking, so a release between
             // the look and the sleep is not missed.
@@ -430,14 +428,17 @@ impl LeaseService {
                         }
                     }
                     _ = tokio::time::sleep_until(expiry.min(deadline)) => break,
-                    _ = beat.tick() => {
-                        // One heartbeat per instance and resource keeps all
-                        // of this instance's waiters in the queue.
+                    // One heartbeat per instance and resource keeps all of
+                    // this instance's waiters in the queue, QUEUE_BEAT after
+                    // the last one or the last enter (which beats too): a
+                    // new turn holder does not beat at once.
+                    _ = tokio::time::sleep_until(queue.last_beat() + QUEUE_BEAT) => {
                         // Under the entry lock: no place of this instance
                         // enters between the roster and the beat, which
                         // would drop an entry it has not heard of.
                         let _entering = queue.entry.lock().await;
                         let roster = queue.roster();
+                        queue.beaten();
                         let _ = self.store.queue(resource, QueueOp::Beat(&roster)).await;
                     }
                 }

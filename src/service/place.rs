@@ -93,6 +93,8 @@ impl Place {
         } else {
             QueueOp::Enter(&member, ask)
         };
+        // The enter renews the instance's heartbeat too.
+        self.queue.beaten();
         let entered = service
             .admitted(self.store.queue(&self.resource, op))
             .await?;

@@ -17,14 +17,6 @@ use serde_json::json;
 
 const P: &str = "callers-leave";
 
-/// Loads `lua/<name>.lua` into `server` (so no call meets NOSCRIPT) and
-/// returns its SHA1, as the proxy sees it in `EVALSHA`.
-fn script_sha(server: &RedisServer, name: &str) -> String {
-    let path = format!("{}/lua/{name}.lua", env!("CARGO_MANIFEST_DIR"));
-    let source = std::fs::read_to_string(&path).expect("script source");
-    server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned()
-}
-
 /// Instance A reaches Redis through `proxy`, instance B directly; one
 /// namespace, so they serve the same leases.
 async fn pair(server: &RedisServer, proxy: &FaultProxy, timeout_ms: &str) -> (TestApp, TestApp) {
@@ -89,7 +81,7 @@ async fn until_held_by(b: &TestApp, d: &str, who: &TestAttempt) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clean_up_after_a_departed_waiter_spares_a_lease_its_retry_was_told_it_holds() {
     let server = RedisServer::start();
-    let release_sha = script_sha(&server, "release");
+    let release_sha = server.script_sha("release");
     let proxy = FaultProxy::start(server.addr()).await;
     let (a, b) = pair(&server, &proxy, "1500").await;
     let d = digest();
@@ -136,7 +128,7 @@ async fn clean_up_after_a_departed_waiter_spares_a_lease_its_retry_was_told_it_h
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clean_up_after_a_departed_waiter_releases_what_nobody_claimed() {
     let server = RedisServer::start();
-    let release_sha = script_sha(&server, "release");
+    let release_sha = server.script_sha("release");
     let proxy = FaultProxy::start(server.addr()).await;
     let (a, b) = pair(&server, &proxy, "1500").await;
     let d = digest();
@@ -173,7 +165,7 @@ async fn clean_up_after_a_departed_waiter_releases_what_nobody_claimed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_reply_inside_a_wait_is_retried_with_the_same_attempt() {
     let server = RedisServer::start();
-    let acquire_sha = script_sha(&server, "acquire");
+    let acquire_sha = server.script_sha("acquire");
     let proxy = FaultProxy::start(server.addr()).await;
     let (a, b) = pair(&server, &proxy, "300").await;
 
@@ -207,7 +199,7 @@ async fn a_lost_reply_inside_a_wait_is_retried_with_the_same_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_survive_a_cut_of_every_store_connection() {
     let server = RedisServer::start();
-    let acquire_sha = script_sha(&server, "acquire");
+    let acquire_sha = server.script_sha("acquire");
     let proxy = FaultProxy::start(server.addr()).await;
     let (a, b) = pair(&server, &proxy, "300").await;
     let a = Arc::new(a);
@@ -269,8 +261,8 @@ async fn waits_survive_a_cut_of_every_store_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn by_default_a_departed_waiters_lease_ends_with_its_ttl() {
     let server = RedisServer::start();
-    let acquire_sha = script_sha(&server, "acquire");
-    let release_sha = script_sha(&server, "release");
+    let acquire_sha = server.script_sha("acquire");
+    let release_sha = server.script_sha("release");
     let proxy = FaultProxy::start(server.addr()).await;
     let ns = unique("cl");
     let flags = ["--namespace", ns.as_str(), "--command-timeout-ms", "1500"];
@@ -301,7 +293,7 @@ async fn by_default_a_departed_waiters_lease_ends_with_its_ttl() {
     a.until_waiters(0).await;
     // A call through A after that: a clean-up, were there one, would have
     // been sent right after the acquire's answer, before this inspect.
-    let inspect_sha = script_sha(&server, "inspect");
+    let inspect_sha = server.script_sha("inspect");
     let seen_by_a = proxy.answered(&inspect_sha);
     assert_eq!(a.inspect(P, &d, None).await.body["held"], true);
     assert!(proxy.answered(&inspect_sha) > seen_by_a);

@@ -22,14 +22,6 @@ use serde_json::{json, Value};
 
 const P: &str = "handoff";
 
-/// Loads `lua/<name>.lua` into `server` and returns its SHA1, as the proxy
-/// sees it in `EVALSHA`.
-fn script_sha(server: &RedisServer, name: &str) -> String {
-    let path = format!("{}/lua/{name}.lua", env!("CARGO_MANIFEST_DIR"));
-    let source = std::fs::read_to_string(&path).expect("script source");
-    server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned()
-}
-
 /// An instance of namespace `ns` on `url`.
 async fn instance(url: String, ns: &str) -> TestApp {
     // A command timeout above the 3 s reply delay of the second test.
@@ -111,7 +103,7 @@ async fn raw_waiting_acquire(app: &TestApp, d: &str, who: &TestAttempt) -> tokio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_grants_the_queue_head_without_another_acquire() {
     let server = RedisServer::start();
-    let (acquire_sha, queue_sha) = (script_sha(&server, "acquire"), script_sha(&server, "queue"));
+    let (acquire_sha, queue_sha) = (server.script_sha("acquire"), server.script_sha("queue"));
     let proxy = FaultProxy::start(server.addr()).await;
     let ns = unique("ho");
     let waiting = instance(proxy.url(), &ns).await;
@@ -199,7 +191,7 @@ async fn a_release_grants_the_queue_head_without_another_acquire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_to_a_departed_waiter_is_released_and_the_next_waiter_granted() {
     let server = RedisServer::start();
-    let (queue_sha, release_sha) = (script_sha(&server, "queue"), script_sha(&server, "release"));
+    let (queue_sha, release_sha) = (server.script_sha("queue"), server.script_sha("release"));
     let (first_proxy, second_proxy) = (
         FaultProxy::start(server.addr()).await,
         FaultProxy::start(server.addr()).await,

@@ -627,6 +627,14 @@ impl RedisServer {
             .unwrap_or_else(|e| self.fail(&format!("redis-cli {args:?} failed: {e}")))
     }
 
+    /// Loads `lua/<name>.lua` (so no call meets NOSCRIPT) and returns its
+    /// SHA1, as a proxy sees it in `EVALSHA`.
+    pub fn script_sha(&self, name: &str) -> String {
+        let path = format!("{}/lua/{name}.lua", env!("CARGO_MANIFEST_DIR"));
+        let source = std::fs::read_to_string(&path).expect("script source");
+        self.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned()
+    }
+
     /// [`RedisServer::cli`] without the panic: `Err` carries the error reply
     /// (e.g. `NOPERM ...`, `MOVED ...`) or redis-cli's failure.
     pub fn cli_result(&self, args: &[&str]) -> Result<String, String> {
