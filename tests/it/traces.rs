@@ -535,9 +535,12 @@ async fn a_waiting_acquire_keeps_its_store_calls_under_its_span() {
         .await
         .expect("acquire");
     assert_eq!(r.status(), StatusCode::CREATED);
+    // A lock-delay makes it a lease the release script does not hand off
+    // (docs/queues.md): the waiter's own task runs the acquire after the
+    // release, which is the store call this test follows.
     let waiter = tokio::spawn(put(
         &attempts[1],
-        json!({ "ttlMs": 30000, "waitMs": 20000 }),
+        json!({ "ttlMs": 30000, "waitMs": 20000, "lockDelayMs": 1 }),
     ));
     // The waiter is queued (as TestApp::until_waiters does it).
     let deadline = std::time::Instant::now() + PATIENCE;
