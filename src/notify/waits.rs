@@ -33,8 +33,9 @@ pub struct ResourceWaiters {
     pub turn: tokio::sync::Mutex<()>,
     /// Signalled on a release of the resource.
     pub wake: Notify,
-    /// Signalled when [`ResourceWaiters::bound`] was lowered: the turn
-    /// holder sleeps until then at most, without a store call.
+    /// Signalled when the sleep bound was lowered
+    /// ([`ResourceWaiters::take_bound`]): the turn holder sleeps until then
+    /// at most, without a store call.
     pub rebound: Notify,
     /// The latest a waiter need sleep, learned from an event (a new holder's
     /// expiry, the queue head's heartbeat lapse); taken by the turn holder.
