@@ -46,8 +46,8 @@
 --   {tag(1), fence, now}  acquired (acquiredAt = renewedAt = now)
 --   {tag(2), remaining, fence, acquiredAt, renewedAt, ttlMs, holder, granted}
 --     the same attempt already holds a permit (TTL not extended); granted
---     1: the caller waits and a release granted it that permit (its queue
---     entry is gone), so this is its acquisition, else 0
+--     1: the caller waits and a release granted it that permit (its ask
+--     is marked 'g'), so this is its acquisition, else 0
 --   {tag(3), remaining}   the same owner token holds the plain lease for
 --                         another operation
 --   {tag(0), retry, why}  contended: why 0 no free permit (or the other
@@ -306,10 +306,10 @@ for i = 1, rec and #rec or 0, 2 do
         if type(claimed) == 'table' and claimed.err then
           return {tag - 9, claimed.err}
         end
-        -- 1 when the caller waits and its queue entry is gone: a release
-        -- granted it this permit (release.lua), which is its acquisition.
-        local handed = member ~= '' and not redis.call('ZSCORE',
-          (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member) and 1 or 0
+        -- 1 when the caller waits and a release granted its entry this
+        -- permit (release.lua marks the entry's ask 'g'): its acquisition.
+        local handed = member ~= '' and redis.call('HGET',
+          (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member) == 'g' and 1 or 0
         return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(granted),
           string.sub(v, at), handed}
       end

@@ -17,7 +17,8 @@
 --         "<ttl ms>|<owner token>|<operation id>|<holder label>" (the label
 --         as acquire.lua's ARGV[4], last: it may contain '|'). Kept in the
 --         hash <ns>:ask:v2:{<purpose>:<digest>} (derived from KEYS[1]),
---         field = the member, for as long as the queue lives.
+--         field = the member, for as long as the queue lives; a release
+--         that grants the entry leaves 'g' there (for leave and acquire).
 -- ARGV[9] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Members: each waiter '<mode>:<instance>:<n>' with score = the server
@@ -32,19 +33,23 @@
 -- record (held, or in a lock-delay: a release or an expiry comes first,
 -- and a release hands off to the queue's head); when it has none, the ms
 -- until the first entry's heartbeat lapses if that entry is another live
--- one (it goes first), else -2 (the waiter looks at once); for leave n = 1 when the entry was there (it
--- could not have been granted: release.lua takes a granted entry out),
--- 0 when it was not (granted, taken, or dropped as dead); for beat n = 1.
+-- one (it goes first), else -2 (the waiter looks at once); for leave
+-- n = 1 when a release granted the entry (its ask marked 'g' by
+-- release.lua: what the attempt holds may be that grant), else 0; for
+-- beat n = 1.
 -- {tag(-9), error} Redis refused a write.
 local tag = tonumber(ARGV[9]) * 16 + 9
 local verb = ARGV[1]
 local ASK = (string.gsub(KEYS[1], ':queue:v2:{', ':ask:v2:{', 1))
 if verb == 'leave' then
-  local removed = redis.pcall('ZREM', KEYS[1], ARGV[7])
+  redis.pcall('ZREM', KEYS[1], ARGV[7])
+  -- 'g': a release granted this entry (release.lua); nothing else says so
+  -- (an entry dropped by a heartbeat or as dead was granted nothing).
+  local granted = redis.call('HGET', ASK, ARGV[7]) == 'g'
   redis.pcall('HDEL', ASK, ARGV[7])
   -- The next waiter may go now.
   redis.pcall('PUBLISH', ARGV[5], ARGV[6] .. '\t\tqueue')
-  return {tag + 1, removed == 1 and 1 or 0}
+  return {tag + 1, granted and 1 or 0}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

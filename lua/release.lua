@@ -25,7 +25,8 @@
 -- that left an ask (queue.lua) on the releasing instance itself, this run
 -- grants that waiter the lease: the
 -- permit written as acquire.lua writes it (its attempt, a new fencing token,
--- its TTL and label; 'a' in the history), its entry and ask gone, and
+-- its TTL and label; 'a' in the history), its entry gone and its ask
+-- marked 'g' (granted: read by its leave and by its next look), and
 -- "<tag>\t<version>\tgranted\t<member>\t<fence>\t<acquiredAt>" published
 -- instead of 'released' (after the writes: nobody hears of a grant that was
 -- not written). The waiter's instance answers it from that message, without
@@ -315,7 +316,8 @@ if ask then
     end
     if granted then
       redis.pcall('ZREM', QUEUE, head)
-      redis.pcall('HDEL', ASK, head)
+      -- 'g': this entry was granted (its leave and its next look read it).
+      redis.pcall('HSET', ASK, head, 'g')
       done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. label)
       if type(done) == 'number' and done > HMAX then
         redis.pcall('LTRIM', H, 0, HMAX - 1)

@@ -107,6 +107,13 @@ impl LeaseShape {
     pub fn is_plain(&self) -> bool {
         self.limit == 1 && self.mode == Mode::Exclusive
     }
+
+    /// A plain lease without a lock-delay: the shape the store keeps as a
+    /// single string record, and the one a release hands off in its own
+    /// run (docs/queues.md).
+    pub fn is_plain_undelayed(&self) -> bool {
+        self.is_plain() && self.lock_delay_ms == 0
+    }
 }
 
 impl Default for LeaseShape {

@@ -127,16 +127,18 @@ impl ResourceWaiters {
         self.rebound.notify_one();
     }
 
-    /// Hands `grant` to the place of `member`; false when no live place
-    /// took it (that place's leave finds its entry gone and releases what
-    /// it was granted, unless someone claimed it).
-    fn grant(&self, member: &str, grant: Grant) -> bool {
+    /// Hands `grant` to the place of `member`. When no live place takes it,
+    /// that place's leave finds its entry granted and releases what it was
+    /// granted, unless someone claimed it.
+    fn grant(&self, member: &str, grant: Grant) {
         let sender = self
             .lock_members()
             .iter_mut()
             .find(|(m, _)| m == member)
             .and_then(|(_, tx)| tx.take());
-        sender.is_some_and(|tx| tx.send(grant).is_ok())
+        if let Some(tx) = sender {
+            let _ = tx.send(grant);
+        }
     }
 
     fn lock_members(
@@ -194,14 +196,15 @@ impl WaitRegistry {
     /// instance's waiter): that waiter hears of it here when it is this
     /// instance's; watchers hear a release and an acquire. Other waiters
     /// are not woken: the resource is held again.
-    pub fn granted(&self, tag: &str, member: &str, grant: Grant) -> bool {
+    pub fn granted(&self, tag: &str, member: &str, grant: Grant) {
         let resource = self.map().get(tag).cloned();
-        let handed = resource.is_some_and(|r| r.grant(member, grant));
+        if let Some(resource) = resource {
+            resource.grant(member, grant);
+        }
         for change in [Change::Released, Change::Acquired] {
             self.watch.changed(tag, Some(change));
             self.purposes.changed(tag, Some(change));
         }
-        handed
     }
 
     /// An operator broke `tag` (or permits of it): waiters look again, as

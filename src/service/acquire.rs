@@ -302,7 +302,7 @@ impl LeaseService {
         // before a release, a grant or its expiry (the look could only say
         // contended). Any other shape looks at once, as before: its record
         // outlives its soonest expiry, and a lock-delay is seen by a look.
-        let plain = request.shape.is_plain() && request.shape.lock_delay_ms == 0;
+        let plain = request.shape.is_plain_undelayed();
         let skip = |held_ms: Option<u64>, retry_after_ms: u64| {
             held_ms.filter(|_| plain).map(|ms| ms.min(retry_after_ms))
         };
@@ -520,17 +520,8 @@ impl LeaseService {
         grant: Grant,
         waited_ms: Option<u64>,
     ) -> AcquireOutcome {
-        let ttl_ms = request.ttl.at_most(request.max_hold_ms).ms();
         let at = StoreTime(grant.acquired_at);
-        let record = StoreLease {
-            fencing_token: grant.fencing_token,
-            remaining_ms: ttl_ms,
-            ttl_ms,
-            acquired_at: at,
-            renewed_at: at,
-            holder: request.holder.clone(),
-            max_hold_ms: request.max_hold_ms,
-        };
+        let record = StoreLease::acquired(&request.spec(None), grant.fencing_token, at);
         AcquireOutcome::Acquired {
             lease: Self::lease(resource, record, None),
             waited_ms,

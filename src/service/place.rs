@@ -27,12 +27,12 @@ pub(super) struct Place {
     /// send lists this place's member while it lives.
     pub(super) queue: Arc<ResourceWaiters>,
     /// Where a release's grant to this place's entry arrives.
-    pub(super) grant: Option<oneshot::Receiver<Grant>>,
-    /// The waiter's attempt, once an ask went with its entry: a leave that
-    /// finds the entry gone releases what it may have been granted (with
-    /// `--release-abandoned`; without, a grant ends with its TTL).
-    pub(super) asked: Option<Attempt>,
-    release_abandoned: bool,
+    grant: Option<oneshot::Receiver<Grant>>,
+    /// The waiter's attempt, once an ask went with its entry and
+    /// `--release-abandoned` is on: a leave that finds the entry granted
+    /// releases what it may have been granted (without the setting, a
+    /// grant ends with its TTL).
+    asked: Option<Attempt>,
 }
 
 /// First pause between two tries of a store call that failed inside a wait
@@ -40,8 +40,8 @@ pub(super) struct Place {
 pub(super) const RETRY_FIRST: Duration = Duration::from_millis(25);
 /// Longest pause between two such tries.
 pub(super) const RETRY_MAX: Duration = Duration::from_millis(400);
-/// How long after its waiter left an entry that left an ask may still be
-/// granted: the queue's heartbeat horizon (2 s) and some room.
+/// How long a leave is retried: after the queue's heartbeat horizon (2 s)
+/// and some room, an entry left behind can no longer be granted.
 const GRANTABLE: Duration = Duration::from_millis(3_000);
 
 impl Place {
@@ -61,7 +61,6 @@ impl Place {
             queue,
             grant: None,
             asked: None,
-            release_abandoned: service.settings.release_abandoned,
         }
     }
 
@@ -87,7 +86,9 @@ impl Place {
         let member = self.store.queue_member(self.mode);
         self.grant = Some(self.queue.join(&member));
         self.member = Some(member.clone());
-        self.asked = ask.map(|a| a.attempt.clone());
+        self.asked = ask
+            .filter(|_| service.settings.release_abandoned)
+            .map(|a| a.attempt.clone());
         let op = if front {
             QueueOp::EnterFront(&member, ask)
         } else {
@@ -128,7 +129,7 @@ impl Place {
 
     pub(super) fn leave(&mut self) {
         self.grant = None;
-        let asked = self.asked.take().filter(|_| self.release_abandoned);
+        let asked = self.asked.take();
         let Some(member) = self.member.take() else {
             return;
         };
@@ -142,9 +143,9 @@ impl Place {
             let started = tokio::time::Instant::now();
             loop {
                 match store.queue(&resource, QueueOp::Leave(&member)).await {
-                    Ok(Queued::Left { was_there: false }) => {
-                        // Granted before the leave (or taken, or dropped):
-                        // what the attempt holds goes, unless claimed.
+                    Ok(Queued::Left { granted: true }) => {
+                        // Granted before the leave: the grant goes, unless
+                        // claimed (a replay of the attempt).
                         if let Some(attempt) = asked {
                             release_abandoned(&store, &resource, &attempt).await;
                         }
@@ -155,13 +156,13 @@ impl Place {
                 }
                 // With no waiter of this instance left there, nobody beats
                 // for the entry: it lapses within the heartbeat horizon.
-                // An entry that left an ask may be granted until then: past
-                // it, what its attempt may hold goes, unless claimed.
+                // An entry that left an ask may be granted until then, and
+                // only its leave can tell: that is tried a while longer (a
+                // grant it never hears of ends with its TTL).
                 if asked.is_none() && !waiters.is_waited_for(&resource.tag()) {
                     return;
                 }
-                if let Some(attempt) = asked.as_ref().filter(|_| started.elapsed() > GRANTABLE) {
-                    release_abandoned(&store, &resource, attempt).await;
+                if asked.is_some() && started.elapsed() > GRANTABLE {
                     return;
                 }
                 tokio::select! {

@@ -42,6 +42,21 @@ pub struct StoreLease {
     pub max_hold_ms: Option<u64>,
 }
 
+impl StoreLease {
+    /// What an acquisition of `spec` (its own, or a release's grant) wrote.
+    pub fn acquired(spec: &AcquireSpec<'_>, fencing_token: u64, at: StoreTime) -> Self {
+        Self {
+            fencing_token,
+            remaining_ms: spec.ttl.ms(),
+            ttl_ms: spec.ttl.ms(),
+            acquired_at: at,
+            renewed_at: at,
+            holder: spec.holder.cloned(),
+            max_hold_ms: spec.max_hold_ms,
+        }
+    }
+}
+
 /// What an acquire asks the store for.
 #[derive(Debug, Clone, Copy)]
 pub struct AcquireSpec<'a> {
@@ -89,11 +104,10 @@ pub enum Contention {
 /// A fair-queue operation for one resource.
 #[derive(Debug, Clone, Copy)]
 pub enum QueueOp<'a> {
-    /// Take a place at the back (the store's clock orders places), with
-    /// what to grant the entry when a release hands the lease to it.
+    /// Take a place at the back (the store's clock orders places).
     Enter(&'a str, Option<Ask<'a>>),
     /// Take a place ahead of this instance's own entries (a turn holder
-    /// whose place lapsed; bounded: among the first 64 entries).
+    /// whose place lapsed; among the first 64).
     EnterFront(&'a str, Option<Ask<'a>>),
     /// This instance is alive, and these of its entries (comma-separated
     /// members) still wait; its other entries go.
@@ -102,32 +116,24 @@ pub enum QueueOp<'a> {
     Leave(&'a str),
 }
 
-/// A waiter's acquire, left with its queue entry so that a release can
-/// grant it the lease in the same store call (docs/design.md §12,
-/// "Hand-off"). A store that cannot grant (the embedded store's waiters
-/// are all local; a Redis store that waits for replica acks) ignores it.
+/// A waiter's acquire, left with its entry for a release to grant (§12);
+/// ignored where nothing is granted (embedded; Redis with replica acks).
 #[derive(Debug, Clone, Copy)]
 pub struct Ask<'a> {
-    /// Whose acquire: the permit is written for this attempt.
+    /// Whose acquire (the permit is written for it).
     pub attempt: &'a Attempt,
-    /// What it asks for (a plain lease is granted; any other shape is not).
+    /// What it asks for (only a plain lease is granted).
     pub spec: AcquireSpec<'a>,
 }
 
 /// What a fair-queue operation found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Queued {
-    /// Entered. `Some(ms)`: the resource's record lives this much longer
-    /// (a holder or a lock-delay), so a release or an expiry comes first
-    /// and the waiter need not look now; `None`: the waiter looks at once.
+    /// Entered. `Some(ms)`: the waiter need not look for that long (a
+    /// release, grant or event comes first); `None`: it looks at once.
     Entered(Option<u64>),
-    /// Left. `was_there`: the entry was still queued, so no release granted
-    /// it anything; otherwise it may have been granted (or was taken or
-    /// dropped), and what it holds is released if nobody claimed it.
-    Left {
-        /// Whether the leave removed the entry.
-        was_there: bool,
-    },
+    /// Left. `granted`: a release had granted the entry a permit.
+    Left { granted: bool },
     /// A heartbeat.
     Beaten,
 }

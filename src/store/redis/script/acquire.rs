@@ -61,7 +61,7 @@ impl<'a> Args<'a> {
 /// uncontended plain acquire sends (and Redis parses) no more than it must.
 fn shape_arg(spec: &AcquireSpec<'_>) -> String {
     let shape = spec.shape;
-    if shape.is_plain() && shape.lock_delay_ms == 0 && spec.queued_as.is_none() {
+    if shape.is_plain_undelayed() && spec.queued_as.is_none() {
         return String::new();
     }
     format!(
@@ -122,20 +122,15 @@ mod at {
 /// Decodes an answer (`{status, ...}`); `spec` is what was asked (an
 /// acquisition answers with the granted TTL and the label sent).
 fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire, StoreError> {
-    let ttl_ms = spec.ttl.ms();
     Ok(match int(items, STATUS)? {
         1 => {
             use at::acquired::*;
             let now = store_time(int(items, NOW)?)?;
-            StoreAcquire::Acquired(StoreLease {
-                fencing_token: token_of(int(items, FENCE)?)?,
-                remaining_ms: ttl_ms,
-                ttl_ms,
-                acquired_at: now,
-                renewed_at: now,
-                holder: spec.holder.cloned(),
-                max_hold_ms: spec.max_hold_ms,
-            })
+            StoreAcquire::Acquired(StoreLease::acquired(
+                spec,
+                token_of(int(items, FENCE)?)?,
+                now,
+            ))
         }
         2 => {
             use at::replayed::*;

@@ -76,7 +76,7 @@ fn ask_arg(ask: Option<Ask<'_>>) -> String {
     let Some(Ask { attempt, spec }) = ask else {
         return String::new();
     };
-    if !spec.shape.is_plain() || spec.shape.lock_delay_ms != 0 {
+    if !spec.shape.is_plain_undelayed() {
         return String::new();
     }
     format!(
@@ -136,9 +136,10 @@ impl RedisStore {
         }
         let n = int(&done.value, N)?;
         Ok(match op {
-            // PTTL: -2 no record (free), -1 none (never written so).
+            // How long the waiter may sleep (the record's PTTL, or the
+            // first entry's heartbeat lapse); negative: look at once.
             QueueOp::Enter(..) | QueueOp::EnterFront(..) => Queued::Entered(non_negative(n)),
-            QueueOp::Leave(_) => Queued::Left { was_there: n == 1 },
+            QueueOp::Leave(_) => Queued::Left { granted: n == 1 },
             QueueOp::Beat(_) => Queued::Beaten,
         })
     }
