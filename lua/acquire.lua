@@ -8,7 +8,11 @@
 -- an event is due: every argument costs Redis and Lua on every call.
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms  ARGV[4] holder label or ''
 -- ARGV[5] shape: '' for a plain lease (limit 1, exclusive, no lock-delay)
---         asked by a caller not queued, else
+--         asked by a caller not queued; "+<heartbeat horizon ms>:<member>"
+--         for the same asked by a waiter not queued yet, which takes its
+--         place in the fair queue as <member> when it finds no permit (as
+--         queue.lua's 'enter' does, with the ask built from ARGV[1..4]: one
+--         script run for the look and the enter); else
 --         "<limit>:<x exclusive|s shared>:<lock-delay ms>:<queue member or ''>"
 -- ARGV[6] history length: most entries the resource's history keeps
 -- ARGV[7] history ttl ms: how long the history outlives its last entry
@@ -53,7 +57,8 @@
 --   {tag(0), retry, why}  contended: why 0 no free permit (or the other
 --     mode holds it; retry = the soonest expiry), 1 lock-delay (retry = the
 --     delay left), 2 queued behind waiters (retry = when the first waiter's
---     heartbeat lapses), 3 the caller's queue entry is gone (re-enter)
+--     heartbeat lapses), 3 the caller's queue entry is gone (re-enter);
+--     why + 4: the caller entered the queue ("+..." shape) in this run
 --   {tag(4), limit}       limit_mismatch: live holders agreed on another limit
 --   {tag(-9), error}      Redis refused a write; no permit was written (the
 --                         first write, the sequence, is harmless alone)
@@ -110,7 +115,7 @@ if seq0 then
     end
   end
 end
-if not cur and ARGV[5] == '' then
+if not cur and (ARGV[5] == '' or string.byte(ARGV[5], 1) == 43) then -- '+'
   -- The fast path: a plain lease asked for a free resource that nobody
   -- queues for. It writes what the general path below writes in that case,
   -- in the fewest Lua steps: on the uncontended acquire every bytecode and
@@ -166,7 +171,12 @@ if not cur and ARGV[5] == '' then
   end
 end
 local limit, mode, delay, delay_text, member = 1, 'x', 0, '0', ''
-if ARGV[5] ~= '' then
+-- A plain waiter not queued yet: the member it enters as when refused.
+local enter_as, horizon
+if string.byte(ARGV[5], 1) == 43 then -- '+'
+  local h1, e1 = string.match(ARGV[5], '^%+(%d+):(.+)$')
+  horizon, enter_as = tonumber(h1), e1
+elseif ARGV[5] ~= '' then
   local l1, m1, d1, q1 = string.match(ARGV[5], '^(%d+):(%a):(%d+):(.*)$')
   limit, mode, delay, delay_text, member = tonumber(l1), m1, tonumber(d1), d1, q1
 end
@@ -414,6 +424,54 @@ local function answer(reply)
   end
   return reply
 end
+-- No permit for the caller: {tag(0), retry, why}. A plain waiter not queued
+-- yet (enter_as) takes its place at the back of the fair queue first, with
+-- its ask, as queue.lua's 'enter' does (a change to either belongs in
+-- both), and says so (why + 4). A refused write leaves no entry: the
+-- caller enters with queue.lua then.
+local function refused(retry, why)
+  if not enter_as then
+    return answer({tag, retry, why})
+  end
+  local QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
+  local ASK = (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1))
+  local deadline = now + horizon
+  local done = redis.pcall('ZADD', QUEUE, 'NX', secs * 1000000 + micros, enter_as)
+  if type(done) == 'table' and done.err then
+    return answer({tag, retry, why})
+  end
+  done = redis.pcall('ZADD', QUEUE, -deadline, '~' .. string.match(enter_as, '^%a:([^:]+):'))
+  if type(done) == 'table' and done.err then
+    redis.pcall('ZREM', QUEUE, enter_as)
+    return answer({tag, retry, why})
+  end
+  redis.pcall('HSET', ASK, enter_as, ARGV[3] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[4])
+  redis.pcall('PEXPIRE', QUEUE, horizon + 1000)
+  redis.pcall('PEXPIRE', ASK, horizon + 1000)
+  -- Tell acquire the queue exists until this deadline (queue.lua).
+  local seq = redis.call('GET', KEYS[2])
+  local a, b, c, d = '0', '0', '0', '0'
+  if seq then
+    local a1, b1, c1, d1 = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
+    if a1 then
+      a, b, c, d = a1, b1, c1, (d1 ~= '' and d1 or '0')
+    end
+  end
+  if tonumber(d) < deadline then
+    local mark = a .. ':' .. b .. ':' .. c .. ':' .. string.format('%d', deadline)
+    if seq then
+      done = redis.pcall('SET', KEYS[2], mark, 'KEEPTTL')
+    else
+      done = redis.pcall('SET', KEYS[2], mark, 'PX', SEQ_TTL)
+    end
+    if type(done) == 'table' and done.err then
+      redis.pcall('ZREM', QUEUE, enter_as)
+      redis.pcall('HDEL', ASK, enter_as)
+      return answer({tag, retry, why})
+    end
+  end
+  return answer({tag, retry, why + 4})
+end
 if seen then
   -- The expiries this run read, each written once: 'x' at its expiresAt,
   -- then 'd' when a lock-delay followed; an entry already among the last
@@ -450,24 +508,24 @@ if seen then
   end
 end
 if delay_end then
-  return answer({tag, delay_end - now, 1})
+  return refused(delay_end - now, 1)
 end
 if live > 0 then
   if limit == 1 and l == 1 and mode == 'x' and m == 'x' and same_owner then
     return answer({tag + 3, soonest - now})
   end
   if m ~= mode then
-    return answer({tag, soonest - now, 0})
+    return refused(soonest - now, 0)
   end
   if mode == 'x' then
     if l ~= limit then
       return answer({tag + 4, l})
     end
     if live >= limit then
-      return answer({tag, soonest - now, 0})
+      return refused(soonest - now, 0)
     end
   elseif live >= 10000 then
-    return answer({tag, soonest - now, 0})
+    return refused(soonest - now, 0)
   end
 end
 -- The sequence: fencing, the change count, watch and queue marks.
@@ -567,7 +625,7 @@ if queued > now and not returning then
     blocked = ahead_x > 0
   end
   if blocked then
-    return answer({tag, (lapse or (now + 100)) - now, 2})
+    return refused((lapse or (now + 100)) - now, 2)
   end
   -- Waiters behind this one look again once it holds: the next may go
   -- now (a free permit, a shared turn), and the rest learn the new

@@ -28,7 +28,7 @@ use crate::domain::Change;
 pub struct ResourceWaiters {
     /// Held while a waiter takes its place in the store's fair queue and
     /// joins `turn`, so both orders agree.
-    pub entry: tokio::sync::Mutex<()>,
+    pub entry: Arc<tokio::sync::Mutex<()>>,
     /// Held by the one waiter allowed to talk to the store.
     pub turn: tokio::sync::Mutex<()>,
     /// Signalled on a release of the resource.
@@ -229,20 +229,19 @@ impl WaitRegistry {
 
     /// Registers a waiter for `tag`, or `None` when the cap is reached.
     pub fn enter(self: &Arc<Self>, tag: &str) -> Option<WaitGuard> {
-        let admitted = self
-            .waiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max_waiters).then_some(n + 1)
-            })
-            .is_ok();
-        if !admitted {
-            return None;
-        }
-        metrics::gauge!(crate::telemetry::WAITERS).increment(1.0);
+        let mut guard = self.register(tag);
+        guard.admit().then_some(guard)
+    }
+
+    /// Registers a wait for `tag` that is not counted yet (nor capped):
+    /// its place may take grants and wake-ups, and [`WaitGuard::admit`]
+    /// counts it once it waits (a waiter whose first look enters the
+    /// queue registers before that look).
+    pub fn register(self: &Arc<Self>, tag: &str) -> WaitGuard {
         let mut map = self.map();
         let resource = Arc::clone(map.entry(tag.to_owned()).or_insert_with(|| {
             Arc::new(ResourceWaiters {
-                entry: tokio::sync::Mutex::new(()),
+                entry: Arc::new(tokio::sync::Mutex::new(())),
                 turn: tokio::sync::Mutex::new(()),
                 wake: Notify::new(),
                 rebound: Notify::new(),
@@ -254,11 +253,12 @@ impl WaitRegistry {
         }));
         resource.guards.fetch_add(1, Ordering::Relaxed);
         drop(map);
-        Some(WaitGuard {
+        WaitGuard {
             registry: Arc::clone(self),
             tag: tag.to_owned(),
             resource,
-        })
+            admitted: false,
+        }
     }
 
     /// An event says `tag`'s waiters need not look for `ms` (a plain
@@ -321,9 +321,29 @@ pub struct WaitGuard {
     registry: Arc<WaitRegistry>,
     tag: String,
     resource: Arc<ResourceWaiters>,
+    /// Counted among the waits (and in the gauge).
+    admitted: bool,
 }
 
 impl WaitGuard {
+    /// Counts this wait, unless the cap is reached (false); once.
+    pub fn admit(&mut self) -> bool {
+        if self.admitted {
+            return true;
+        }
+        let registry = &self.registry;
+        self.admitted = registry
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < registry.max_waiters).then_some(n + 1)
+            })
+            .is_ok();
+        if self.admitted {
+            metrics::gauge!(crate::telemetry::WAITERS).increment(1.0);
+        }
+        self.admitted
+    }
+
     /// The resource's queue.
     pub fn resource(&self) -> &ResourceWaiters {
         &self.resource
@@ -344,8 +364,10 @@ impl Drop for WaitGuard {
             map.remove(&self.tag);
         }
         drop(map);
-        self.registry.waiting.fetch_sub(1, Ordering::AcqRel);
-        metrics::gauge!(crate::telemetry::WAITERS).decrement(1.0);
+        if self.admitted {
+            self.registry.waiting.fetch_sub(1, Ordering::AcqRel);
+            metrics::gauge!(crate::telemetry::WAITERS).decrement(1.0);
+        }
     }
 }
 

@@ -5,17 +5,31 @@
 
 use super::core::*;
 use super::place::*;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::domain::{
-    AcquireOutcome, Attempt, ContendedReason, Failure, HolderLabel, LeaseShape, ResourceId,
-    StoreTime, Ttl, WaitMs,
+    AcquireOutcome, Attempt, ContendedReason, Failure, HolderLabel, LeaseShape, ResourceId, Ttl,
+    WaitMs,
 };
-use crate::notify::Grant;
-use crate::store::{AcquireSpec, Ask, Contention, QueueOp, StoreAcquire, StoreError, StoreLease};
+use crate::store::{AcquireSpec, Ask, Contention, QueueOp, StoreAcquire, StoreError};
 
 /// What a store call looks like to the wait loop.
 pub(super) type Tried = Result<AcquireOutcome, Failure>;
+
+/// How a look stands to the fair queue.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Queue<'a> {
+    /// Queued as this member, or (`None`) not queued.
+    As(Option<&'a str>),
+    /// Not queued yet: enters as this member when it finds no permit
+    /// ([`AcquireSpec::enter_as`]).
+    Entering(&'a str),
+}
+
+/// A look's outcome, why it was contended, and whether it entered the
+/// queue (a [`Queue::Entering`] look that found no permit).
+pub(super) type Looked = (AcquireOutcome, Option<Contention>, bool);
 
 /// How often the instance that has waiters for a resource tells the store
 /// they are alive (their entries lapse 2 s after the last beat).
@@ -49,13 +63,25 @@ impl AcquireRequest {
         }
     }
 
-    fn spec<'a>(&'a self, queued_as: Option<&'a str>) -> AcquireSpec<'a> {
+    pub(super) fn spec<'a>(&'a self, queued_as: Option<&'a str>) -> AcquireSpec<'a> {
         AcquireSpec {
             ttl: self.ttl.at_most(self.max_hold_ms),
             holder: self.holder.as_ref(),
             shape: self.shape,
             queued_as,
+            enter_as: None,
             max_hold_ms: self.max_hold_ms,
+        }
+    }
+
+    /// The spec of a look: queued as `queue`'s member, or entering as it.
+    fn looking<'a>(&'a self, queue: Queue<'a>) -> AcquireSpec<'a> {
+        match queue {
+            Queue::As(member) => self.spec(member),
+            Queue::Entering(member) => AcquireSpec {
+                enter_as: Some(member),
+                ..self.spec(None)
+            },
         }
     }
 }
@@ -70,15 +96,23 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: &Attempt,
         request: &AcquireRequest,
-        member: Option<&str>,
+        queue: Queue<'_>,
     ) -> Result<crate::store::Replicated<StoreAcquire>, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (store, resource, attempt) = (self.store.clone(), resource.clone(), attempt.clone());
-        let (request, member) = (request.clone(), member.map(str::to_owned));
+        let request = request.clone();
+        let (member, entering) = match queue {
+            Queue::As(member) => (member.map(str::to_owned), false),
+            Queue::Entering(member) => (Some(member.to_owned()), true),
+        };
         let clean_up = self.settings.release_abandoned;
         let task = async move {
+            let queue = match (member.as_deref(), entering) {
+                (Some(member), true) => Queue::Entering(member),
+                (member, _) => Queue::As(member),
+            };
             let result = store
-                .acquire(&resource, &attempt, &request.spec(member.as_deref()))
+                .acquire(&resource, &attempt, &request.looking(queue))
                 .await;
             if let Err(Ok(abandoned)) = tx.send(result) {
                 if !matches!(abandoned.value, StoreAcquire::Acquired(_)) {
@@ -108,16 +142,20 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: &Attempt,
         request: &AcquireRequest,
-        member: Option<&str>,
+        queue: Queue<'_>,
         waited: Option<u64>,
-    ) -> Result<(AcquireOutcome, Option<Contention>), Failure> {
+    ) -> Result<Looked, Failure> {
         let result = if waited.is_some() {
-            self.admitted(self.acquire_for_waiter(resource, attempt, request, member))
+            self.admitted(self.acquire_for_waiter(resource, attempt, request, queue))
                 .await?
         } else {
-            self.admitted(self.store.acquire(resource, attempt, &request.spec(member)))
-                .await?
+            self.admitted(
+                self.store
+                    .acquire(resource, attempt, &request.looking(queue)),
+            )
+            .await?
         };
+        let queued = matches!(queue, Queue::As(Some(_)));
         if let Ok(r) = &result {
             self.ended(resource, &r.ended_holds);
         }
@@ -130,34 +168,43 @@ impl LeaseService {
                     waited_ms: waited,
                 },
                 None,
+                false,
             )),
             Ok(StoreAcquire::Replayed(record)) => Ok((
                 AcquireOutcome::ReplayedSameOperation {
                     lease: Self::lease(resource, record, None),
                 },
                 None,
+                false,
             )),
             Ok(StoreAcquire::OwnerOperationConflict { remaining_ms }) => Ok((
                 AcquireOutcome::OwnerOperationConflict {
                     retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
                 },
                 None,
+                false,
             )),
             // Refused for the queue without a place in it: nobody's expiry
             // says when to come back (the store's hint, when the head's
             // heartbeat lapses, is for waiters), so the fallback.
             Ok(StoreAcquire::Contended {
                 why: Contention::Queued,
+                entered: false,
                 ..
-            }) if member.is_none() => Ok((
+            }) if !queued => Ok((
                 AcquireOutcome::Contended {
                     retry_after_ms: fallback,
                     waited_ms: waited,
                     reason: Some(ContendedReason::Queued),
                 },
                 Some(Contention::Queued),
+                false,
             )),
-            Ok(StoreAcquire::Contended { remaining_ms, why }) => Ok((
+            Ok(StoreAcquire::Contended {
+                remaining_ms,
+                why,
+                entered,
+            }) => Ok((
                 AcquireOutcome::Contended {
                     retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
                     waited_ms: waited,
@@ -168,9 +215,10 @@ impl LeaseService {
                     },
                 },
                 Some(why),
+                entered,
             )),
             Ok(StoreAcquire::LimitMismatch { limit }) => {
-                Ok((AcquireOutcome::LimitMismatch { limit }, None))
+                Ok((AcquireOutcome::LimitMismatch { limit }, None, false))
             }
             Err(err) => Err(self.failure(err, Some(attempt))),
         }
@@ -218,11 +266,38 @@ impl LeaseService {
         request: &AcquireRequest,
         started: Instant,
     ) -> Tried {
+        // A plain waiter, on a store that can, takes its place in the fair
+        // queue with its first look when that finds the lease held: one
+        // store call (docs/design.md §12, "Hand-off"). The place is made
+        // and the entry lock taken before that look, as before any enter,
+        // when the lock is free; else (another waiter of this instance is
+        // entering) it looks first and enters after, as any other shape.
+        let mut early = None;
+        if request.wait.ms() > 0
+            && request.shape.is_plain_undelayed()
+            && self.store.enters_when_held()
+        {
+            let guard = self.waiters.register(&resource.tag());
+            if let Ok(entry) = Arc::clone(&guard.resource().entry).try_lock_owned() {
+                let queue = guard.resource_shared();
+                let mut place = Place::new(self, resource.clone(), request.shape.mode, queue);
+                let ask = Ask {
+                    attempt,
+                    spec: request.spec(None),
+                };
+                let member = place.prepare(self, Some(ask));
+                early = Some((guard, place, entry, member));
+            }
+        }
+        let queue = match &early {
+            Some((.., member)) => Queue::Entering(member),
+            None => Queue::As(None),
+        };
         let first = self
-            .try_acquire(resource, attempt, request, None, None)
+            .try_acquire(resource, attempt, request, queue, None)
             .await;
         if request.wait.ms() == 0 {
-            return first.map(|(outcome, _)| outcome);
+            return first.map(|(outcome, ..)| outcome);
         }
         let deadline =
             tokio::time::Instant::from_std(started) + Duration::from_millis(request.wait.ms());
@@ -233,36 +308,61 @@ impl LeaseService {
             reason: None,
         };
         let mut retries = Retries::new();
+        // A look that failed may have entered (or acquired) unseen.
+        let mut unsure = false;
         // An uncertain first look is tried again with the same attempt while
         // the deadline leaves room: a replay tells whether it applied.
         let mut first = first;
-        let retry_after_ms = loop {
+        let (retry_after_ms, entered) = loop {
             match first {
-                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, _)) => {
+                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, _, entered)) => {
                     retries.uncertain = false;
-                    break retry_after_ms;
+                    break (retry_after_ms, entered);
                 }
-                Ok((outcome, _)) => return Ok(self.settled_outcome(&retries, outcome, waited())),
+                Ok((outcome, ..)) => {
+                    // Nothing to leave: never entered, or (an acquisition)
+                    // no entry is left: one lapsed before this look, or a
+                    // grant took it out.
+                    let acquired = matches!(
+                        outcome,
+                        AcquireOutcome::Acquired { .. }
+                            | AcquireOutcome::ReplayedSameOperation { .. }
+                    );
+                    if let (Some((_, place, ..)), true) = (early.as_mut(), acquired || !unsure) {
+                        place.taken();
+                    }
+                    return Ok(self.settled_outcome(&retries, outcome, waited()));
+                }
                 Err(failure) => {
+                    unsure = true;
                     if !self.pause(&mut retries, &failure, deadline, true).await {
                         return Err(self.settled_failure(&retries, failure, attempt));
                     }
                 }
             }
             first = self
-                .try_acquire(resource, attempt, request, None, waited())
+                .try_acquire(resource, attempt, request, queue, waited())
                 .await;
         };
-        let Some(guard) = self.waiters.enter(&resource.tag()) else {
-            return Err(self.settled_failure(&retries, self.overloaded(), attempt));
+        let (mut guard, mut place, entry) = match early {
+            Some((guard, mut place, entry, _)) => {
+                if !entered && !unsure {
+                    // Not entered (a refused write): the enter below.
+                    place.taken();
+                }
+                (guard, place, Some(entry))
+            }
+            None => {
+                let guard = self.waiters.register(&resource.tag());
+                let queue = guard.resource_shared();
+                let place = Place::new(self, resource.clone(), request.shape.mode, queue);
+                (guard, place, None)
+            }
         };
+        if !guard.admit() {
+            return Err(self.settled_failure(&retries, self.overloaded(), attempt));
+        }
         let queue = guard.resource();
-        let mut place = Place::new(
-            self,
-            resource.clone(),
-            request.shape.mode,
-            guard.resource_shared(),
-        );
         // The look a wait takes when it gives up (deadline, no turn, a store
         // that stays unreachable): its place goes whatever the answer.
         macro_rules! last_look {
@@ -278,26 +378,6 @@ impl LeaseService {
                 .await
             };
         }
-        // Take a place in the fair queue, in the same order as this
-        // instance's own FIFO turn, so both agree on who is next; neither
-        // the lock nor the enter outlasts the deadline or shutdown.
-        let entry = tokio::select! {
-            biased;
-            _ = self.shutdown.cancelled() => {
-                return Ok(contended(retry_after_ms, waited()));
-            }
-            entry = queue.entry.lock() => entry,
-            _ = tokio::time::sleep_until(deadline) => {
-                return last_look!();
-            }
-        };
-        // What a release may grant this waiter in its own store call
-        // (docs/design.md §12, "Hand-off").
-        let ask = Ask {
-            attempt,
-            spec: request.spec(None),
-        };
-        let mut enter_retries = Retries::new();
         // Entered while a plain lease's record lives this long: no look
         // before a release, a grant or its expiry (the look could only say
         // contended). Any other shape looks at once, as before: its record
@@ -306,28 +386,64 @@ impl LeaseService {
         let skip = |held_ms: Option<u64>, retry_after_ms: u64| {
             held_ms.filter(|_| plain).map(|ms| ms.min(retry_after_ms))
         };
-        let mut held_ms = loop {
-            let failure = tokio::select! {
-                biased;
-                _ = self.shutdown.cancelled() => {
-                    return Ok(contended(retry_after_ms, waited()));
-                }
-                entered = place.enter(self, false, Some(ask)) => match entered {
-                    Ok(held_ms) => break skip(held_ms, retry_after_ms),
-                    Err(failure) => failure,
+        // What a release may grant this waiter in its own store call
+        // (docs/design.md §12, "Hand-off").
+        let ask = Ask {
+            attempt,
+            spec: request.spec(None),
+        };
+        let mut held_ms;
+        let entry = if entered {
+            // The first look entered (and beat for this instance).
+            queue.beaten();
+            held_ms = skip(Some(retry_after_ms), retry_after_ms);
+            entry
+        } else {
+            // Take a place in the fair queue, in the same order as this
+            // instance's own FIFO turn, so both agree on who is next;
+            // neither the lock nor the enter outlasts the deadline or
+            // shutdown.
+            let entry = match entry {
+                Some(entry) => entry,
+                None => tokio::select! {
+                    biased;
+                    _ = self.shutdown.cancelled() => {
+                        return Ok(contended(retry_after_ms, waited()));
+                    }
+                    entry = Arc::clone(&queue.entry).lock_owned() => entry,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        return last_look!();
+                    }
                 },
-                _ = tokio::time::sleep_until(deadline) => {
+            };
+            let mut enter_retries = Retries::new();
+            loop {
+                let failure = tokio::select! {
+                    biased;
+                    _ = self.shutdown.cancelled() => {
+                        return Ok(contended(retry_after_ms, waited()));
+                    }
+                    entered = place.enter(self, false, Some(ask)) => match entered {
+                        Ok(ms) => {
+                            held_ms = skip(ms, retry_after_ms);
+                            break;
+                        }
+                        Err(failure) => failure,
+                    },
+                    _ = tokio::time::sleep_until(deadline) => {
+                        drop(entry);
+                        return last_look!();
+                    }
+                };
+                if !self
+                    .pause(&mut enter_retries, &failure, deadline, false)
+                    .await
+                {
                     drop(entry);
                     return last_look!();
                 }
-            };
-            if !self
-                .pause(&mut enter_retries, &failure, deadline, false)
-                .await
-            {
-                drop(entry);
-                return last_look!();
             }
+            Some(entry)
         };
         let mut turn = std::pin::pin!(queue.turn.lock());
         let mut held_turn = tokio::select! {
@@ -363,14 +479,15 @@ impl LeaseService {
             woken.as_mut().enable();
             let tried = match held_ms.take() {
                 // Entered behind a live record: a release wakes or grants.
-                Some(ms) => Ok((contended(ms, None), None)),
+                Some(ms) => Ok((contended(ms, None), None, false)),
                 None => {
-                    self.try_acquire(resource, attempt, request, place.member(), waited())
+                    let queue = Queue::As(place.member());
+                    self.try_acquire(resource, attempt, request, queue, waited())
                         .await
                 }
             };
             match tried {
-                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, why)) => {
+                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, why, _)) => {
                     retries.uncertain = false;
                     holder_ttl = retry_after_ms;
                     if why == Some(Contention::Requeue) {
@@ -388,7 +505,7 @@ impl LeaseService {
                         continue;
                     }
                 }
-                Ok((outcome, _)) => {
+                Ok((outcome, ..)) => {
                     if matches!(
                         outcome,
                         AcquireOutcome::Acquired { .. }
@@ -446,121 +563,6 @@ impl LeaseService {
             if tokio::time::Instant::now() >= deadline {
                 // One last look at the deadline (it may have been freed just now).
                 return last_look!();
-            }
-        }
-    }
-
-    /// Waits before trying a failed store call of a wait again; false when
-    /// the failure is not worth a retry (shed by admission) or the deadline
-    /// or shutdown leaves no room. `acquiring`: the call was an acquire,
-    /// which may have applied when its reply was uncertain.
-    pub(super) async fn pause(
-        &self,
-        retries: &mut Retries,
-        failure: &Failure,
-        deadline: tokio::time::Instant,
-        acquiring: bool,
-    ) -> bool {
-        match failure {
-            Failure::Indeterminate { .. } if acquiring => retries.uncertain = true,
-            Failure::Indeterminate { .. } | Failure::Unavailable { .. } => {}
-            Failure::Overloaded { .. } => return false,
-        }
-        let wake = tokio::time::Instant::now() + retries.pause;
-        if wake >= deadline {
-            return false;
-        }
-        retries.pause = (retries.pause * 2).min(RETRY_MAX);
-        tokio::select! {
-            biased;
-            _ = self.shutdown.cancelled() => false,
-            _ = tokio::time::sleep_until(wake) => true,
-        }
-    }
-
-    /// The failure a wait answers once it stops retrying: `indeterminate`
-    /// whenever one of its acquires may have applied unseen.
-    pub(super) fn settled_failure(
-        &self,
-        retries: &Retries,
-        failure: Failure,
-        attempt: &Attempt,
-    ) -> Failure {
-        if retries.uncertain {
-            Failure::Indeterminate {
-                operation_id: attempt.operation_id.clone(),
-            }
-        } else {
-            failure
-        }
-    }
-
-    /// A replay after an uncertain try of the same wait is that try's
-    /// acquisition: the caller sent one request and it acquired.
-    pub(super) fn settled_outcome(
-        &self,
-        retries: &Retries,
-        outcome: AcquireOutcome,
-        waited_ms: Option<u64>,
-    ) -> AcquireOutcome {
-        match outcome {
-            AcquireOutcome::ReplayedSameOperation { lease } if retries.uncertain => {
-                AcquireOutcome::Acquired { lease, waited_ms }
-            }
-            other => other,
-        }
-    }
-
-    /// What a release granted this waiter (docs/design.md §12, "Hand-off"):
-    /// the permit the store wrote for its attempt, as an acquire script
-    /// answers it.
-    pub(super) fn granted(
-        resource: &ResourceId,
-        request: &AcquireRequest,
-        grant: Grant,
-        waited_ms: Option<u64>,
-    ) -> AcquireOutcome {
-        let at = StoreTime(grant.acquired_at);
-        let record = StoreLease::acquired(&request.spec(None), grant.fencing_token, at);
-        AcquireOutcome::Acquired {
-            lease: Self::lease(resource, record, None),
-            waited_ms,
-        }
-    }
-
-    /// The look a waiter takes at its deadline; its place in the queue
-    /// goes whatever the answer.
-    pub(super) async fn last_look(
-        &self,
-        resource: &ResourceId,
-        attempt: &Attempt,
-        request: &AcquireRequest,
-        place: &mut Place,
-        retries: &mut Retries,
-        waited: Option<u64>,
-    ) -> Tried {
-        let result = self
-            .try_acquire(resource, attempt, request, place.member(), waited)
-            .await
-            .map(|(outcome, _)| outcome);
-        match result {
-            Ok(outcome) => {
-                if matches!(
-                    outcome,
-                    AcquireOutcome::Acquired { .. } | AcquireOutcome::ReplayedSameOperation { .. }
-                ) {
-                    place.taken();
-                }
-                if !matches!(outcome, AcquireOutcome::Contended { .. }) {
-                    return Ok(self.settled_outcome(retries, outcome, waited));
-                }
-                Ok(outcome)
-            }
-            Err(failure) => {
-                if matches!(failure, Failure::Indeterminate { .. }) {
-                    retries.uncertain = true;
-                }
-                Err(self.settled_failure(retries, failure, attempt))
             }
         }
     }

@@ -8,6 +8,7 @@ mod history;
 mod list;
 mod operator;
 mod place;
+mod waited;
 
 pub use self::acquire::AcquireRequest;
 pub use self::core::{inspection, LeaseService, ServiceSettings};

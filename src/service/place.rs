@@ -80,15 +80,7 @@ impl Place {
         front: bool,
         ask: Option<Ask<'_>>,
     ) -> Result<Option<u64>, Failure> {
-        self.leave();
-        // Known before the enter is sent: a cancel or an uncertain reply
-        // during it still leaves on drop.
-        let member = self.store.queue_member(self.mode);
-        self.grant = Some(self.queue.join(&member));
-        self.member = Some(member.clone());
-        self.asked = ask
-            .filter(|_| service.settings.release_abandoned)
-            .map(|a| a.attempt.clone());
+        let member = self.prepare(service, ask);
         let op = if front {
             QueueOp::EnterFront(&member, ask)
         } else {
@@ -105,6 +97,21 @@ impl Place {
         }
     }
 
+    /// A new member for this place (the old one leaves), on the roster
+    /// and ready for a grant, before any store call that may enter it: a
+    /// cancel or an uncertain reply during that call still leaves on drop.
+    /// `ask`: as for [`Place::enter`].
+    pub(super) fn prepare(&mut self, service: &LeaseService, ask: Option<Ask<'_>>) -> String {
+        self.leave();
+        let member = self.store.queue_member(self.mode);
+        self.grant = Some(self.queue.join(&member));
+        self.member = Some(member.clone());
+        self.asked = ask
+            .filter(|_| service.settings.release_abandoned)
+            .map(|a| a.attempt.clone());
+        member
+    }
+
     /// A release's grant to this place's entry, when one came (never
     /// resolves otherwise).
     pub(super) async fn granted(&mut self) -> Grant {
@@ -118,7 +125,8 @@ impl Place {
         std::future::pending().await
     }
 
-    /// The acquire script took the entry out with the permit.
+    /// The acquire script took the entry out with the permit, or the
+    /// member never reached the store: off the roster, no leave.
     pub(super) fn taken(&mut self) {
         self.grant = None;
         self.asked = None;

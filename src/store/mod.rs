@@ -12,7 +12,10 @@
 //! definitely did not apply (`Unavailable`) or may have (`Indeterminate`).
 
 pub mod memory;
+mod queueing;
 pub mod redis;
+
+pub use queueing::{Ask, QueueOp, Queued};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +72,10 @@ pub struct AcquireSpec<'a> {
     /// The caller's entry in the resource's fair queue, when it waits
     /// ([`Store::queue_member`]); `None`: it goes only when nobody waits.
     pub queued_as: Option<&'a str>,
+    /// A plain waiter not queued yet: the entry it takes in the fair queue,
+    /// with its ask, when it finds no permit (in the same store call, where
+    /// [`Store::enters_when_held`]; `Contended::entered` says it did).
+    pub enter_as: Option<&'a str>,
     /// `maxHoldMs`: no renewal of the permit reaches past its acquisition
     /// plus this (the TTL is at most this already: the service caps it).
     pub max_hold_ms: Option<u64>,
@@ -82,6 +89,7 @@ impl<'a> AcquireSpec<'a> {
             holder: None,
             shape: LeaseShape::default(),
             queued_as: None,
+            enter_as: None,
             max_hold_ms: None,
         }
     }
@@ -99,43 +107,6 @@ pub enum Contention {
     /// The caller's queue entry is gone (its instance missed heartbeats):
     /// it must enter again.
     Requeue,
-}
-
-/// A fair-queue operation for one resource.
-#[derive(Debug, Clone, Copy)]
-pub enum QueueOp<'a> {
-    /// Take a place at the back (the store's clock orders places).
-    Enter(&'a str, Option<Ask<'a>>),
-    /// Take a place ahead of this instance's own entries (a turn holder
-    /// whose place lapsed; among the first 64).
-    EnterFront(&'a str, Option<Ask<'a>>),
-    /// This instance is alive, and these of its entries (comma-separated
-    /// members) still wait; its other entries go.
-    Beat(&'a str),
-    /// Leave the queue (deadline, disconnect, shutdown).
-    Leave(&'a str),
-}
-
-/// A waiter's acquire, left with its entry for a release to grant (§12);
-/// ignored where nothing is granted (embedded; Redis with replica acks).
-#[derive(Debug, Clone, Copy)]
-pub struct Ask<'a> {
-    /// Whose acquire (the permit is written for it).
-    pub attempt: &'a Attempt,
-    /// What it asks for (only a plain lease is granted).
-    pub spec: AcquireSpec<'a>,
-}
-
-/// What a fair-queue operation found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Queued {
-    /// Entered. `Some(ms)`: the waiter need not look for that long (a
-    /// release, grant or event comes first); `None`: it looks at once.
-    Entered(Option<u64>),
-    /// Left. `granted`: a release had granted the entry a permit.
-    Left { granted: bool },
-    /// A heartbeat.
-    Beaten,
 }
 
 /// What an acquire script found and did.
@@ -158,6 +129,8 @@ pub enum StoreAcquire {
         remaining_ms: Option<u64>,
         /// Why.
         why: Contention,
+        /// The caller took its place in the fair queue as its `enter_as`.
+        entered: bool,
     },
     /// Live holders agreed on another limit.
     LimitMismatch {
@@ -568,6 +541,13 @@ impl Store {
     /// A new entry name for the fair queue of this instance's waiters.
     pub fn queue_member(&self, mode: Mode) -> String {
         dispatch!(self, s => s.queue_member(mode))
+    }
+
+    /// Whether an acquire takes its [`AcquireSpec::enter_as`] place in the
+    /// same call when it finds no permit: Redis without replica acks (a
+    /// place is left with an ask, which a release may grant).
+    pub fn enters_when_held(&self) -> bool {
+        matches!(self, Store::Redis(s) if s.enters_when_held())
     }
 
     /// Enters, keeps or leaves `resource`'s fair queue.

@@ -151,6 +151,7 @@ impl MemoryStore {
                 return Ok(StoreAcquire::Contended {
                     remaining_ms: Some(u64::try_from(left.as_millis()).unwrap_or(1).max(1)),
                     why: Contention::LockDelay,
+                    entered: false,
                 });
             }
             returning = entry.returning(owner, now);
@@ -159,6 +160,7 @@ impl MemoryStore {
                 let held = |why| StoreAcquire::Contended {
                     remaining_ms: entry.soonest_ms(now),
                     why,
+                    entered: false,
                 };
                 let plain = shape.is_plain() && entry.limit == 1 && entry.mode == Mode::Exclusive;
                 if plain
@@ -193,6 +195,7 @@ impl MemoryStore {
             return Ok(StoreAcquire::Contended {
                 remaining_ms: None,
                 why: Contention::Queued,
+                entered: false,
             });
         }
         if !state.leases.contains_key(&key) && state.leases.len() >= self.max_leases {

@@ -4,6 +4,7 @@
 
 use std::sync::LazyLock;
 
+use super::super::keys::QUEUE_HORIZON_MS;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{
@@ -31,7 +32,8 @@ struct Args<'a> {
     /// The label, after `"\x1e<maxHoldMs>|"` when the hold is bounded
     /// ([`holder_arg`]).
     holder_label: &'a str,
-    /// `''` for a plain lease not queued, else
+    /// `''` for a plain lease not queued, `+<horizon ms>:<member>` for a
+    /// plain waiter that enters the queue as `member` when refused, else
     /// `<limit>:<mode>:<lock-delay ms>:<queue member or ''>`.
     shape: &'a str,
     /// [`RedisStore::history_args`]: the history's bound.
@@ -62,7 +64,10 @@ impl<'a> Args<'a> {
 fn shape_arg(spec: &AcquireSpec<'_>) -> String {
     let shape = spec.shape;
     if shape.is_plain_undelayed() && spec.queued_as.is_none() {
-        return String::new();
+        return match spec.enter_as {
+            Some(member) => format!("+{QUEUE_HORIZON_MS}:{member}"),
+            None => String::new(),
+        };
     }
     format!(
         "{}:{}:{}:{}",
@@ -112,6 +117,10 @@ mod at {
     pub mod contended {
         pub const RETRY: usize = 1;
         pub const WHY: usize = 2;
+        /// `why` + 4: the caller entered the queue in the run.
+        pub const ENTERED_HELD: i64 = 4;
+        pub const ENTERED_LOCK_DELAY: i64 = 5;
+        pub const ENTERED_QUEUED: i64 = 6;
     }
     /// `{tag(4), limit}`: live holders agreed on another limit.
     pub mod limit_mismatch {
@@ -157,15 +166,17 @@ fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire
         },
         0 => {
             use at::contended::*;
+            let why = int(items, WHY)?;
             StoreAcquire::Contended {
                 remaining_ms: non_negative(int(items, RETRY)?),
-                why: match int(items, WHY)? {
-                    0 => Contention::Held,
-                    1 => Contention::LockDelay,
-                    2 => Contention::Queued,
+                why: match why {
+                    0 | ENTERED_HELD => Contention::Held,
+                    1 | ENTERED_LOCK_DELAY => Contention::LockDelay,
+                    2 | ENTERED_QUEUED => Contention::Queued,
                     3 => Contention::Requeue,
                     _ => return Err(bad_reply()),
                 },
+                entered: why >= ENTERED_HELD,
             }
         }
         4 => StoreAcquire::LimitMismatch {
@@ -186,6 +197,11 @@ impl RedisStore {
         spec: &AcquireSpec<'_>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         let tag = resource.tag();
+        // Entering with the look leaves an ask: not with replica acks.
+        let spec = &AcquireSpec {
+            enter_as: spec.enter_as.filter(|_| self.enters_when_held()),
+            ..*spec
+        };
         let (ttl_ms, shape) = (spec.ttl.ms().to_string(), shape_arg(spec));
         let holder = holder_arg(spec);
         let args = Args {
@@ -256,9 +272,21 @@ mod tests {
             contended,
             Ok(StoreAcquire::Contended {
                 remaining_ms: Some(30),
-                why: Contention::Queued
+                why: Contention::Queued,
+                entered: false,
             })
         );
+        let entered = decode(&[Value::Int(0), Value::Int(30), Value::Int(4)], &spec);
+        assert_eq!(
+            entered,
+            Ok(StoreAcquire::Contended {
+                remaining_ms: Some(30),
+                why: Contention::Held,
+                entered: true,
+            })
+        );
+        // Requeue never comes with an enter.
+        assert!(decode(&[Value::Int(0), Value::Int(30), Value::Int(7)], &spec).is_err());
         assert!(decode(&[Value::Int(0), Value::Int(30), Value::Int(9)], &spec).is_err());
         assert!(decode(&[Value::Int(1), Value::Int(0), Value::Int(100)], &spec).is_err());
         assert_eq!(

@@ -99,6 +99,12 @@ impl RedisStore {
         format!("{}:{}:{n}", mode.code(), self.instance)
     }
 
+    /// Whether acquire.lua takes a waiter's place in the queue when it
+    /// finds no permit: only without replica acks, as for an ask (below).
+    pub(in crate::store) fn enters_when_held(&self) -> bool {
+        self.acks.is_none()
+    }
+
     /// `queue.lua`: `op` on `resource`'s fair queue. An ask is left with
     /// the entry only without replica acks: a grant is answered from its
     /// published message, before any `WAIT` could confirm it.
