@@ -12,7 +12,7 @@ use crate::domain::{
     AcquireOutcome, Attempt, ContendedReason, Failure, HolderLabel, LeaseShape, ResourceId, Ttl,
     WaitMs,
 };
-use crate::store::{AcquireSpec, Ask, Contention, QueueOp, StoreAcquire, StoreError};
+use crate::store::{AcquireSpec, Ask, Contention, StoreAcquire, StoreError};
 
 /// What a store call looks like to the wait loop.
 pub(super) type Tried = Result<AcquireOutcome, Failure>;
@@ -471,6 +471,7 @@ impl LeaseService {
             return last_look!();
         }
         let mut holder_ttl;
+        let mut beat_retry = tokio::time::Instant::now();
         loop {
             // Register for the wake-up before looking, so a release between
             // the look and the sleep is not missed.
@@ -549,14 +550,13 @@ impl LeaseService {
                     // this instance's waiters in the queue, QUEUE_BEAT after
                     // the last one or the last enter (which beats too): a
                     // new turn holder does not beat at once.
-                    _ = tokio::time::sleep_until(queue.last_beat() + QUEUE_BEAT) => {
-                        // Under the entry lock: no place of this instance
-                        // enters between the roster and the beat, which
-                        // would drop an entry it has not heard of.
-                        let _entering = queue.entry.lock().await;
-                        let roster = queue.roster();
-                        queue.beaten();
-                        let _ = self.store.queue(resource, QueueOp::Beat(&roster)).await;
+                    // Sent beside the wait (a slow store holds up no wake,
+                    // grant, deadline or shutdown); while an enter or the
+                    // last beat is still out, tried again shortly.
+                    _ = tokio::time::sleep_until((queue.last_beat() + QUEUE_BEAT).max(beat_retry)) => {
+                        if !self.beat(resource, queue) {
+                            beat_retry = tokio::time::Instant::now() + RETRY_FIRST;
+                        }
                     }
                 }
             }

@@ -189,6 +189,31 @@ impl Drop for Place {
     }
 }
 
+impl LeaseService {
+    /// Sends this instance's heartbeat for `resource`'s waiters in a task
+    /// of its own, under the entry lock (no place of this instance enters
+    /// between the roster and the beat, which would drop an entry it has
+    /// not heard of); false, sending nothing, while that lock is held (an
+    /// enter, which beats too, or the last beat is still out).
+    pub(super) fn beat(&self, resource: &ResourceId, queue: &ResourceWaiters) -> bool {
+        let Ok(entering) = Arc::clone(&queue.entry).try_lock_owned() else {
+            return false;
+        };
+        let roster = queue.roster();
+        queue.beaten();
+        let (store, resource) = (self.store.clone(), resource.clone());
+        let task = async move {
+            let _ = store.queue(&resource, QueueOp::Beat(&roster)).await;
+            drop(entering);
+        };
+        // Traces (feature `otel`): the beat stays under the wait's span.
+        #[cfg(feature = "otel")]
+        let task = crate::telemetry::trace::propagate(task);
+        tokio::spawn(task);
+        true
+    }
+}
+
 /// How a wait retries store calls that failed (docs/design.md §14).
 pub(super) struct Retries {
     pub(super) pause: Duration,

@@ -228,6 +228,55 @@ async fn fifty_waiters_each_acquire_exactly_once_never_two_at_a_time(backend: Ba
     );
 }
 
+/// The turn holder's heartbeat goes beside its wait: a heartbeat whose
+/// reply hangs (every reply to the instance held back 10 s, under a 20 s
+/// command timeout) holds up neither the wait's end at shutdown nor
+/// anything else the wait listens for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_heartbeat_does_not_hold_up_the_wait() {
+    let server = RedisServer::start();
+    let queue_sha = server.script_sha("queue");
+    let proxy = common::fault_proxy::FaultProxy::start(server.addr()).await;
+    let ns = unique("w");
+    let a = TestApp::spawn_with(args(&Backend::Redis(server.url()), &["--namespace", &ns])).await;
+    let flags = ["--namespace", &ns, "--command-timeout-ms", "20000"];
+    let mut b = TestApp::spawn_with(args(&Backend::Redis(proxy.url()), &flags)).await;
+    let d = digest();
+    let holder = a.attempt().await;
+    assert_eq!(
+        a.acquire(P, &d, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    let waiter = b.attempt().await;
+    let request = b
+        .http
+        .put(format!("{}/leases/{P}/{d}", b.base))
+        .header("Lease-Owner-Token", &waiter.token)
+        .header("Lease-Operation-Id", &waiter.op)
+        .json(&json!({ "ttlMs": 30_000, "waitMs": 25_000 }));
+    let task =
+        tokio::spawn(async move { TestApp::reply(request.send().await.expect("sent")).await });
+    b.until_waiters(1).await;
+    proxy.set_reply_delay(Duration::from_secs(10));
+    // Redis has answered a heartbeat (at most 500 ms after the enter); its
+    // reply is on hold.
+    assert!(
+        proxy
+            .until_answered(&queue_sha, 1, Duration::from_secs(10))
+            .await,
+        "the waiting instance never sent a heartbeat"
+    );
+    let started = std::time::Instant::now();
+    b.begin_shutdown();
+    let got = task.await.expect("waiter");
+    assert_eq!(got.outcome(), "contended", "{:?}", got.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the wait ended {:?} after the shutdown: it waited for the heartbeat's reply",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_waits_promptly_as_contended() {
     let server = RedisServer::start();
