@@ -13,7 +13,10 @@
 --         place in the fair queue as <member> when it finds no permit (as
 --         queue.lua's 'enter' does, with the ask built from ARGV[1..4]: one
 --         script run for the look and the enter); else
---         "<limit>:<x exclusive|s shared>:<lock-delay ms>:<queue member or ''>"
+--         "<limit>:<x exclusive|s shared>:<lock-delay ms>:<queue member or ''>",
+--         where the member part "+<heartbeat horizon ms>:<member>" enters
+--         a waiter not queued yet in the same way (without an ask: only a
+--         plain lease is granted)
 -- ARGV[6] history length: most entries the resource's history keeps
 -- ARGV[7] history ttl ms: how long the history outlives its last entry
 -- ARGV[8] purpose watched: '1' while the purpose is in the registry of
@@ -171,14 +174,19 @@ if not cur and (ARGV[5] == '' or string.byte(ARGV[5], 1) == 43) then -- '+'
   end
 end
 local limit, mode, delay, delay_text, member = 1, 'x', 0, '0', ''
--- A plain waiter not queued yet: the member it enters as when refused.
-local enter_as, horizon
+-- A waiter not queued yet: the member it enters as when refused (with an
+-- ask, which a release may grant, for a plain lease only).
+local enter_as, horizon, asks
 if string.byte(ARGV[5], 1) == 43 then -- '+'
   local h1, e1 = string.match(ARGV[5], '^%+(%d+):(.+)$')
-  horizon, enter_as = tonumber(h1), e1
+  horizon, enter_as, asks = tonumber(h1), e1, true
 elseif ARGV[5] ~= '' then
   local l1, m1, d1, q1 = string.match(ARGV[5], '^(%d+):(%a):(%d+):(.*)$')
   limit, mode, delay, delay_text, member = tonumber(l1), m1, tonumber(d1), d1, q1
+  if string.byte(q1, 1) == 43 then -- '+'
+    local h1, e1 = string.match(q1, '^%+(%d+):(.+)$')
+    horizon, enter_as, member = tonumber(h1), e1, ''
+  end
 end
 -- The sequence key outlives every lease: 7 days, or the TTL if longer.
 local SEQ_TTL = '604800000'
@@ -424,11 +432,11 @@ local function answer(reply)
   end
   return reply
 end
--- No permit for the caller: {tag(0), retry, why}. A plain waiter not queued
--- yet (enter_as) takes its place at the back of the fair queue first, with
--- its ask, as queue.lua's 'enter' does (a change to either belongs in
--- both), and says so (why + 4). A refused write leaves no entry: the
--- caller enters with queue.lua then.
+-- No permit for the caller: {tag(0), retry, why}. A waiter not queued yet
+-- (enter_as) takes its place at the back of the fair queue first, with its
+-- ask when it has one, as queue.lua's 'enter' does (a change to either
+-- belongs in both), and says so (why + 4). A refused write leaves no
+-- entry: the caller enters with queue.lua then.
 local function refused(retry, why)
   if not enter_as then
     return answer({tag, retry, why})
@@ -445,7 +453,9 @@ local function refused(retry, why)
     redis.pcall('ZREM', QUEUE, enter_as)
     return answer({tag, retry, why})
   end
-  redis.pcall('HSET', ASK, enter_as, ARGV[3] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[4])
+  if asks then
+    redis.pcall('HSET', ASK, enter_as, ARGV[3] .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[4])
+  end
   redis.pcall('PEXPIRE', QUEUE, horizon + 1000)
   redis.pcall('PEXPIRE', ASK, horizon + 1000)
   -- Tell acquire the queue exists until this deadline (queue.lua).

@@ -266,17 +266,14 @@ impl LeaseService {
         request: &AcquireRequest,
         started: Instant,
     ) -> Tried {
-        // A plain waiter, on a store that can, takes its place in the fair
-        // queue with its first look when that finds the lease held: one
-        // store call (docs/design.md §12, "Hand-off"). The place is made
-        // and the entry lock taken before that look, as before any enter,
-        // when the lock is free; else (another waiter of this instance is
-        // entering) it looks first and enters after, as any other shape.
+        // A waiter, on a store that can, takes its place in the fair queue
+        // with its first look when that finds no permit for it: one store
+        // call (docs/design.md §12). The place is made and the entry lock
+        // taken before that look, as before any enter, when the lock is
+        // free; else (another waiter of this instance is entering) it
+        // looks first and enters after.
         let mut early = None;
-        if request.wait.ms() > 0
-            && request.shape.is_plain_undelayed()
-            && self.store.enters_when_held()
-        {
+        if request.wait.ms() > 0 && self.store.enters_when_held() {
             let guard = self.waiters.register(&resource.tag());
             if let Ok(entry) = Arc::clone(&guard.resource().entry).try_lock_owned() {
                 let queue = guard.resource_shared();
@@ -313,11 +310,11 @@ impl LeaseService {
         // An uncertain first look is tried again with the same attempt while
         // the deadline leaves room: a replay tells whether it applied.
         let mut first = first;
-        let (retry_after_ms, entered) = loop {
+        let (retry_after_ms, why, entered) = loop {
             match first {
-                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, _, entered)) => {
+                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, why, entered)) => {
                     retries.uncertain = false;
-                    break (retry_after_ms, entered);
+                    break (retry_after_ms, why, entered);
                 }
                 Ok((outcome, ..)) => {
                     // Nothing to leave: never entered, or (an acquisition)
@@ -394,9 +391,13 @@ impl LeaseService {
         };
         let mut held_ms;
         let entry = if entered {
-            // The first look entered (and beat for this instance).
+            // The first look entered (and beat for this instance) in the
+            // run that found no permit: nothing to look at before a
+            // release, a grant, an event or the retry it named. (Behind
+            // waiters, a counting or shared one looks at once, as after an
+            // enter: a free permit may be its now.)
             queue.beaten();
-            held_ms = skip(Some(retry_after_ms), retry_after_ms);
+            held_ms = Some(retry_after_ms).filter(|_| plain || why != Some(Contention::Queued));
             entry
         } else {
             // Take a place in the fair queue, in the same order as this

@@ -34,7 +34,8 @@ struct Args<'a> {
     holder_label: &'a str,
     /// `''` for a plain lease not queued, `+<horizon ms>:<member>` for a
     /// plain waiter that enters the queue as `member` when refused, else
-    /// `<limit>:<mode>:<lock-delay ms>:<queue member or ''>`.
+    /// `<limit>:<mode>:<lock-delay ms>:<queue member or ''>` (the member
+    /// part `+<horizon ms>:<member>` for a waiter that enters when refused).
     shape: &'a str,
     /// [`RedisStore::history_args`]: the history's bound.
     history_length: &'a str,
@@ -63,18 +64,19 @@ impl<'a> Args<'a> {
 /// uncontended plain acquire sends (and Redis parses) no more than it must.
 fn shape_arg(spec: &AcquireSpec<'_>) -> String {
     let shape = spec.shape;
+    let entering = spec
+        .enter_as
+        .filter(|_| spec.queued_as.is_none())
+        .map(|member| format!("+{QUEUE_HORIZON_MS}:{member}"));
     if shape.is_plain_undelayed() && spec.queued_as.is_none() {
-        return match spec.enter_as {
-            Some(member) => format!("+{QUEUE_HORIZON_MS}:{member}"),
-            None => String::new(),
-        };
+        return entering.unwrap_or_default();
     }
     format!(
         "{}:{}:{}:{}",
         shape.limit,
         shape.mode.code(),
         shape.lock_delay_ms,
-        spec.queued_as.unwrap_or("")
+        entering.as_deref().or(spec.queued_as).unwrap_or("")
     )
 }
 
@@ -293,6 +295,36 @@ mod tests {
             decode(&[Value::Int(4), Value::Int(3)], &spec),
             Ok(StoreAcquire::LimitMismatch { limit: 3 })
         );
+    }
+
+    #[test]
+    fn a_waiter_not_queued_yet_asks_to_enter_in_its_shape() {
+        use crate::domain::{LeaseShape, Mode};
+        let ttl = Bounds::new(10, 3_600_000, 30_000).ttl(5000).expect("ttl");
+        let plain = AcquireSpec::plain(ttl);
+        assert_eq!(shape_arg(&plain), "");
+        let entering = AcquireSpec {
+            enter_as: Some("x:i:1"),
+            ..plain
+        };
+        assert_eq!(shape_arg(&entering), "+2000:x:i:1");
+        let shared = LeaseShape {
+            limit: 1,
+            mode: Mode::Shared,
+            lock_delay_ms: 0,
+        };
+        let counting = AcquireSpec {
+            shape: shared,
+            enter_as: Some("s:i:2"),
+            ..plain
+        };
+        assert_eq!(shape_arg(&counting), "1:s:0:+2000:s:i:2");
+        let queued = AcquireSpec {
+            queued_as: Some("s:i:2"),
+            enter_as: None,
+            ..counting
+        };
+        assert_eq!(shape_arg(&queued), "1:s:0:s:i:2");
     }
 
     #[test]
