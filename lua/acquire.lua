@@ -53,8 +53,9 @@
 --   {tag(1), fence, now}  acquired (acquiredAt = renewedAt = now)
 --   {tag(2), remaining, fence, acquiredAt, renewedAt, ttlMs, holder, granted}
 --     the same attempt already holds a permit (TTL not extended); granted
---     1: the caller waits and a release granted it that permit (its ask
---     is marked 'g'), so this is its acquisition, else 0
+--     1: the caller waits and a release granted it that permit (its grant
+--     mark <ns>:granted:v2:{...}:<permit field> is set), so this is its
+--     acquisition, else 0
 --   {tag(3), remaining}   the same owner token holds the plain lease for
 --                         another operation
 --   {tag(0), retry, why}  contended: why 0 no free permit (or the other
@@ -325,9 +326,9 @@ for i = 1, rec and #rec or 0, 2 do
           return {tag - 9, claimed.err}
         end
         -- 1 when the caller waits and a release granted its entry this
-        -- permit (release.lua marks the entry's ask 'g'): its acquisition.
-        local handed = member ~= '' and redis.call('HGET',
-          (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member) == 'g' and 1 or 0
+        -- permit (release.lua sets the entry's grant mark): its acquisition.
+        local handed = member ~= '' and redis.call('EXISTS',
+          (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':' .. mine) == 1 and 1 or 0
         return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(granted),
           string.sub(v, at), handed}
       end

@@ -25,8 +25,10 @@
 -- that left an ask (queue.lua) on the releasing instance itself, this run
 -- grants that waiter the lease: the
 -- permit written as acquire.lua writes it (its attempt, a new fencing token,
--- its TTL and label; 'a' in the history), its entry gone and its ask
--- marked 'g' (granted: read by its leave and by its next look), and
+-- its TTL and label; 'a' in the history), its entry and ask gone, the grant
+-- mark <ns>:granted:v2:{<purpose>:<digest>}:<its permit field> set for the
+-- permit's TTL, at most 60 s (read by the entry's leave and its next look;
+-- gone with the permit's release), and
 -- "<tag>\t<version>\tgranted\t<member>\t<fence>\t<acquiredAt>" published
 -- instead of 'released' (after the writes: nobody hears of a grant that was
 -- not written). The waiter's instance answers it from that message, without
@@ -217,6 +219,12 @@ if ARGV[5] == 'a' and (renewed
     or redis.call('EXISTS', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1)) .. ':' .. mine) == 1) then
   return answer({tag + 2})
 end
+-- A grant mark of this permit (a release granted it to a waiter) goes
+-- with it; only while a queue exists, when grants are made (a mark left
+-- behind ends with its PTTL).
+if tonumber(queued) > now then
+  redis.pcall('DEL', (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':' .. mine)
+end
 -- Hand-off: the queue's first live entry, when the released permit was a
 -- plain lease's (a string record: no other permit, no lock-delay).
 local QUEUE, ASK, head, ask, head_lapse
@@ -316,8 +324,13 @@ if ask then
     end
     if granted then
       redis.pcall('ZREM', QUEUE, head)
-      -- 'g': this entry was granted (its leave and its next look read it).
-      redis.pcall('HSET', ASK, head, 'g')
+      redis.pcall('HDEL', ASK, head)
+      -- The grant mark: this entry was granted (its leave and its next
+      -- look read it), for as long as the permit may live, at most a
+      -- minute: a key of its own with a PTTL, so marks never pile up
+      -- under a queue that never empties.
+      redis.pcall('SET', (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':p:' .. owner .. ':'
+        .. op, '1', 'PX', ttl > 60000 and '60000' or ttl_text)
       done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. label)
       if type(done) == 'number' and done > HMAX then
         redis.pcall('LTRIM', H, 0, HMAX - 1)

@@ -150,7 +150,10 @@ impl Place {
             let mut pause = RETRY_FIRST;
             let started = tokio::time::Instant::now();
             loop {
-                match store.queue(&resource, QueueOp::Leave(&member)).await {
+                match store
+                    .queue(&resource, QueueOp::Leave(&member, asked.as_ref()))
+                    .await
+                {
                     Ok(Queued::Left { granted: true }) => {
                         // Granted before the leave: the grant goes, unless
                         // claimed (a replay of the attempt).

@@ -16,8 +16,9 @@ pub enum QueueOp<'a> {
     /// This instance is alive, and these of its entries (comma-separated
     /// members) still wait; its other entries go.
     Beat(&'a str),
-    /// Leave the queue (deadline, disconnect, shutdown).
-    Leave(&'a str),
+    /// Leave the queue (deadline, disconnect, shutdown); with the attempt
+    /// of the entry's ask, the answer says whether a release granted it.
+    Leave(&'a str, Option<&'a Attempt>),
 }
 
 /// A waiter's acquire, left with its entry for a release to grant (§12);

@@ -148,6 +148,20 @@ async fn a_release_grants_the_queue_head_without_another_acquire() {
         looks,
         "the grant was answered with another acquire script run"
     );
+    // The grant took the entry's ask out and left a grant mark that ends
+    // by itself (at the grant's TTL): nothing piles up under a queue that
+    // never empties.
+    let ask_key = format!("{ns}:ask:v2:{{{P}:{d}}}");
+    assert_eq!(server.cli(&["HEXISTS", &ask_key, member]).trim(), "0");
+    let mark = format!(
+        "{ns}:granted:v2:{{{P}:{d}}}:p:{}:{}",
+        waiter.token, waiter.op
+    );
+    let mark_ttl: i64 = server.cli(&["PTTL", &mark]).trim().parse().expect("PTTL");
+    assert!(
+        (1..=30_000).contains(&mark_ttl),
+        "grant mark PTTL {mark_ttl}"
+    );
 
     let seen = holding.inspect(P, &d, Some(&waiter)).await;
     assert_eq!(seen.body["heldBy"], "caller", "{:?}", seen.body);
@@ -185,6 +199,11 @@ async fn a_release_grants_the_queue_head_without_another_acquire() {
         assert_eq!(waiting.release(P, &d, &waiter).await.outcome(), "released");
         pending.await.expect("other waiter")
     };
+    assert_eq!(
+        server.cli(&["EXISTS", &mark]).trim(),
+        "0",
+        "the grant mark outlived the permit's release"
+    );
     assert_eq!(other_status, StatusCode::CREATED, "{other_body:?}");
     assert_eq!(other_body["outcome"], "acquired");
     assert!(other_body["lease"]["fencingToken"].as_u64() > Some(token));

@@ -19,7 +19,7 @@ impl MemoryStore {
         Ok(match op {
             // The waiter looks at once, as before any queue.
             QueueOp::Enter(..) | QueueOp::EnterFront(..) => Queued::Entered(None),
-            QueueOp::Leave(_) => Queued::Left { granted: false },
+            QueueOp::Leave(..) => Queued::Left { granted: false },
             QueueOp::Beat(_) => Queued::Beaten,
         })
     }

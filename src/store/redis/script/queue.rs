@@ -39,7 +39,8 @@ struct Args<'a> {
     resource_tag: &'a str,
     /// The member (enter, front, leave) or the roster (beat).
     member: &'a str,
-    /// Enter and front: [`ask_arg`], or `''`.
+    /// Enter and front: [`ask_arg`], or `''`; leave: the asking
+    /// attempt's permit field `p:<owner token>:<operation id>`, or `''`.
     ask: &'a str,
 }
 
@@ -65,7 +66,7 @@ fn verb_and_member(op: QueueOp<'_>) -> (&'static str, &str, Option<Ask<'_>>) {
         QueueOp::Enter(member, ask) => ("enter", member, ask),
         QueueOp::EnterFront(member, ask) => ("front", member, ask),
         QueueOp::Beat(roster) => ("beat", roster, None),
-        QueueOp::Leave(member) => ("leave", member, None),
+        QueueOp::Leave(member, _) => ("leave", member, None),
     }
 }
 
@@ -117,7 +118,14 @@ impl RedisStore {
         let seq = seq_key(&self.namespace, resource);
         let tag = resource.tag();
         let (verb, member, ask) = verb_and_member(op);
-        let ask = ask_arg(ask.filter(|_| self.acks.is_none()));
+        let ask = match op {
+            QueueOp::Leave(_, Some(attempt)) => format!(
+                "p:{}:{}",
+                attempt.owner_token.expose(),
+                attempt.operation_id.as_str()
+            ),
+            _ => ask_arg(ask.filter(|_| self.acks.is_none())),
+        };
         let args = Args {
             verb,
             instance_id: &self.instance,
@@ -145,7 +153,7 @@ impl RedisStore {
             // How long the waiter may sleep (the record's PTTL, or the
             // first entry's heartbeat lapse); negative: look at once.
             QueueOp::Enter(..) | QueueOp::EnterFront(..) => Queued::Entered(non_negative(n)),
-            QueueOp::Leave(_) => Queued::Left { granted: n == 1 },
+            QueueOp::Leave(..) => Queued::Left { granted: n == 1 },
             QueueOp::Beat(_) => Queued::Beaten,
         })
     }
@@ -175,6 +183,6 @@ mod tests {
         assert_eq!(names(QueueOp::Enter("m", None)), ("enter", "m"));
         assert_eq!(names(QueueOp::EnterFront("m", None)), ("front", "m"));
         assert_eq!(names(QueueOp::Beat("a,b")), ("beat", "a,b"));
-        assert_eq!(names(QueueOp::Leave("m")), ("leave", "m"));
+        assert_eq!(names(QueueOp::Leave("m", None)), ("leave", "m"));
     }
 }
