@@ -16,7 +16,8 @@
 --         "<limit>:<x exclusive|s shared>:<lock-delay ms>:<queue member or ''>",
 --         where the member part "+<heartbeat horizon ms>:<member>" enters
 --         a waiter not queued yet in the same way (without an ask: only a
---         plain lease is granted)
+--         plain lease is granted), and "-<member>" is a queued waiter's
+--         last look: refused, its entry and ask leave the queue in the run
 -- ARGV[6] history length: most entries the resource's history keeps
 -- ARGV[7] history ttl ms: how long the history outlives its last entry
 -- ARGV[8] purpose watched: '1' while the purpose is in the registry of
@@ -62,7 +63,8 @@
 --     mode holds it; retry = the soonest expiry), 1 lock-delay (retry = the
 --     delay left), 2 queued behind waiters (retry = when the first waiter's
 --     heartbeat lapses), 3 the caller's queue entry is gone (re-enter);
---     why + 4: the caller entered the queue ("+..." shape) in this run
+--     why + 4: the caller entered the queue ("+..." shape) in this run;
+--     why + 8: a last look's entry left it ("-<member>", below)
 --   {tag(4), limit}       limit_mismatch: live holders agreed on another limit
 --   {tag(-9), error}      Redis refused a write; no permit was written (the
 --                         first write, the sequence, is harmless alone)
@@ -177,7 +179,8 @@ end
 local limit, mode, delay, delay_text, member = 1, 'x', 0, '0', ''
 -- A waiter not queued yet: the member it enters as when refused (with an
 -- ask, which a release may grant, for a plain lease only).
-local enter_as, horizon, asks
+-- A queued waiter's last look ('-<member>'): refused, its entry leaves.
+local enter_as, horizon, asks, leaving
 if string.byte(ARGV[5], 1) == 43 then -- '+'
   local h1, e1 = string.match(ARGV[5], '^%+(%d+):(.+)$')
   horizon, enter_as, asks = tonumber(h1), e1, true
@@ -187,6 +190,8 @@ elseif ARGV[5] ~= '' then
   if string.byte(q1, 1) == 43 then -- '+'
     local h1, e1 = string.match(q1, '^%+(%d+):(.+)$')
     horizon, enter_as, member = tonumber(h1), e1, ''
+  elseif string.byte(q1, 1) == 45 then -- '-'
+    member, leaving = string.sub(q1, 2), true
   end
 end
 -- The sequence key outlives every lease: 7 days, or the TTL if longer.
@@ -439,6 +444,19 @@ end
 -- belongs in both), and says so (why + 4). A refused write leaves no
 -- entry: the caller enters with queue.lua then.
 local function refused(retry, why)
+  if leaving then
+    -- The last look of a waiter: its entry and ask go in this run, so no
+    -- release grants the attempt after it was told 'contended' (as
+    -- queue.lua's 'leave'; the next waiter may go now). why + 8: left.
+    local done = redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
+    if type(done) == 'table' and done.err then
+      return answer({tag, retry, why})
+    end
+    redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member)
+    redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
+      string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
+    return answer({tag, retry, why + 8})
+  end
   if not enter_as then
     return answer({tag, retry, why})
   end
@@ -598,7 +616,7 @@ if queued > now and not returning then
     redis.pcall('ZREM', QUEUE, unpack(dead))
   end
   if member ~= '' and not found and not redis.call('ZSCORE', QUEUE, member) then
-    return answer({tag, 1, 3})
+    return refused(1, 3)
   end
   local blocked
   if member ~= '' and not found and mode == 'x' and #entries == 64 then

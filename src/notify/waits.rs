@@ -305,6 +305,12 @@ impl WaitRegistry {
         self.map().contains_key(tag)
     }
 
+    /// Whether another wait would be admitted now (a hint: it may not be
+    /// by the time it asks).
+    pub fn has_room(&self) -> bool {
+        self.waiting() < self.max_waiters
+    }
+
     /// Waits currently registered.
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Acquire)

@@ -12,7 +12,7 @@ use crate::domain::{
     AcquireOutcome, Attempt, ContendedReason, Failure, HolderLabel, LeaseShape, ResourceId, Ttl,
     WaitMs,
 };
-use crate::store::{AcquireSpec, Ask, Contention, StoreAcquire, StoreError};
+use crate::store::{AcquireSpec, Ask, Contention};
 
 /// What a store call looks like to the wait loop.
 pub(super) type Tried = Result<AcquireOutcome, Failure>;
@@ -25,11 +25,24 @@ pub(super) enum Queue<'a> {
     /// Not queued yet: enters as this member when it finds no permit
     /// ([`AcquireSpec::enter_as`]).
     Entering(&'a str),
+    /// Queued as this member, looking for the last time: refused, the
+    /// entry leaves ([`AcquireSpec::leaving`]).
+    Leaving(&'a str),
 }
 
-/// A look's outcome, why it was contended, and whether it entered the
-/// queue (a [`Queue::Entering`] look that found no permit).
-pub(super) type Looked = (AcquireOutcome, Option<Contention>, bool);
+/// What a look did to the caller's queue entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Moved {
+    /// Nothing.
+    Stayed,
+    /// A [`Queue::Entering`] look found no permit and entered.
+    Entered,
+    /// A [`Queue::Leaving`] look found no permit and its entry left.
+    Left,
+}
+
+/// A look's outcome, why it was contended, and what it did to the entry.
+pub(super) type Looked = (AcquireOutcome, Option<Contention>, Moved);
 
 /// How often the instance that has waiters for a resource tells the store
 /// they are alive (their entries lapse 2 s after the last beat).
@@ -70,160 +83,28 @@ impl AcquireRequest {
             shape: self.shape,
             queued_as,
             enter_as: None,
+            leaving: false,
             max_hold_ms: self.max_hold_ms,
         }
     }
 
     /// The spec of a look: queued as `queue`'s member, or entering as it.
-    fn looking<'a>(&'a self, queue: Queue<'a>) -> AcquireSpec<'a> {
+    pub(super) fn looking<'a>(&'a self, queue: Queue<'a>) -> AcquireSpec<'a> {
         match queue {
             Queue::As(member) => self.spec(member),
             Queue::Entering(member) => AcquireSpec {
                 enter_as: Some(member),
                 ..self.spec(None)
             },
+            Queue::Leaving(member) => AcquireSpec {
+                leaving: true,
+                ..self.spec(Some(member))
+            },
         }
     }
 }
 
 impl LeaseService {
-    /// The store call of a waiting acquire, run so that it cannot take the
-    /// lease for a caller that has gone: it runs to completion in its own
-    /// task, and when the waiter was dropped meanwhile (client disconnect)
-    /// and the call acquired, the lease is released again at once.
-    pub(super) async fn acquire_for_waiter(
-        &self,
-        resource: &ResourceId,
-        attempt: &Attempt,
-        request: &AcquireRequest,
-        queue: Queue<'_>,
-    ) -> Result<crate::store::Replicated<StoreAcquire>, StoreError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (store, resource, attempt) = (self.store.clone(), resource.clone(), attempt.clone());
-        let request = request.clone();
-        let (member, entering) = match queue {
-            Queue::As(member) => (member.map(str::to_owned), false),
-            Queue::Entering(member) => (Some(member.to_owned()), true),
-        };
-        let clean_up = self.settings.release_abandoned;
-        let task = async move {
-            let queue = match (member.as_deref(), entering) {
-                (Some(member), true) => Queue::Entering(member),
-                (member, _) => Queue::As(member),
-            };
-            let result = store
-                .acquire(&resource, &attempt, &request.looking(queue))
-                .await;
-            if let Err(Ok(abandoned)) = tx.send(result) {
-                if !matches!(abandoned.value, StoreAcquire::Acquired(_)) {
-                    return;
-                }
-                if clean_up {
-                    release_abandoned(&store, &resource, &attempt).await;
-                } else {
-                    tracing::info!(
-                        operation_id = %attempt.operation_id,
-                        "waiter left while its acquire was in flight; the lease it got ends with its TTL"
-                    );
-                }
-            }
-        };
-        // Traces (feature `otel`): the store call stays under the request's span.
-        #[cfg(feature = "otel")]
-        let task = crate::telemetry::trace::propagate(task);
-        tokio::spawn(task);
-        rx.await.unwrap_or(Err(StoreError::Indeterminate(
-            "acquire task ended without a reply",
-        )))
-    }
-
-    pub(super) async fn try_acquire(
-        &self,
-        resource: &ResourceId,
-        attempt: &Attempt,
-        request: &AcquireRequest,
-        queue: Queue<'_>,
-        waited: Option<u64>,
-    ) -> Result<Looked, Failure> {
-        let result = if waited.is_some() {
-            self.admitted(self.acquire_for_waiter(resource, attempt, request, queue))
-                .await?
-        } else {
-            self.admitted(
-                self.store
-                    .acquire(resource, attempt, &request.looking(queue)),
-            )
-            .await?
-        };
-        let queued = matches!(queue, Queue::As(Some(_)));
-        if let Ok(r) = &result {
-            self.ended(resource, &r.ended_holds);
-        }
-        let fallback = self.settings.retry_after_ms;
-        let replication = result.as_ref().ok().and_then(|r| r.replication);
-        match result.map(|r| r.value) {
-            Ok(StoreAcquire::Acquired(record)) => Ok((
-                AcquireOutcome::Acquired {
-                    lease: Self::lease(resource, record, replication),
-                    waited_ms: waited,
-                },
-                None,
-                false,
-            )),
-            Ok(StoreAcquire::Replayed(record)) => Ok((
-                AcquireOutcome::ReplayedSameOperation {
-                    lease: Self::lease(resource, record, None),
-                },
-                None,
-                false,
-            )),
-            Ok(StoreAcquire::OwnerOperationConflict { remaining_ms }) => Ok((
-                AcquireOutcome::OwnerOperationConflict {
-                    retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
-                },
-                None,
-                false,
-            )),
-            // Refused for the queue without a place in it: nobody's expiry
-            // says when to come back (the store's hint, when the head's
-            // heartbeat lapses, is for waiters), so the fallback.
-            Ok(StoreAcquire::Contended {
-                why: Contention::Queued,
-                entered: false,
-                ..
-            }) if !queued => Ok((
-                AcquireOutcome::Contended {
-                    retry_after_ms: fallback,
-                    waited_ms: waited,
-                    reason: Some(ContendedReason::Queued),
-                },
-                Some(Contention::Queued),
-                false,
-            )),
-            Ok(StoreAcquire::Contended {
-                remaining_ms,
-                why,
-                entered,
-            }) => Ok((
-                AcquireOutcome::Contended {
-                    retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
-                    waited_ms: waited,
-                    reason: match why {
-                        Contention::Held => None,
-                        Contention::LockDelay => Some(ContendedReason::LockDelay),
-                        Contention::Queued | Contention::Requeue => Some(ContendedReason::Queued),
-                    },
-                },
-                Some(why),
-                entered,
-            )),
-            Ok(StoreAcquire::LimitMismatch { limit }) => {
-                Ok((AcquireOutcome::LimitMismatch { limit }, None, false))
-            }
-            Err(err) => Err(self.failure(err, Some(attempt))),
-        }
-    }
-
     /// Acquires `resource` for `attempt`, waiting server-side up to
     /// `request.wait`.
     pub async fn acquire(
@@ -273,7 +154,7 @@ impl LeaseService {
         // free; else (another waiter of this instance is entering) it
         // looks first and enters after.
         let mut early = None;
-        if request.wait.ms() > 0 && self.store.enters_when_held() {
+        if request.wait.ms() > 0 && self.store.enters_when_held() && self.waiters.has_room() {
             let guard = self.waiters.register(&resource.tag());
             if let Ok(entry) = Arc::clone(&guard.resource().entry).try_lock_owned() {
                 let queue = guard.resource_shared();
@@ -305,6 +186,10 @@ impl LeaseService {
             reason: None,
         };
         let mut retries = Retries::new();
+        let plain = request.shape.is_plain_undelayed();
+        // Whether an enter leaves an ask (a plain waiter, Redis without
+        // replica acks): a release may grant it from then on.
+        let asks = plain && self.store.enters_when_held();
         // A look that failed may have entered (or acquired) unseen.
         let mut unsure = false;
         // An uncertain first look is tried again with the same attempt while
@@ -312,9 +197,9 @@ impl LeaseService {
         let mut first = first;
         let (retry_after_ms, why, entered) = loop {
             match first {
-                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, why, entered)) => {
+                Ok((AcquireOutcome::Contended { retry_after_ms, .. }, why, moved)) => {
                     retries.uncertain = false;
-                    break (retry_after_ms, why, entered);
+                    break (retry_after_ms, why, moved == Moved::Entered);
                 }
                 Ok((outcome, ..)) => {
                     // Nothing to leave: never entered, or (an acquisition)
@@ -332,6 +217,11 @@ impl LeaseService {
                 }
                 Err(failure) => {
                     unsure = true;
+                    // An entering look that may have applied may have left
+                    // an ask, which a release may grant.
+                    if matches!(failure, Failure::Indeterminate { .. }) && early.is_some() {
+                        retries.asked |= asks;
+                    }
                     if !self.pause(&mut retries, &failure, deadline, true).await {
                         return Err(self.settled_failure(&retries, failure, attempt));
                     }
@@ -356,6 +246,10 @@ impl LeaseService {
                 (guard, place, None)
             }
         };
+        if entered {
+            // A plain waiter's entry came with an ask.
+            retries.asked |= asks;
+        }
         if !guard.admit() {
             return Err(self.settled_failure(&retries, self.overloaded(), attempt));
         }
@@ -379,7 +273,6 @@ impl LeaseService {
         // before a release, a grant or its expiry (the look could only say
         // contended). Any other shape looks at once, as before: its record
         // outlives its soonest expiry, and a lock-delay is seen by a look.
-        let plain = request.shape.is_plain_undelayed();
         let skip = |held_ms: Option<u64>, retry_after_ms: u64| {
             held_ms.filter(|_| plain).map(|ms| ms.min(retry_after_ms))
         };
@@ -426,10 +319,16 @@ impl LeaseService {
                     }
                     entered = place.enter(self, false, Some(ask)) => match entered {
                         Ok(ms) => {
+                            retries.asked |= asks;
                             held_ms = skip(ms, retry_after_ms);
                             break;
                         }
-                        Err(failure) => failure,
+                        Err(failure) => {
+                            if matches!(failure, Failure::Indeterminate { .. }) {
+                                retries.asked |= asks;
+                            }
+                            failure
+                        }
                     },
                     _ = tokio::time::sleep_until(deadline) => {
                         drop(entry);
@@ -481,7 +380,7 @@ impl LeaseService {
             woken.as_mut().enable();
             let tried = match held_ms.take() {
                 // Entered behind a live record: a release wakes or grants.
-                Some(ms) => Ok((contended(ms, None), None, false)),
+                Some(ms) => Ok((contended(ms, None), None, Moved::Stayed)),
                 None => {
                     let queue = Queue::As(place.member());
                     self.try_acquire(resource, attempt, request, queue, waited())
@@ -497,8 +396,14 @@ impl LeaseService {
                         // its place is gone; take a new one, ahead of this
                         // instance's other waiters (they wait for this turn).
                         match place.enter(self, true, Some(ask)).await {
-                            Ok(ms) => held_ms = skip(ms, holder_ttl),
+                            Ok(ms) => {
+                                retries.asked |= asks;
+                                held_ms = skip(ms, holder_ttl);
+                            }
                             Err(failure) => {
+                                if matches!(failure, Failure::Indeterminate { .. }) {
+                                    retries.asked |= asks;
+                                }
                                 if !self.pause(&mut retries, &failure, deadline, false).await {
                                     return last_look!();
                                 }

@@ -6,6 +6,7 @@ mod acquire;
 mod core;
 mod history;
 mod list;
+mod look;
 mod operator;
 mod place;
 mod waited;

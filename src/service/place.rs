@@ -223,6 +223,10 @@ pub(super) struct Retries {
     /// An acquire of this wait may have applied and no later answer said
     /// whether it did.
     pub(super) uncertain: bool,
+    /// The wait's entry left an ask (docs/design.md §12), or may have: a
+    /// release may grant the attempt a permit until the entry is gone, so
+    /// no failure of the wait is "not applied".
+    pub(super) asked: bool,
 }
 
 impl Retries {
@@ -230,6 +234,7 @@ impl Retries {
         Self {
             pause: RETRY_FIRST,
             uncertain: false,
+            asked: false,
         }
     }
 }

@@ -2,13 +2,13 @@
 //! next try, the failure or outcome it settles on, a release's grant
 //! answered, and the last look at its deadline (docs/design.md §12, §14).
 
-use super::acquire::{AcquireRequest, Queue, Tried};
+use super::acquire::{AcquireRequest, Moved, Queue, Tried};
 use super::core::*;
 use super::place::*;
 
 use crate::domain::{AcquireOutcome, Attempt, Failure, ResourceId, StoreTime};
 use crate::notify::Grant;
-use crate::store::StoreLease;
+use crate::store::{Contention, StoreLease};
 
 impl LeaseService {
     /// Waits before trying a failed store call of a wait again; false when
@@ -40,14 +40,15 @@ impl LeaseService {
     }
 
     /// The failure a wait answers once it stops retrying: `indeterminate`
-    /// whenever one of its acquires may have applied unseen.
+    /// whenever one of its acquires may have applied unseen, or a release
+    /// may have granted its entry's ask.
     pub(super) fn settled_failure(
         &self,
         retries: &Retries,
         failure: Failure,
         attempt: &Attempt,
     ) -> Failure {
-        if retries.uncertain {
+        if retries.uncertain || retries.asked {
             Failure::Indeterminate {
                 operation_id: attempt.operation_id.clone(),
             }
@@ -100,18 +101,17 @@ impl LeaseService {
         retries: &mut Retries,
         waited: Option<u64>,
     ) -> Tried {
+        // Refused, the entry leaves the queue in the same store call: no
+        // release grants the attempt after it was told `contended`.
+        let queue = match place.member() {
+            Some(member) => Queue::Leaving(member),
+            None => Queue::As(None),
+        };
         let result = self
-            .try_acquire(
-                resource,
-                attempt,
-                request,
-                Queue::As(place.member()),
-                waited,
-            )
-            .await
-            .map(|(outcome, ..)| outcome);
+            .try_acquire(resource, attempt, request, queue, waited)
+            .await;
         match result {
-            Ok(outcome) => {
+            Ok((outcome, why, moved)) => {
                 if matches!(
                     outcome,
                     AcquireOutcome::Acquired { .. } | AcquireOutcome::ReplayedSameOperation { .. }
@@ -120,6 +120,16 @@ impl LeaseService {
                 }
                 if !matches!(outcome, AcquireOutcome::Contended { .. }) {
                     return Ok(self.settled_outcome(retries, outcome, waited));
+                }
+                if moved == Moved::Left || why == Some(Contention::Requeue) {
+                    // The entry is gone already: nothing to leave.
+                    place.taken();
+                } else if retries.asked {
+                    // Still queued with its ask (the leave was refused): a
+                    // release may yet grant it.
+                    return Err(Failure::Indeterminate {
+                        operation_id: attempt.operation_id.clone(),
+                    });
                 }
                 Ok(outcome)
             }

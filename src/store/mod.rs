@@ -76,6 +76,10 @@ pub struct AcquireSpec<'a> {
     /// with its ask, when it finds no permit (in the same store call, where
     /// [`Store::enters_when_held`]; `Contended::entered` says it did).
     pub enter_as: Option<&'a str>,
+    /// With `queued_as`: the waiter's last look (its deadline); refused,
+    /// its entry leaves the queue in the same call (where
+    /// [`Store::enters_when_held`]; `Contended::left` says it did).
+    pub leaving: bool,
     /// `maxHoldMs`: no renewal of the permit reaches past its acquisition
     /// plus this (the TTL is at most this already: the service caps it).
     pub max_hold_ms: Option<u64>,
@@ -90,6 +94,7 @@ impl<'a> AcquireSpec<'a> {
             shape: LeaseShape::default(),
             queued_as: None,
             enter_as: None,
+            leaving: false,
             max_hold_ms: None,
         }
     }
@@ -131,6 +136,9 @@ pub enum StoreAcquire {
         why: Contention,
         /// The caller took its place in the fair queue as its `enter_as`.
         entered: bool,
+        /// The caller's entry (`queued_as`, `leaving`) left the queue in
+        /// the same call: no release can grant it any more.
+        left: bool,
     },
     /// Live holders agreed on another limit.
     LimitMismatch {

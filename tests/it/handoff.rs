@@ -278,3 +278,40 @@ async fn a_grant_to_a_departed_waiter_is_released_and_the_next_waiter_granted() 
     let seen = holding.inspect(P, &d, Some(&next)).await;
     assert_eq!(seen.body["heldBy"], "caller", "{:?}", seen.body);
 }
+
+/// A waiter's last look at its deadline takes its entry out of the queue
+/// in the same script run: right after its `contended` answer no entry or
+/// ask of it is left, and a release then grants it nothing (a grant after
+/// that answer would be a lease its caller was told it did not get).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_told_contended_at_its_deadline_is_granted_nothing() {
+    let server = RedisServer::start();
+    let ns = unique("ho");
+    let app = instance(server.url(), &ns).await;
+    let d = digest();
+    let holder = app.attempt().await;
+    let held = app.acquire(P, &d, &holder, 30_000).await;
+    assert_eq!(held.outcome(), "acquired", "{:?}", held.body);
+    let waiter = app.attempt().await;
+    let resp = reqwest::Client::new()
+        .put(format!("{}/leases/{P}/{d}", app.base))
+        .header("Lease-Owner-Token", &waiter.token)
+        .header("Lease-Operation-Id", &waiter.op)
+        .json(&json!({ "ttlMs": 30_000, "waitMs": 300, "holder": "waiter" }))
+        .send()
+        .await
+        .expect("waiting acquire sent");
+    let body: Value = resp.json().await.expect("a JSON answer");
+    assert_eq!(body["outcome"], "contended", "{body:?}");
+    let entries = server.cli(&["ZRANGE", &format!("{ns}:queue:v2:{{{P}:{d}}}"), "0", "-1"]);
+    assert!(
+        !entries.lines().any(|m| m.starts_with("x:")),
+        "the waiter's entry outlived its answer: {entries:?}"
+    );
+    let asks = server.cli(&["HLEN", &format!("{ns}:ask:v2:{{{P}:{d}}}")]);
+    assert_eq!(asks.trim(), "0", "the waiter's ask outlived its answer");
+    let released = app.release(P, &d, &holder).await;
+    assert_eq!(released.outcome(), "released", "{:?}", released.body);
+    let seen = app.inspect(P, &d, Some(&waiter)).await;
+    assert_eq!(seen.body["held"], false, "{:?}", seen.body);
+}

@@ -152,6 +152,7 @@ impl MemoryStore {
                     remaining_ms: Some(u64::try_from(left.as_millis()).unwrap_or(1).max(1)),
                     why: Contention::LockDelay,
                     entered: false,
+                    left: false,
                 });
             }
             returning = entry.returning(owner, now);
@@ -161,6 +162,7 @@ impl MemoryStore {
                     remaining_ms: entry.soonest_ms(now),
                     why,
                     entered: false,
+                    left: false,
                 };
                 let plain = shape.is_plain() && entry.limit == 1 && entry.mode == Mode::Exclusive;
                 if plain
@@ -196,6 +198,7 @@ impl MemoryStore {
                 remaining_ms: None,
                 why: Contention::Queued,
                 entered: false,
+                left: false,
             });
         }
         if !state.leases.contains_key(&key) && state.leases.len() >= self.max_leases {

@@ -71,8 +71,13 @@ fn shape_arg(spec: &AcquireSpec<'_>) -> String {
     if shape.is_plain_undelayed() && spec.queued_as.is_none() {
         return entering.unwrap_or_default();
     }
+    let leaving = if spec.leaving && spec.queued_as.is_some() {
+        "-"
+    } else {
+        ""
+    };
     format!(
-        "{}:{}:{}:{}",
+        "{}:{}:{}:{leaving}{}",
         shape.limit,
         shape.mode.code(),
         shape.lock_delay_ms,
@@ -119,10 +124,10 @@ mod at {
     pub mod contended {
         pub const RETRY: usize = 1;
         pub const WHY: usize = 2;
-        /// `why` + 4: the caller entered the queue in the run.
-        pub const ENTERED_HELD: i64 = 4;
-        pub const ENTERED_LOCK_DELAY: i64 = 5;
-        pub const ENTERED_QUEUED: i64 = 6;
+        /// `why` + 4: the caller entered the queue in the run; + 8: its
+        /// entry left it (a last look).
+        pub const ENTERED: i64 = 4;
+        pub const LEFT: i64 = 8;
     }
     /// `{tag(4), limit}`: live holders agreed on another limit.
     pub mod limit_mismatch {
@@ -169,16 +174,21 @@ fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire
         0 => {
             use at::contended::*;
             let why = int(items, WHY)?;
+            let (moved, why) = (why - why % ENTERED, why % ENTERED);
+            if !matches!(moved, 0 | ENTERED | LEFT) || (moved == ENTERED && why == 3) {
+                return Err(bad_reply());
+            }
             StoreAcquire::Contended {
                 remaining_ms: non_negative(int(items, RETRY)?),
                 why: match why {
-                    0 | ENTERED_HELD => Contention::Held,
-                    1 | ENTERED_LOCK_DELAY => Contention::LockDelay,
-                    2 | ENTERED_QUEUED => Contention::Queued,
+                    0 => Contention::Held,
+                    1 => Contention::LockDelay,
+                    2 => Contention::Queued,
                     3 => Contention::Requeue,
                     _ => return Err(bad_reply()),
                 },
-                entered: why >= ENTERED_HELD,
+                entered: moved == ENTERED,
+                left: moved == LEFT,
             }
         }
         4 => StoreAcquire::LimitMismatch {
@@ -199,9 +209,11 @@ impl RedisStore {
         spec: &AcquireSpec<'_>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         let tag = resource.tag();
-        // Entering with the look leaves an ask: not with replica acks.
+        // Entering with the look leaves an ask: not with replica acks
+        // (nor leaving with it: the plain leave then).
         let spec = &AcquireSpec {
             enter_as: spec.enter_as.filter(|_| self.enters_when_held()),
+            leaving: spec.leaving && self.enters_when_held(),
             ..*spec
         };
         let (ttl_ms, shape) = (spec.ttl.ms().to_string(), shape_arg(spec));
@@ -276,6 +288,7 @@ mod tests {
                 remaining_ms: Some(30),
                 why: Contention::Queued,
                 entered: false,
+                left: false,
             })
         );
         let entered = decode(&[Value::Int(0), Value::Int(30), Value::Int(4)], &spec);
@@ -285,11 +298,23 @@ mod tests {
                 remaining_ms: Some(30),
                 why: Contention::Held,
                 entered: true,
+                left: false,
             })
         );
+        let left = decode(&[Value::Int(0), Value::Int(30), Value::Int(10)], &spec);
+        assert!(matches!(
+            left,
+            Ok(StoreAcquire::Contended {
+                why: Contention::Queued,
+                left: true,
+                ..
+            })
+        ));
+        assert!(decode(&[Value::Int(0), Value::Int(30), Value::Int(12)], &spec).is_err());
+        assert!(decode(&[Value::Int(0), Value::Int(30), Value::Int(-1)], &spec).is_err());
         // Requeue never comes with an enter.
         assert!(decode(&[Value::Int(0), Value::Int(30), Value::Int(7)], &spec).is_err());
-        assert!(decode(&[Value::Int(0), Value::Int(30), Value::Int(9)], &spec).is_err());
+        assert!(decode(&[Value::Int(0), Value::Int(30), Value::Int(16)], &spec).is_err());
         assert!(decode(&[Value::Int(1), Value::Int(0), Value::Int(100)], &spec).is_err());
         assert_eq!(
             decode(&[Value::Int(4), Value::Int(3)], &spec),
@@ -325,6 +350,11 @@ mod tests {
             ..counting
         };
         assert_eq!(shape_arg(&queued), "1:s:0:s:i:2");
+        let last = AcquireSpec {
+            leaving: true,
+            ..queued
+        };
+        assert_eq!(shape_arg(&last), "1:s:0:-s:i:2");
     }
 
     #[test]
