@@ -12,34 +12,10 @@ use crate::domain::{
     AcquireOutcome, Attempt, ContendedReason, Failure, HolderLabel, LeaseShape, ResourceId, Ttl,
     WaitMs,
 };
-use crate::store::{AcquireSpec, Ask, Contention};
+use crate::store::{AcquireSpec, Ask, Contention, InQueue, Moved};
 
 /// What a store call looks like to the wait loop.
 pub(super) type Tried = Result<AcquireOutcome, Failure>;
-
-/// How a look stands to the fair queue.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Queue<'a> {
-    /// Queued as this member, or (`None`) not queued.
-    As(Option<&'a str>),
-    /// Not queued yet: enters as this member when it finds no permit
-    /// ([`AcquireSpec::enter_as`]).
-    Entering(&'a str),
-    /// Queued as this member, looking for the last time: refused, the
-    /// entry leaves ([`AcquireSpec::leaving`]).
-    Leaving(&'a str),
-}
-
-/// What a look did to the caller's queue entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Moved {
-    /// Nothing.
-    Stayed,
-    /// A [`Queue::Entering`] look found no permit and entered.
-    Entered,
-    /// A [`Queue::Leaving`] look found no permit and its entry left.
-    Left,
-}
 
 /// A look's outcome, why it was contended, and what it did to the entry.
 pub(super) type Looked = (AcquireOutcome, Option<Contention>, Moved);
@@ -76,30 +52,13 @@ impl AcquireRequest {
         }
     }
 
-    pub(super) fn spec<'a>(&'a self, queued_as: Option<&'a str>) -> AcquireSpec<'a> {
+    pub(super) fn spec<'a>(&'a self, queue: InQueue<&'a str>) -> AcquireSpec<'a> {
         AcquireSpec {
             ttl: self.ttl.at_most(self.max_hold_ms),
             holder: self.holder.as_ref(),
             shape: self.shape,
-            queued_as,
-            enter_as: None,
-            leaving: false,
+            queue,
             max_hold_ms: self.max_hold_ms,
-        }
-    }
-
-    /// The spec of a look: queued as `queue`'s member, or entering as it.
-    pub(super) fn looking<'a>(&'a self, queue: Queue<'a>) -> AcquireSpec<'a> {
-        match queue {
-            Queue::As(member) => self.spec(member),
-            Queue::Entering(member) => AcquireSpec {
-                enter_as: Some(member),
-                ..self.spec(None)
-            },
-            Queue::Leaving(member) => AcquireSpec {
-                leaving: true,
-                ..self.spec(Some(member))
-            },
         }
     }
 }
@@ -161,15 +120,15 @@ impl LeaseService {
                 let mut place = Place::new(self, resource.clone(), request.shape.mode, queue);
                 let ask = Ask {
                     attempt,
-                    spec: request.spec(None),
+                    spec: request.spec(InQueue::No),
                 };
                 let member = place.prepare(self, Some(ask));
                 early = Some((guard, place, entry, member));
             }
         }
         let queue = match &early {
-            Some((.., member)) => Queue::Entering(member),
-            None => Queue::As(None),
+            Some((.., member)) => InQueue::Entering(member.as_str()),
+            None => InQueue::No,
         };
         let first = self
             .try_acquire(resource, attempt, request, queue, None)
@@ -280,7 +239,7 @@ impl LeaseService {
         // (docs/design.md §12, "Hand-off").
         let ask = Ask {
             attempt,
-            spec: request.spec(None),
+            spec: request.spec(InQueue::No),
         };
         let mut held_ms;
         let entry = if entered {
@@ -382,7 +341,7 @@ impl LeaseService {
                 // Entered behind a live record: a release wakes or grants.
                 Some(ms) => Ok((contended(ms, None), None, Moved::Stayed)),
                 None => {
-                    let queue = Queue::As(place.member());
+                    let queue = InQueue::member(place.member());
                     self.try_acquire(resource, attempt, request, queue, waited())
                         .await
                 }

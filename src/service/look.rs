@@ -3,12 +3,12 @@
 //! answer read as an outcome, why it was contended, and what it did to the
 //! caller's queue entry (docs/design.md §12, §14).
 
-use super::acquire::{AcquireRequest, Looked, Moved, Queue};
+use super::acquire::{AcquireRequest, Looked};
 use super::core::*;
 use super::place::*;
 
 use crate::domain::{AcquireOutcome, Attempt, ContendedReason, Failure, ResourceId};
-use crate::store::{Contention, StoreAcquire, StoreError};
+use crate::store::{Contention, InQueue, Moved, StoreAcquire, StoreError};
 
 impl LeaseService {
     /// The store call of a waiting acquire, run so that it cannot take the
@@ -20,26 +20,15 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: &Attempt,
         request: &AcquireRequest,
-        queue: Queue<'_>,
+        queue: InQueue<&str>,
     ) -> Result<crate::store::Replicated<StoreAcquire>, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (store, resource, attempt) = (self.store.clone(), resource.clone(), attempt.clone());
-        let request = request.clone();
-        // Owned for the task: the member, and how the look stands to it.
-        let (member, how) = match queue {
-            Queue::As(member) => (member.map(str::to_owned), 0),
-            Queue::Entering(member) => (Some(member.to_owned()), 1),
-            Queue::Leaving(member) => (Some(member.to_owned()), 2),
-        };
+        let (request, queue) = (request.clone(), queue.to_owned());
         let clean_up = self.settings.release_abandoned;
         let task = async move {
-            let queue = match (member.as_deref(), how) {
-                (Some(member), 1) => Queue::Entering(member),
-                (Some(member), 2) => Queue::Leaving(member),
-                (member, _) => Queue::As(member),
-            };
             let result = store
-                .acquire(&resource, &attempt, &request.looking(queue))
+                .acquire(&resource, &attempt, &request.spec(queue.as_str()))
                 .await;
             if let Err(Ok(abandoned)) = tx.send(result) {
                 if !matches!(abandoned.value, StoreAcquire::Acquired(_)) {
@@ -69,20 +58,17 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: &Attempt,
         request: &AcquireRequest,
-        queue: Queue<'_>,
+        queue: InQueue<&str>,
         waited: Option<u64>,
     ) -> Result<Looked, Failure> {
         let result = if waited.is_some() {
             self.admitted(self.acquire_for_waiter(resource, attempt, request, queue))
                 .await?
         } else {
-            self.admitted(
-                self.store
-                    .acquire(resource, attempt, &request.looking(queue)),
-            )
-            .await?
+            self.admitted(self.store.acquire(resource, attempt, &request.spec(queue)))
+                .await?
         };
-        let queued = matches!(queue, Queue::As(Some(_)) | Queue::Leaving(_));
+        let queued = queue.queued_as().is_some();
         if let Ok(r) = &result {
             self.ended(resource, &r.ended_holds);
         }
@@ -116,8 +102,7 @@ impl LeaseService {
             // heartbeat lapses, is for waiters), so the fallback.
             Ok(StoreAcquire::Contended {
                 why: Contention::Queued,
-                entered: false,
-                left: false,
+                moved: Moved::Stayed,
                 ..
             }) if !queued => Ok((
                 AcquireOutcome::Contended {
@@ -131,8 +116,7 @@ impl LeaseService {
             Ok(StoreAcquire::Contended {
                 remaining_ms,
                 why,
-                entered,
-                left,
+                moved,
             }) => Ok((
                 AcquireOutcome::Contended {
                     retry_after_ms: remaining_ms.filter(|ms| *ms > 0).unwrap_or(fallback),
@@ -144,11 +128,7 @@ impl LeaseService {
                     },
                 },
                 Some(why),
-                match (entered, left) {
-                    (true, _) => Moved::Entered,
-                    (_, true) => Moved::Left,
-                    _ => Moved::Stayed,
-                },
+                moved,
             )),
             Ok(StoreAcquire::LimitMismatch { limit }) => {
                 Ok((AcquireOutcome::LimitMismatch { limit }, None, Moved::Stayed))

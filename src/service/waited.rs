@@ -2,13 +2,13 @@
 //! next try, the failure or outcome it settles on, a release's grant
 //! answered, and the last look at its deadline (docs/design.md §12, §14).
 
-use super::acquire::{AcquireRequest, Moved, Queue, Tried};
+use super::acquire::{AcquireRequest, Tried};
 use super::core::*;
 use super::place::*;
 
 use crate::domain::{AcquireOutcome, Attempt, Failure, ResourceId, StoreTime};
 use crate::notify::Grant;
-use crate::store::{Contention, StoreLease};
+use crate::store::{Contention, InQueue, Moved, StoreLease};
 
 impl LeaseService {
     /// Waits before trying a failed store call of a wait again; false when
@@ -83,7 +83,7 @@ impl LeaseService {
         waited_ms: Option<u64>,
     ) -> AcquireOutcome {
         let at = StoreTime(grant.acquired_at);
-        let record = StoreLease::acquired(&request.spec(None), grant.fencing_token, at);
+        let record = StoreLease::acquired(&request.spec(InQueue::No), grant.fencing_token, at);
         AcquireOutcome::Acquired {
             lease: Self::lease(resource, record, None),
             waited_ms,
@@ -104,8 +104,8 @@ impl LeaseService {
         // Refused, the entry leaves the queue in the same store call: no
         // release grants the attempt after it was told `contended`.
         let queue = match place.member() {
-            Some(member) => Queue::Leaving(member),
-            None => Queue::As(None),
+            Some(member) => InQueue::Leaving(member),
+            None => InQueue::No,
         };
         let result = self
             .try_acquire(resource, attempt, request, queue, waited)

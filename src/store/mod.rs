@@ -15,7 +15,7 @@ pub mod memory;
 mod queueing;
 pub mod redis;
 
-pub use queueing::{Ask, QueueOp, Queued};
+pub use queueing::{Ask, InQueue, Moved, QueueOp, Queued};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,17 +69,9 @@ pub struct AcquireSpec<'a> {
     pub holder: Option<&'a HolderLabel>,
     /// Limit, mode and lock-delay.
     pub shape: LeaseShape,
-    /// The caller's entry in the resource's fair queue, when it waits
-    /// ([`Store::queue_member`]); `None`: it goes only when nobody waits.
-    pub queued_as: Option<&'a str>,
-    /// A plain waiter not queued yet: the entry it takes in the fair queue,
-    /// with its ask, when it finds no permit (in the same store call, where
-    /// [`Store::enters_when_held`]; `Contended::entered` says it did).
-    pub enter_as: Option<&'a str>,
-    /// With `queued_as`: the waiter's last look (its deadline); refused,
-    /// its entry leaves the queue in the same call (where
-    /// [`Store::enters_when_held`]; `Contended::left` says it did).
-    pub leaving: bool,
+    /// How the caller stands to the resource's fair queue (it waits, or
+    /// goes only when nobody waits).
+    pub queue: InQueue<&'a str>,
     /// `maxHoldMs`: no renewal of the permit reaches past its acquisition
     /// plus this (the TTL is at most this already: the service caps it).
     pub max_hold_ms: Option<u64>,
@@ -92,9 +84,7 @@ impl<'a> AcquireSpec<'a> {
             ttl,
             holder: None,
             shape: LeaseShape::default(),
-            queued_as: None,
-            enter_as: None,
-            leaving: false,
+            queue: InQueue::No,
             max_hold_ms: None,
         }
     }
@@ -134,11 +124,8 @@ pub enum StoreAcquire {
         remaining_ms: Option<u64>,
         /// Why.
         why: Contention,
-        /// The caller took its place in the fair queue as its `enter_as`.
-        entered: bool,
-        /// The caller's entry (`queued_as`, `leaving`) left the queue in
-        /// the same call: no release can grant it any more.
-        left: bool,
+        /// What it did to the caller's queue entry.
+        moved: Moved,
     },
     /// Live holders agreed on another limit.
     LimitMismatch {
@@ -551,7 +538,7 @@ impl Store {
         dispatch!(self, s => s.queue_member(mode))
     }
 
-    /// Whether an acquire takes its [`AcquireSpec::enter_as`] place in the
+    /// Whether an acquire takes its [`InQueue::Entering`] place in the
     /// same call when it finds no permit: Redis without replica acks (a
     /// place is left with an ask, which a release may grant).
     pub fn enters_when_held(&self) -> bool {

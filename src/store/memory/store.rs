@@ -14,8 +14,8 @@ use crate::domain::{
 };
 use crate::notify::WaitRegistry;
 use crate::store::{
-    AcquireSpec, Contention, Probe, Readiness, StoreAcquire, StoreError, StoreInspect, StoreLease,
-    StoreListed, StorePage, StoreRelease, StoreRenew, PERMITS_SHOWN,
+    AcquireSpec, Contention, Moved, Probe, Readiness, StoreAcquire, StoreError, StoreInspect,
+    StoreLease, StoreListed, StorePage, StoreRelease, StoreRenew, PERMITS_SHOWN,
 };
 
 use super::history::{of, Histories};
@@ -151,8 +151,7 @@ impl MemoryStore {
                 return Ok(StoreAcquire::Contended {
                     remaining_ms: Some(u64::try_from(left.as_millis()).unwrap_or(1).max(1)),
                     why: Contention::LockDelay,
-                    entered: false,
-                    left: false,
+                    moved: Moved::Stayed,
                 });
             }
             returning = entry.returning(owner, now);
@@ -161,8 +160,7 @@ impl MemoryStore {
                 let held = |why| StoreAcquire::Contended {
                     remaining_ms: entry.soonest_ms(now),
                     why,
-                    entered: false,
-                    left: false,
+                    moved: Moved::Stayed,
                 };
                 let plain = shape.is_plain() && entry.limit == 1 && entry.mode == Mode::Exclusive;
                 if plain
@@ -193,12 +191,11 @@ impl MemoryStore {
         }
         // Fair: a caller that does not wait goes only when nobody waits
         // (an owner back within its own lock-delay goes at once).
-        if spec.queued_as.is_none() && !returning && self.waiters.is_waited_for(&key) {
+        if spec.queue.queued_as().is_none() && !returning && self.waiters.is_waited_for(&key) {
             return Ok(StoreAcquire::Contended {
                 remaining_ms: None,
                 why: Contention::Queued,
-                entered: false,
-                left: false,
+                moved: Moved::Stayed,
             });
         }
         if !state.leases.contains_key(&key) && state.leases.len() >= self.max_leases {

@@ -13,7 +13,8 @@ use super::decode::{
 use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, HolderLabel, ResourceId};
 use crate::store::{
-    AcquireSpec, Contention, HoldEnd, Replicated, StoreAcquire, StoreError, StoreLease,
+    AcquireSpec, Contention, HoldEnd, InQueue, Moved, Replicated, StoreAcquire, StoreError,
+    StoreLease,
 };
 
 /// The script, hashed once.
@@ -64,24 +65,20 @@ impl<'a> Args<'a> {
 /// uncontended plain acquire sends (and Redis parses) no more than it must.
 fn shape_arg(spec: &AcquireSpec<'_>) -> String {
     let shape = spec.shape;
-    let entering = spec
-        .enter_as
-        .filter(|_| spec.queued_as.is_none())
-        .map(|member| format!("+{QUEUE_HORIZON_MS}:{member}"));
-    if shape.is_plain_undelayed() && spec.queued_as.is_none() {
-        return entering.unwrap_or_default();
-    }
-    let leaving = if spec.leaving && spec.queued_as.is_some() {
-        "-"
-    } else {
-        ""
+    let member = match spec.queue {
+        InQueue::No => String::new(),
+        InQueue::As(member) => member.to_owned(),
+        InQueue::Entering(member) => format!("+{QUEUE_HORIZON_MS}:{member}"),
+        InQueue::Leaving(member) => format!("-{member}"),
     };
+    if shape.is_plain_undelayed() && spec.queue.queued_as().is_none() {
+        return member;
+    }
     format!(
-        "{}:{}:{}:{leaving}{}",
+        "{}:{}:{}:{member}",
         shape.limit,
         shape.mode.code(),
         shape.lock_delay_ms,
-        entering.as_deref().or(spec.queued_as).unwrap_or("")
     )
 }
 
@@ -187,8 +184,11 @@ fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire
                     3 => Contention::Requeue,
                     _ => return Err(bad_reply()),
                 },
-                entered: moved == ENTERED,
-                left: moved == LEFT,
+                moved: match moved {
+                    ENTERED => Moved::Entered,
+                    LEFT => Moved::Left,
+                    _ => Moved::Stayed,
+                },
             }
         }
         4 => StoreAcquire::LimitMismatch {
@@ -211,11 +211,12 @@ impl RedisStore {
         let tag = resource.tag();
         // Entering with the look leaves an ask: not with replica acks
         // (nor leaving with it: the plain leave then).
-        let spec = &AcquireSpec {
-            enter_as: spec.enter_as.filter(|_| self.enters_when_held()),
-            leaving: spec.leaving && self.enters_when_held(),
-            ..*spec
+        let queue = match spec.queue {
+            InQueue::Entering(_) if !self.enters_when_held() => InQueue::No,
+            InQueue::Leaving(member) if !self.enters_when_held() => InQueue::As(member),
+            queue => queue,
         };
+        let spec = &AcquireSpec { queue, ..*spec };
         let (ttl_ms, shape) = (spec.ttl.ms().to_string(), shape_arg(spec));
         let holder = holder_arg(spec);
         let args = Args {
@@ -287,8 +288,7 @@ mod tests {
             Ok(StoreAcquire::Contended {
                 remaining_ms: Some(30),
                 why: Contention::Queued,
-                entered: false,
-                left: false,
+                moved: Moved::Stayed,
             })
         );
         let entered = decode(&[Value::Int(0), Value::Int(30), Value::Int(4)], &spec);
@@ -297,8 +297,7 @@ mod tests {
             Ok(StoreAcquire::Contended {
                 remaining_ms: Some(30),
                 why: Contention::Held,
-                entered: true,
-                left: false,
+                moved: Moved::Entered,
             })
         );
         let left = decode(&[Value::Int(0), Value::Int(30), Value::Int(10)], &spec);
@@ -306,7 +305,7 @@ mod tests {
             left,
             Ok(StoreAcquire::Contended {
                 why: Contention::Queued,
-                left: true,
+                moved: Moved::Left,
                 ..
             })
         ));
@@ -329,7 +328,7 @@ mod tests {
         let plain = AcquireSpec::plain(ttl);
         assert_eq!(shape_arg(&plain), "");
         let entering = AcquireSpec {
-            enter_as: Some("x:i:1"),
+            queue: InQueue::Entering("x:i:1"),
             ..plain
         };
         assert_eq!(shape_arg(&entering), "+2000:x:i:1");
@@ -340,18 +339,17 @@ mod tests {
         };
         let counting = AcquireSpec {
             shape: shared,
-            enter_as: Some("s:i:2"),
+            queue: InQueue::Entering("s:i:2"),
             ..plain
         };
         assert_eq!(shape_arg(&counting), "1:s:0:+2000:s:i:2");
         let queued = AcquireSpec {
-            queued_as: Some("s:i:2"),
-            enter_as: None,
+            queue: InQueue::As("s:i:2"),
             ..counting
         };
         assert_eq!(shape_arg(&queued), "1:s:0:s:i:2");
         let last = AcquireSpec {
-            leaving: true,
+            queue: InQueue::Leaving("s:i:2"),
             ..queued
         };
         assert_eq!(shape_arg(&last), "1:s:0:-s:i:2");
