@@ -7,9 +7,10 @@ use std::convert::Infallible;
 use std::future::Future as _;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, RawPathParamsRejection};
-use axum::extract::{FromRequest, RawPathParams, Request};
-use axum::http::{header, HeaderMap, HeaderName, StatusCode};
+use axum::extract::rejection::RawPathParamsRejection;
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderName, StatusCode, Uri};
 use serde::de::DeserializeOwned;
 
 use super::problem::{ApiError, FieldError};
@@ -38,6 +39,27 @@ impl<S: Send + Sync> FromRequest<S> for Headers {
     }
 }
 
+/// Why a request body could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// Over the body limit: `413`.
+    TooLarge,
+    /// The connection failed or closed mid-body.
+    Unreadable,
+}
+
+/// The body, read whole within `limit` bytes (what axum's `Bytes`
+/// extractor does under `DefaultBodyLimit`, without the extension that
+/// layer inserts into every request).
+async fn read_body(body: axum::body::Body, limit: usize) -> Result<Bytes, BodyError> {
+    use http_body_util::BodyExt as _;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Err(_) => Err(BodyError::Unreadable),
+    }
+}
+
 /// The request's headers (taken, as [`Headers`]) and its body, read within
 /// the body limit; a body that cannot be read is left for [`json_body`] to
 /// answer.
@@ -45,7 +67,7 @@ pub struct HeadersAndBody {
     /// The headers.
     pub headers: HeaderMap,
     /// The body, or why it could not be read.
-    pub body: Result<Bytes, BytesRejection>,
+    pub body: Result<Bytes, BodyError>,
 }
 
 impl FromRequest<super::AppState> for HeadersAndBody {
@@ -60,9 +82,9 @@ impl FromRequest<super::AppState> for HeadersAndBody {
         req: Request,
         state: &super::AppState,
     ) -> Result<Self, axum::response::Response> {
-        let (mut parts, body) = req.into_parts();
-        let headers = std::mem::take(&mut parts.headers);
-        let mut read = std::pin::pin!(Bytes::from_request(Request::from_parts(parts, body), state));
+        let (parts, body) = req.into_parts();
+        let headers = parts.headers;
+        let mut read = std::pin::pin!(read_body(body, state.body_limit));
         let first = std::future::poll_fn(|cx| std::task::Poll::Ready(read.as_mut().poll(cx))).await;
         let body = match first {
             std::task::Poll::Ready(body) => body,
@@ -246,16 +268,16 @@ pub fn asker(headers: &HeaderMap, problems: &mut Problems) -> Option<Asker> {
 /// naming the failing field.
 pub fn json_body<T: DeserializeOwned>(
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, BodyError>,
     limit: usize,
     problems: &mut Problems,
 ) -> Result<Option<T>, ApiError> {
     let body = match body {
         Ok(body) => body,
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+        Err(BodyError::TooLarge) => {
             return Err(ApiError::TooLarge { limit });
         }
-        Err(_) => {
+        Err(BodyError::Unreadable) => {
             problems.shape("body", "the request body could not be read");
             return Ok(None);
         }
@@ -348,14 +370,37 @@ fn is_json(headers: &HeaderMap) -> bool {
         || (lower_prefix(essence, "application/") && lower_suffix(essence, "+json"))
 }
 
-/// The path parameters as the router matched them, percent-decoded and
-/// borrowed (axum's `Path<(String, String)>` would deserialize them into two
-/// new `String`s per request).
-pub(super) type RawPath = Result<RawPathParams, RawPathParamsRejection>;
+/// The lease path's two parameters: as the router matched them
+/// (percent-decoded and borrowed: axum's `Path<(String, String)>` would
+/// deserialize them into two new `String`s per request), or, for the lease
+/// verbs the front serves without the router, the request's path itself
+/// (one with no `%`, so nothing to decode).
+pub enum RawPath {
+    /// From the router.
+    Routed(Result<RawPathParams, RawPathParamsRejection>),
+    /// `/leases/{purpose}/{digest}` with no `%` in it (the front's
+    /// `route_label` matched it).
+    Plain(Uri),
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RawPath {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Infallible> {
+        Ok(Self::Routed(
+            RawPathParams::from_request_parts(parts, state).await,
+        ))
+    }
+}
 
 pub(super) fn path_resource(path: RawPath, problems: &mut Problems) -> Option<ResourceId> {
     match path {
-        Ok(params) => {
+        RawPath::Plain(uri) => {
+            let rest = uri.path().strip_prefix("/leases/").unwrap_or_default();
+            let (purpose, digest) = rest.split_once('/').unwrap_or((rest, ""));
+            resource(purpose, digest, problems)
+        }
+        RawPath::Routed(Ok(params)) => {
             let (mut purpose, mut digest) = ("", "");
             for (name, value) in &params {
                 match name {
@@ -366,7 +411,7 @@ pub(super) fn path_resource(path: RawPath, problems: &mut Problems) -> Option<Re
             }
             resource(purpose, digest, problems)
         }
-        Err(_) => {
+        RawPath::Routed(Err(_)) => {
             problems.shape("path", "path parameters must be valid UTF-8");
             None
         }

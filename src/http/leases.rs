@@ -2,9 +2,8 @@
 //! (DELETE) and inspect (GET).
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{RawQuery, State};
-use axum::http::HeaderMap;
+use axum::extract::{FromRequest as _, RawQuery, Request, State};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::put;
 use axum::Router;
@@ -35,6 +34,36 @@ pub(super) fn routes() -> Router<AppState> {
         ROUTE,
         put(acquire).patch(renew).delete(release).get(inspect),
     )
+}
+
+/// The four lease verbs without the router. The front sends a request
+/// here when `route_label` gave [`ROUTE`], the method is one of the four
+/// and the path has no `%` (anything else goes through the router, which
+/// percent-decodes): the same handlers, given what the router's extractors
+/// would give them, without the router's per-request work (matching, the
+/// path parameters' extension, a boxed future per route and per layer).
+pub(super) async fn serve(app: AppState, req: Request) -> Response {
+    let path = RawPath::Plain(req.uri().clone());
+    match *req.method() {
+        Method::GET => {
+            let query = req.uri().query().map(ToOwned::to_owned);
+            let headers = req.into_parts().0.headers;
+            inspect(State(app), path, RawQuery(query), Headers(headers)).await
+        }
+        Method::DELETE => {
+            let headers = req.into_parts().0.headers;
+            release(State(app), path, Headers(headers)).await
+        }
+        Method::PUT | Method::PATCH => {
+            let renewing = req.method() == Method::PATCH;
+            match HeadersAndBody::from_request(req, &app).await {
+                Ok(parts) if renewing => renew(State(app), path, parts).await,
+                Ok(parts) => acquire(State(app), path, parts).await,
+                Err(refused) => refused,
+            }
+        }
+        _ => ApiError::MethodNotAllowed.into_response(),
+    }
 }
 
 /// Body of an acquire.
@@ -380,7 +409,7 @@ fn with_body<B: serde::de::DeserializeOwned>(
     app: &AppState,
     path: RawPath,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, extract::BodyError>,
 ) -> Result<WithBody<B>, ApiError> {
     app.authenticate(headers)?;
     let mut problems = Problems::default();

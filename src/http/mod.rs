@@ -35,14 +35,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use futures_util::future::Either;
 use futures_util::FutureExt as _;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
-use tower::{Layer as _, Service};
+use tower::Service;
 use tracing::Instrument as _;
 
 use self::auth::{ApiKeys, Role};
@@ -253,7 +254,10 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .with_state(app)
 }
 
-/// The served stack: [`Front`] around the body limit around [`router`].
+/// The served stack: [`Front`] around [`router`]. (Bodies are read within
+/// the body limit by [`extract::HeadersAndBody`], the one extractor that
+/// reads them, so no `DefaultBodyLimit` layer inserts its extension into
+/// every request.)
 ///
 /// The front is one service around the whole router rather than layers
 /// added with `Router::layer`, which wraps every route separately and, per
@@ -263,8 +267,7 @@ pub fn service(
     app: AppState,
     metrics_on_api: bool,
 ) -> Front<impl Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone> {
-    let inner =
-        DefaultBodyLimit::max(app.body_limit).layer(router(Arc::clone(&app), metrics_on_api));
+    let inner = router(Arc::clone(&app), metrics_on_api);
     Front {
         inner,
         app,
@@ -320,9 +323,6 @@ where
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         let started = Instant::now();
-        // The router is always ready; take the instance that was polled.
-        let ready = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, ready);
         let app = Arc::clone(&self.app);
         // The client's header block, as it came.
         let header_bytes: usize = req
@@ -345,6 +345,19 @@ where
         let method = method_label(req.method());
         let route = route_label(req.uri().path(), self.serves_metrics);
         let mutating = matches!(*req.method(), Method::PUT | Method::PATCH | Method::DELETE);
+        // The lease verbs, the hot path, are served without the router
+        // (`leases::serve`); a path with a `%` goes through the router,
+        // which percent-decodes.
+        let inner = if route == leases::ROUTE
+            && (mutating || *req.method() == Method::GET)
+            && !req.uri().path().contains('%')
+        {
+            None
+        } else {
+            // The router is always ready; take the instance that was polled.
+            let ready = self.inner.clone();
+            Some(std::mem::replace(&mut self.inner, ready))
+        };
         // Kept raw (a cheap refcounted clone) and parsed only if the timeout fires.
         let operation_id = req
             .headers()
@@ -370,7 +383,15 @@ where
                 }
                 .into_response()
             } else {
-                let guarded = AssertUnwindSafe(inner.call(req)).catch_unwind();
+                let handled = match inner {
+                    // Boxed where it starts: a future is copied whole at
+                    // every move (into this block's box, the span, the
+                    // timeout), and the lease verbs' futures are the
+                    // largest; the router's are boxed by the router.
+                    None => Either::Left(Box::pin(leases::serve(Arc::clone(&app), req).map(Ok))),
+                    Some(mut inner) => Either::Right(inner.call(req)),
+                };
+                let guarded = AssertUnwindSafe(handled).catch_unwind();
                 match tokio::time::timeout(app.request_timeout, guarded).await {
                     Ok(Ok(Ok(response))) => response,
                     Ok(Ok(Err(never))) => match never {},

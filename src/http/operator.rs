@@ -2,7 +2,6 @@
 //! `POST /leases/{purpose}/{digest}/break`, for `admin` keys.
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -120,7 +119,7 @@ fn parts(
     app: &AppState,
     path: RawPath,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, extract::BodyError>,
 ) -> Result<(crate::domain::ResourceId, BreakBody), ApiError> {
     app.authenticate(headers)?;
     let mut problems = Problems::default();
