@@ -1651,3 +1651,60 @@ async fn long_poll_parameters_are_checked_and_named() {
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
     app.shutdown().await;
 }
+
+/// The front serves the lease verbs itself, except on a path with a `%`,
+/// which goes through the router (it percent-decodes): the two answer
+/// alike and act on the same lease.
+#[tokio::test]
+async fn lease_verbs_answer_alike_with_and_without_percent_escapes() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let (a, b) = (app.attempt().await, app.attempt().await);
+    let d = digest();
+    let plain = format!("{}/leases/{P}/{d}", app.base);
+    // The same purpose with its '-' escaped.
+    let escaped = format!("{}/leases/invoice%2Dexport/{d}", app.base);
+    let send = |rb: reqwest::RequestBuilder, who: &TestAttempt, body: Option<Value>| {
+        let rb = rb
+            .header("Lease-Owner-Token", &who.token)
+            .header("Lease-Operation-Id", &who.op);
+        let rb = match body {
+            Some(body) => rb.json(&body),
+            None => rb,
+        };
+        async move { TestApp::reply(rb.send().await.expect("send")).await }
+    };
+    let ttl = Some(json!({"ttlMs": 30000}));
+
+    let acquired = send(app.http.put(&escaped), &a, ttl.clone()).await;
+    assert_eq!(acquired.status, StatusCode::CREATED, "{:#}", acquired.body);
+    let token = acquired.body["lease"]["fencingToken"].clone();
+    assert!(token.is_u64(), "{:#}", acquired.body);
+    let seen = TestApp::reply(app.http.get(&plain).send().await.expect("send")).await;
+    assert_eq!(seen.status, StatusCode::OK, "{:#}", seen.body);
+    assert_eq!(seen.outcome(), "inspected", "{:#}", seen.body);
+    assert_eq!(seen.body["held"], true, "{:#}", seen.body);
+    assert_eq!(seen.body["fencingToken"], token, "{:#}", seen.body);
+    let contended = send(app.http.put(&plain), &b, ttl.clone()).await;
+    problem_ok(
+        "plain path, held",
+        &contended,
+        StatusCode::CONFLICT,
+        "contended",
+    );
+    let renewed = send(app.http.patch(&plain), &a, ttl.clone()).await;
+    assert_eq!(renewed.outcome(), "renewed", "{:#}", renewed.body);
+    assert_eq!(renewed.body["lease"]["fencingToken"], token);
+    let released = send(app.http.delete(&escaped), &a, None).await;
+    assert_eq!(released.outcome(), "released", "{:#}", released.body);
+    let next = send(app.http.put(&plain), &b, ttl.clone()).await;
+    assert_eq!(next.status, StatusCode::CREATED, "{:#}", next.body);
+
+    // A bad purpose is named alike on both paths.
+    let bad_plain = format!("{}/leases/Invoice/{d}", app.base);
+    let bad_escaped = format!("{}/leases/Inv%6Fice/{d}", app.base);
+    for (case, url) in [("plain", &bad_plain), ("escaped", &bad_escaped)] {
+        let r = send(app.http.put(url), &a, ttl.clone()).await;
+        problem_ok(case, &r, StatusCode::BAD_REQUEST, "invalid_request");
+        assert_eq!(named_fields(&r), ["purpose"], "{case}: {:#}", r.body);
+    }
+}
