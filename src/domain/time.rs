@@ -56,7 +56,8 @@ impl StoreTime {
     /// carries two of these, and formatting through `fmt` (then escaping
     /// character by character for JSON) was most of what the record added
     /// to an acquire's cost.
-    fn ascii(self) -> [u8; 24] {
+    /// The time as `YYYY-MM-DDTHH:MM:SS.mmmZ`, ASCII.
+    pub(crate) fn ascii(self) -> [u8; 24] {
         let ms = self.0 % 1000;
         let secs = self.0 / 1000;
         let (days, rest) = (secs / 86_400, secs % 86_400);

@@ -7,7 +7,7 @@
 
 use std::io::Write as _;
 
-use crate::domain::{AcquireOutcome, Guarantee, Lease, RenewOutcome};
+use crate::domain::{AcquireOutcome, Guarantee, Lease, RenewOutcome, StoreTime};
 
 /// Writes an acquire's answer when it carries a lease; `Ok(false)` leaves
 /// the other outcomes to serde.
@@ -82,16 +82,16 @@ fn write_lease(lease: &Lease, out: &mut Vec<u8>) -> serde_json::Result<()> {
         string(holder.as_str(), out)?;
     }
     out.extend_from_slice(br#","acquiredAt":"#);
-    serde_json::to_writer(&mut *out, acquired_at)?;
+    time(*acquired_at, out);
     out.extend_from_slice(br#","renewedAt":"#);
-    serde_json::to_writer(&mut *out, renewed_at)?;
+    time(*renewed_at, out);
     if let Some(ms) = max_hold_ms {
         out.extend_from_slice(br#","maxHoldMs":"#);
         number(*ms, out);
     }
     if let Some(at) = hold_ends_at {
         out.extend_from_slice(br#","holdEndsAt":"#);
-        serde_json::to_writer(&mut *out, at)?;
+        time(*at, out);
     }
     out.extend_from_slice(match guarantee {
         Guarantee::Fenced => br#","guarantee":"fenced""#,
@@ -108,6 +108,14 @@ fn write_lease(lease: &Lease, out: &mut Vec<u8>) -> serde_json::Result<()> {
 }
 
 /// A JSON string that holds nothing to escape.
+/// A time as its derived `Serialize` writes it: `YYYY-MM-DDTHH:MM:SS.mmmZ`
+/// holds nothing to escape.
+fn time(at: StoreTime, out: &mut Vec<u8>) {
+    out.push(b'"');
+    out.extend_from_slice(&at.ascii());
+    out.push(b'"');
+}
+
 fn plain(s: &str, out: &mut Vec<u8>) {
     out.reserve(s.len() + 2);
     out.push(b'"');
