@@ -55,8 +55,8 @@ impl StoreTime {
     /// `YYYY-MM-DDTHH:MM:SS.mmmZ` as bytes on the stack: every lease answer
     /// carries two of these, and formatting through `fmt` (then escaping
     /// character by character for JSON) was most of what the record added
-    /// to an acquire's cost.
-    /// The time as `YYYY-MM-DDTHH:MM:SS.mmmZ`, ASCII.
+    /// to an acquire's cost. Lease answers write it as it is
+    /// (`http::lease_json`).
     pub(crate) fn ascii(self) -> [u8; 24] {
         let ms = self.0 % 1000;
         let secs = self.0 / 1000;

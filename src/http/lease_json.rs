@@ -107,7 +107,6 @@ fn write_lease(lease: &Lease, out: &mut Vec<u8>) -> serde_json::Result<()> {
     Ok(())
 }
 
-/// A JSON string that holds nothing to escape.
 /// A time as its derived `Serialize` writes it: `YYYY-MM-DDTHH:MM:SS.mmmZ`
 /// holds nothing to escape.
 fn time(at: StoreTime, out: &mut Vec<u8>) {
@@ -116,6 +115,7 @@ fn time(at: StoreTime, out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
+/// A JSON string that holds nothing to escape.
 fn plain(s: &str, out: &mut Vec<u8>) {
     out.reserve(s.len() + 2);
     out.push(b'"');
