@@ -331,9 +331,10 @@ for i = 1, rec and #rec or 0, 2 do
           return {tag - 9, claimed.err}
         end
         -- 1 when the caller waits and a release granted its entry this
-        -- permit (release.lua sets the entry's grant mark): its acquisition.
-        local handed = member ~= '' and redis.call('EXISTS',
-          (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':' .. mine) == 1 and 1 or 0
+        -- permit (release.lua sets the grant mark to the granted member):
+        -- its acquisition.
+        local handed = member ~= '' and redis.call('GET',
+          (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':' .. mine) == member and 1 or 0
         return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(granted),
           string.sub(v, at), handed}
       end

@@ -20,7 +20,7 @@
 --         field = the member, for as long as the queue lives; a release
 --         that grants the entry deletes it and sets the grant mark
 --         <ns>:granted:v2:{<purpose>:<digest>}:p:<owner token>:<operation id>
---         (release.lua). For leave: '' or the asking attempt's permit
+--         to the granted member (release.lua). For leave: '' or the asking attempt's permit
 --         field "p:<owner token>:<operation id>" (its grant mark is read).
 -- ARGV[9] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
@@ -37,8 +37,8 @@
 -- and a release hands off to the queue's head); when it has none, the ms
 -- until the first entry's heartbeat lapses if that entry is another live
 -- one (it goes first), else -2 (the waiter looks at once); for leave
--- n = 1 when a release granted the entry (its grant mark is set, and
--- goes now: what the attempt holds may be that grant), else 0; for
+-- n = 1 when a release granted the entry (its grant mark is set to this
+-- member, and goes now: what the attempt holds may be that grant), else 0; for
 -- beat n = 1.
 -- {tag(-9), error} Redis refused a write.
 local tag = tonumber(ARGV[9]) * 16 + 9
@@ -49,10 +49,12 @@ if verb == 'leave' then
   -- The grant mark: a release granted this entry (release.lua); nothing
   -- else says so (an entry dropped by a heartbeat or as dead was granted
   -- nothing).
+  -- The mark names the granted member: another entry of the same attempt
+  -- (its caller retried on another instance) was granted nothing.
   local granted = false
   if ARGV[8] ~= '' then
     local G = (string.gsub(KEYS[1], ':queue:v2:{', ':granted:v2:{', 1)) .. ':' .. ARGV[8]
-    granted = redis.call('EXISTS', G) == 1
+    granted = redis.call('GET', G) == ARGV[7]
     if granted then
       redis.pcall('DEL', G)
     end

@@ -26,9 +26,9 @@
 -- grants that waiter the lease: the
 -- permit written as acquire.lua writes it (its attempt, a new fencing token,
 -- its TTL and label; 'a' in the history), its entry and ask gone, the grant
--- mark <ns>:granted:v2:{<purpose>:<digest>}:<its permit field> set for the
--- permit's TTL, at most 60 s (read by the entry's leave and its next look;
--- gone with the permit's release), and
+-- mark <ns>:granted:v2:{<purpose>:<digest>}:<its permit field> set to the
+-- granted member for the permit's TTL, at most 60 s (read by that entry's
+-- leave and its next look; gone with the permit's release), and
 -- "<tag>\t<version>\tgranted\t<member>\t<fence>\t<acquiredAt>" published
 -- instead of 'released' (after the writes: nobody hears of a grant that was
 -- not written). The waiter's instance answers it from that message, without
@@ -328,9 +328,12 @@ if ask then
       -- The grant mark: this entry was granted (its leave and its next
       -- look read it), for as long as the permit may live, at most a
       -- minute: a key of its own with a PTTL, so marks never pile up
-      -- under a queue that never empties.
+      -- under a queue that never empties. Its value is the granted
+      -- member: the same attempt may wait in two entries (its caller
+      -- left one instance and retried on another), and only the granted
+      -- entry's leave may take the grant for its own.
       redis.pcall('SET', (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':p:' .. owner .. ':'
-        .. op, '1', 'PX', ttl > 60000 and '60000' or ttl_text)
+        .. op, head, 'PX', ttl > 60000 and '60000' or ttl_text)
       done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. label)
       if type(done) == 'number' and done > HMAX then
         redis.pcall('LTRIM', H, 0, HMAX - 1)

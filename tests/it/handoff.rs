@@ -157,6 +157,11 @@ async fn a_release_grants_the_queue_head_without_another_acquire() {
         "{ns}:granted:v2:{{{P}:{d}}}:p:{}:{}",
         waiter.token, waiter.op
     );
+    assert_eq!(
+        server.cli(&["GET", &mark]).trim(),
+        member,
+        "the grant mark names the granted member"
+    );
     let mark_ttl: i64 = server.cli(&["PTTL", &mark]).trim().parse().expect("PTTL");
     assert!(
         (1..=30_000).contains(&mark_ttl),
@@ -314,4 +319,63 @@ async fn a_waiter_told_contended_at_its_deadline_is_granted_nothing() {
     assert_eq!(released.outcome(), "released", "{:?}", released.body);
     let seen = app.inspect(P, &d, Some(&waiter)).await;
     assert_eq!(seen.body["held"], false, "{:?}", seen.body);
+}
+
+/// The same attempt may wait in two entries: its caller left one instance
+/// mid-wait and retried on another. A release grants one of them; the
+/// other entry's leave must not take the grant for its own, or its
+/// instance would release (as nobody's) a lease the retry was told it
+/// holds. Found by CI's history check under "callers leave": two holders
+/// at once. The grant mark names the granted member; `queue.lua`'s leave
+/// is called directly, as each instance calls it.
+#[test]
+fn a_leave_takes_a_grant_only_for_the_entry_it_was_made_to() {
+    let server = RedisServer::start();
+    let queue_sha = server.script_sha("queue");
+    let (ns, d) = (unique("ho"), digest());
+    let tag = format!("{P}:{d}");
+    let (queue_key, seq_key) = (
+        format!("{ns}:queue:v2:{{{tag}}}"),
+        format!("{ns}:seq:v2:{{{tag}}}"),
+    );
+    let field = "p:token:op";
+    let mark = format!("{ns}:granted:v2:{{{tag}}}:{field}");
+    // As release.lua leaves it after granting instance b's entry.
+    server.cli(&["SET", &mark, "x:b:1", "PX", "30000"]);
+    // ARGV: verb, instance, horizon, sequence ttl, channel, tag, member,
+    // the asking attempt's permit field, nonce 0 (status 1 is tagged 10).
+    let leave = |instance: &str, member: &str| -> Vec<String> {
+        server
+            .cli(&[
+                "EVALSHA",
+                &queue_sha,
+                "2",
+                &queue_key,
+                &seq_key,
+                "leave",
+                instance,
+                "2000",
+                "604800000",
+                "wake",
+                &tag,
+                member,
+                field,
+                "0",
+            ])
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        leave("a", "x:a:1"),
+        ["10", "0"],
+        "the other entry of the same attempt was granted nothing"
+    );
+    assert_eq!(
+        server.cli(&["GET", &mark]).trim(),
+        "x:b:1",
+        "and left the mark"
+    );
+    assert_eq!(leave("b", "x:b:1"), ["10", "1"], "the granted entry");
+    assert_eq!(server.cli(&["EXISTS", &mark]).trim(), "0", "its mark goes");
 }
