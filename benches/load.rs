@@ -91,6 +91,9 @@ mod fanout;
 // The fan-out's watchers, read by this binary started again (issue 25).
 #[path = "load/watch_reader.rs"]
 mod watch_reader;
+// The fan-out's floor: a server that only writes (issue 25).
+#[path = "load/raw_sse.rs"]
+mod raw_sse;
 
 use env::Env;
 use http_client::Http;
@@ -263,6 +266,9 @@ async fn run(opts: Opts) -> Result<bool, String> {
 fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(watch_reader::FLAG) {
         return watch_reader::main();
+    }
+    if std::env::args().nth(1).as_deref() == Some(raw_sse::FLAG) {
+        return raw_sse::main();
     }
     let opts = match Opts::parse() {
         Ok(o) => o,

@@ -16,6 +16,7 @@ use http::Method;
 use crate::etcd::{b64, post_within};
 use crate::http_client::{body_json, Client, Http};
 use crate::procs::{clock_ticks_per_second, cpu_ticks, status_kb};
+use crate::raw_sse::RawSse;
 use crate::sse::Target;
 use crate::stats::percentile;
 use crate::watch_reader::Reader;
@@ -182,6 +183,8 @@ pub(crate) enum Changer {
     Lease(Holder),
     /// etcd: put the key, then delete it (over the HTTP gateway).
     Etcd { http: Http, key: String },
+    /// The raw floor (`raw_sse.rs`): `set`, then `clear`.
+    Raw(RawSse),
 }
 
 impl Changer {
@@ -196,6 +199,7 @@ impl Changer {
     async fn set(&mut self) -> Result<Sent, String> {
         match self {
             Changer::Lease(h) => h.acquire(30_000).await,
+            Changer::Raw(r) => r.change("set").await,
             Changer::Etcd { http, key } => {
                 let sent = Instant::now();
                 let body = format!(r#"{{"key":"{key}","value":"eA=="}}"#);
@@ -212,6 +216,7 @@ impl Changer {
     async fn clear(&mut self) -> Result<Sent, String> {
         match self {
             Changer::Lease(h) => h.release().await,
+            Changer::Raw(r) => r.change("clear").await,
             Changer::Etcd { http, key } => {
                 let sent = Instant::now();
                 let body = format!(r#"{{"key":"{key}"}}"#);

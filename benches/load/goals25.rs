@@ -183,8 +183,12 @@ pub(crate) fn write(summary: &mut String, i: Inputs<'_>) -> bool {
                 lh.last_p99.filter(|_| enough).map(|p| p <= LAST_P99_MS),
                 &text_p99,
                 format!(
-                    "{}{}{}",
+                    "{}{}{}{}",
                     p99(&lh),
+                    w.raw.as_ref().map_or_else(
+                        || " (raw floor: not measured)".into(),
+                        |r| format!(" (raw floor, a server that only writes: {})", p99(r)),
+                    ),
                     etcd(&p99),
                     if enough {
                         ""

@@ -33,6 +33,7 @@ use crate::http_client::{digest, lease_path};
 use crate::opts::Opts;
 use crate::procs::Service;
 use crate::raw::redis_cmd;
+use crate::raw_sse::RawSse;
 use crate::sse::{open_watchers, shared, wait_ready, Target, KINDS};
 use crate::stats::{mb, percentile};
 
@@ -42,6 +43,8 @@ const EXPIRY_TTL_MS: u64 = 200;
 /// What the goals of issue 25 read from `watch`: each side's fan-out.
 pub(crate) struct WatchFigures {
     pub(crate) leasehold: WatchSide,
+    /// The floor (`raw_sse.rs`); `None` when it could not run.
+    pub(crate) raw: Option<WatchSide>,
     /// `None` when etcd's half could not run (the section says why).
     pub(crate) etcd: Option<WatchSide>,
 }
@@ -105,32 +108,77 @@ pub(crate) async fn run(opts: &Opts, env: &Env) -> Result<(String, WatchFigures)
     let target = Target::Leasehold(path);
     let mut lh = measure(&pid, env.addr, &target, opts.watchers, reps, holder).await?;
 
+    // ---- the floor: a server that only writes, read the same way ----
+    let raw = raw_fan_out(opts).await;
     // ---- the same against etcd, started for it ----
     let etcd = etcd_fan_out(opts).await;
     let leasehold = side(&mut lh);
-    let mut etcd_side = None;
     let _ = writeln!(
         out,
-        "\nFan-out: {} streams of one resource on one instance asked for, opened and read by a separate process (the bench binary again, one thread); the change made on the same instance: {reps} times, a change every watcher sees (leasehold: acquire; etcd: put), then the timed one (leasehold: release; etcd: delete). etcd: a fresh etcd, one v3 watch of one key per stream over its HTTP gateway (`POST /v3/watch`).\n",
+        "\nFan-out: {} streams of one resource on one instance asked for, opened and read by a separate process (the bench binary again, one thread); the change made on the same instance: {reps} times, a change every watcher sees (leasehold: acquire; etcd: put), then the timed one (leasehold: release; etcd: delete). raw: the floor, the bench binary again as a server that only writes (`raw_sse.rs`: one pre-encoded chunk, one `write` per socket in one loop on one thread; its \"reply\" is its `ok` just before the loop). etcd: a fresh etcd, one v3 watch of one key per stream over its HTTP gateway (`POST /v3/watch`).\n",
         opts.watchers
     );
+    let mut sides = vec![Column {
+        who: "leasehold",
+        head: "leasehold (SSE)".into(),
+        f: &mut lh,
+    }];
+    let mut notes = Vec::new();
+    let (mut raw_f, mut etcd_f);
+    let mut raw_side = None;
+    match raw {
+        Ok(f) => {
+            raw_f = f;
+            raw_side = Some(side(&mut raw_f));
+            sides.push(Column {
+                who: "raw",
+                head: "raw floor (one thread, writes only)".into(),
+                f: &mut raw_f,
+            });
+        }
+        Err(err) => notes.push(format!("the raw floor not measured: {err}")),
+    }
+    let mut etcd_side = None;
     match etcd {
-        Ok((mut e, version)) => {
-            etcd_side = Some(side(&mut e));
-            fan_out_table(&mut out, &mut lh, Some((&mut e, &version)));
+        Ok((f, version)) => {
+            etcd_f = f;
+            etcd_side = Some(side(&mut etcd_f));
+            sides.push(Column {
+                who: "etcd",
+                head: format!("etcd {version} (v3 watch, HTTP gateway)"),
+                f: &mut etcd_f,
+            });
         }
-        Err(err) => {
-            fan_out_table(&mut out, &mut lh, None);
-            let _ = writeln!(out, "\netcd's side not measured: {err}");
-        }
+        Err(err) => notes.push(format!("etcd's side not measured: {err}")),
+    }
+    fan_out_table(&mut out, sides);
+    for note in notes {
+        let _ = writeln!(out, "\n{note}");
     }
     Ok((
         out,
         WatchFigures {
             leasehold,
+            raw: raw_side,
             etcd: etcd_side,
         },
     ))
+}
+
+/// The fan-out against the raw floor (`raw_sse.rs`), started for it.
+async fn raw_fan_out(opts: &Opts) -> Result<FanOut, String> {
+    let raw = RawSse::start().await?;
+    let (pid, addr) = (raw.pid(), raw.addr);
+    let target = Target::Leasehold("/raw".to_owned());
+    measure(
+        &pid,
+        addr,
+        &target,
+        opts.watchers,
+        opts.watch_changes,
+        Changer::Raw(raw),
+    )
+    .await
 }
 
 /// The fan-out against a fresh etcd; its figures and etcd's version.
@@ -164,18 +212,19 @@ fn side(f: &mut FanOut) -> WatchSide {
     }
 }
 
-/// The side-by-side table of the fan-out: leasehold, and etcd when it ran.
-fn fan_out_table(out: &mut String, lh: &mut FanOut, etcd: Option<(&mut FanOut, &String)>) {
-    let (etcd, version) = match etcd {
-        Some((e, v)) => (Some(e), v.as_str()),
-        None => (None, "?"),
-    };
-    let mut sides: Vec<(&str, &mut FanOut)> = vec![("leasehold", lh)];
-    if let Some(e) = etcd {
-        sides.push(("etcd", e));
-    }
+/// One column of the fan-out table.
+struct Column<'a> {
+    /// The row label of the release table.
+    who: &'static str,
+    head: String,
+    f: &'a mut FanOut,
+}
+
+/// The side-by-side table of the fan-out: leasehold, then the raw floor
+/// and etcd when they ran.
+fn fan_out_table(out: &mut String, mut sides: Vec<Column<'_>>) {
     let mut rows: Vec<Vec<String>> = vec![Vec::new(); 8];
-    for (_, f) in sides.iter_mut() {
+    for Column { f, .. } in sides.iter_mut() {
         // p50 / p99 from the reply, then from the send: the event lies
         // between the two (etcd answers a change after most of its events).
         let pct = |l: &mut Lat| {
@@ -218,20 +267,17 @@ fn fan_out_table(out: &mut String, lh: &mut FanOut, etcd: Option<(&mut FanOut, &
         "CPU ms per change sent to all: server / reader",
         "server RSS after the changes",
     ];
-    let etcd_col = if sides.len() > 1 {
-        format!(" etcd {version} (v3 watch, HTTP gateway) |")
-    } else {
-        String::new()
-    };
+    let heads: Vec<&str> = sides.iter().map(|c| c.head.as_str()).collect();
     let _ = writeln!(
         out,
-        "| | leasehold (SSE) |{etcd_col}\n|---|---|{}",
-        if sides.len() > 1 { "---|" } else { "" }
+        "| | {} |\n|---|{}",
+        heads.join(" | "),
+        "---|".repeat(sides.len())
     );
     for (name, row) in names.iter().zip(&rows) {
         let _ = writeln!(out, "| {name} | {} |", row.join(" | "));
     }
-    for (who, f) in &sides {
+    for Column { who, f, .. } in &sides {
         if let Some(note) = &f.limit_note {
             let _ = writeln!(out, "\n{who}: {note}");
         }
@@ -241,7 +287,7 @@ fn fan_out_table(out: &mut String, lh: &mut FanOut, etcd: Option<(&mut FanOut, &
     }
     // The release rows in full, each side.
     let _ = writeln!(out, "\nThe timed change (leasehold: release; etcd: delete) → the first and the last watcher's event; \"read first\": the event was read before the change's reply (0 from the reply):\n\n| server | release → | n | from the reply: p50 / p99 / max ms | from the send: p50 / p99 / max ms | read first |\n|---|---|---|---|---|---|");
-    for (who, f) in sides.iter_mut() {
+    for Column { who, f, .. } in sides.iter_mut() {
         let first = f.to_first.row("the first watcher's event");
         let last = f.to_last.row("the last watcher's event");
         let _ = writeln!(out, "| {who} {first}\n| {who} {last}");
