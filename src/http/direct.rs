@@ -6,18 +6,21 @@
 //! `GET /leases/{purpose}/{digest}/events` head it parses the head itself,
 //! runs the same service stack on it (so authentication, limits, metrics
 //! and the handler are the same), and for an opened stream writes the head
-//! and then the events itself from a small task of its own: the socket,
-//! the stream's state, no buffers. Anything else (another request, a head
-//! not complete in the first read, TLS) is served by hyper as before.
+//! and the first event from a small task of its own: the socket, the
+//! stream's state, no buffers. The socket is then attached to its watcher,
+//! and the watch group writes each change to it itself
+//! ([`crate::notify::Sink`]). Anything else (another request, a head not
+//! complete in the first read, TLS) is served by hyper as before.
 //!
 //! Such a connection carries one request: its answer says
 //! `connection: close`, an error answer as much as the stream.
 
 use std::convert::Infallible;
 use std::io::{self, IoSlice};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::header::{
     HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, EXPECT, TRANSFER_ENCODING, UPGRADE,
@@ -29,7 +32,9 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt as _};
 
-use super::watch_stream::{DirectSlot, Stream};
+use super::watch_stream::{change_event, until, DirectSlot, Stream, StreamParts};
+use crate::domain::Change;
+use crate::notify::{Flush, Snapshot, Socket};
 
 /// Bytes of the first read looked at: a watch request's head is a few
 /// hundred bytes; a longer one goes to hyper.
@@ -174,7 +179,7 @@ pub async fn serve<S, K>(
         .unwrap_or_default();
     let framing = format!("content-length: {}\r\n", body.len());
     let head = response_head(&Response::from_parts(parts, ()), &framing);
-    if write(&mut stream, &[&head, &body], limit).await.is_ok() {
+    if write(&stream, &[&head, &body], limit).await.is_ok() {
         let _ = stream.shutdown().await;
     }
 }
@@ -208,47 +213,102 @@ fn response_head<B>(response: &Response<B>, framing: &str) -> Vec<u8> {
     out
 }
 
-/// Writes `head`, then each of `events`' chunks (chunked encoding) until
-/// the stream ends (the last chunk is written and the connection closed),
-/// the client goes, or a write makes no progress for `limit`.
-async fn run<K>(
-    mut stream: TcpStream,
-    mut events: Stream,
-    head: Vec<u8>,
-    limit: Duration,
-    keep: K,
-) {
-    if write(&mut stream, &[&head], limit).await.is_err() {
+/// Writes `head` and the stream's first event, then attaches the socket
+/// to its watcher: the watch group writes each change to it itself
+/// ([`crate::notify::Sink`]), and this task only wakes for what the group
+/// leaves to it, a keep-alive, the stream's end (`maxMs`, `maxEvents`,
+/// shutdown) or the client going. A write that makes no progress for
+/// `limit` closes the connection.
+async fn run<K>(stream: TcpStream, events: Stream, head: Vec<u8>, limit: Duration, keep: K) {
+    let stream = Arc::new(stream);
+    if write(&stream, &[&head], limit).await.is_err() {
         return;
     }
     drop(head);
+    let StreamParts {
+        mut watcher,
+        first,
+        mut keepalive,
+        mut left,
+        deadline,
+    } = events.into_parts();
+    if left != Some(0) {
+        if let Some(first) = first {
+            if write(&stream, &[&frame(&first)], limit).await.is_err() {
+                return;
+            }
+            left = left.map(|l| l.saturating_sub(1));
+        }
+    }
+    let socket: Arc<dyn Socket> = Arc::clone(&stream) as Arc<dyn Socket>;
+    let sink = watcher.attach(socket, framed_change, left);
     loop {
-        let chunk = tokio::select! {
+        match watcher.flush() {
+            Flush::CaughtUp => {}
+            Flush::Full => match tokio::time::timeout(limit, stream.writable()).await {
+                Ok(Ok(())) => continue,
+                _ => return,
+            },
+            Flush::Done => break,
+            Flush::Failed => return,
+        }
+        tokio::select! {
             biased;
-            chunk = events.next_chunk() => chunk,
             ready = stream.readable() => {
                 if ready.is_err() || gone(&stream) {
                     return;
                 }
-                continue;
             }
-        };
-        let Some(chunk) = chunk else {
-            break;
-        };
-        let mut size = [0u8; 20];
-        let size = chunk_size(chunk.len(), &mut size);
-        if write(&mut stream, &[size, &chunk, b"\r\n"], limit)
-            .await
-            .is_err()
-        {
-            return;
+            () = sink.behind.notified() => {}
+            () = until(deadline) => break,
+            () = watcher.ended() => break,
+            // The ticker ends only at shutdown.
+            tick = keepalive.changed() => match tick {
+                Ok(()) => {
+                    let _ = watcher.push(Bytes::from_static(KEEPALIVE_CHUNK));
+                }
+                Err(_) => break,
+            },
         }
     }
-    if write(&mut stream, &[b"0\r\n\r\n"], limit).await.is_ok() {
-        let _ = stream.shutdown().await;
+    // The end: what the socket has not taken of the last event, then the
+    // last chunk.
+    let rest = watcher.close().unwrap_or_default();
+    let ended = write(&stream, &[&rest, b"0\r\n\r\n"], limit).await.is_ok();
+    // The sink holds the socket too; the group lets go of it with the watcher.
+    drop((sink, watcher));
+    if ended {
+        if let Ok(mut stream) = Arc::try_unwrap(stream) {
+            let _ = stream.shutdown().await;
+        }
     }
     drop(keep);
+}
+
+/// The keep-alive comment as a chunk.
+const KEEPALIVE_CHUNK: &[u8] = b"d\r\n: keepalive\n\n\r\n";
+
+impl Socket for TcpStream {
+    fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
+        TcpStream::try_write(self, bytes)
+    }
+}
+
+/// A change's event as one chunk: what the watch group writes to every
+/// attached socket (encoded once per change).
+fn framed_change(change: Change, snapshot: &Snapshot) -> Bytes {
+    frame(&change_event(change, snapshot))
+}
+
+/// `bytes` as one chunk of a chunked body.
+fn frame(bytes: &[u8]) -> Bytes {
+    let mut size = [0u8; 20];
+    let size = chunk_size(bytes.len(), &mut size);
+    let mut out = Vec::with_capacity(size.len() + bytes.len() + 2);
+    out.extend_from_slice(size);
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+    Bytes::from(out)
 }
 
 /// Whether a readable socket says its client went: end of stream or an
@@ -281,7 +341,7 @@ fn chunk_size(len: usize, buf: &mut [u8; 20]) -> &[u8] {
 
 /// Writes all of `parts` (at most 3) in order, vectored; fails when a
 /// write makes no progress for `limit`.
-async fn write(stream: &mut TcpStream, parts: &[&[u8]], limit: Duration) -> io::Result<()> {
+async fn write(stream: &TcpStream, parts: &[&[u8]], limit: Duration) -> io::Result<()> {
     let mut rest: [&[u8]; 3] = [&[], &[], &[]];
     for (slot, part) in rest.iter_mut().zip(parts) {
         *slot = part;
@@ -295,12 +355,17 @@ async fn write(stream: &mut TcpStream, parts: &[&[u8]], limit: Duration) -> io::
             IoSlice::new(rest[1]),
             IoSlice::new(rest[2]),
         ];
-        let mut n = tokio::time::timeout(limit, stream.write_vectored(&slices))
-            .await
-            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
+        let mut n = match stream.try_write_vectored(&slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                tokio::time::timeout(limit, stream.writable())
+                    .await
+                    .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         for part in &mut rest {
             let k = n.min(part.len());
             *part = &part[k..];

@@ -50,7 +50,7 @@ fn revoked_data(snapshot: &Snapshot, revocation: &crate::domain::Revocation) -> 
 
 /// A change's event as sent: encoded once per state and kind, the same
 /// bytes for every watcher (see [`Snapshot::encoded`]).
-fn change_event(change: Change, snapshot: &Snapshot) -> Bytes {
+pub fn change_event(change: Change, snapshot: &Snapshot) -> Bytes {
     snapshot.encoded(change, |s| match (change, &s.revocation) {
         (Change::Revoked, Some(revocation)) => {
             event(change.as_str(), s, &revoked_data(s, revocation))
@@ -75,7 +75,28 @@ pub struct Stream {
     deadline: Option<tokio::time::Instant>,
 }
 
+/// A [`Stream`] taken apart, for a direct stream's task
+/// ([`crate::http::direct`]), which writes its events itself.
+pub struct StreamParts {
+    pub watcher: Watcher,
+    pub first: Option<Bytes>,
+    pub keepalive: watch::Receiver<u64>,
+    pub left: Option<u32>,
+    pub deadline: Option<tokio::time::Instant>,
+}
+
 impl Stream {
+    /// The stream's parts.
+    pub fn into_parts(self) -> StreamParts {
+        StreamParts {
+            watcher: self.watcher,
+            first: self.first,
+            keepalive: self.keepalive,
+            left: self.left,
+            deadline: self.deadline,
+        }
+    }
+
     /// A stream of `watcher`'s changes, `first` (the `state` event, unless
     /// the client resumes with nothing missed) sent first, ending after
     /// `max_events` events or `max_ms` (`maxEvents`, `maxMs`).
@@ -131,7 +152,7 @@ impl Stream {
 }
 
 /// Until `deadline`, or forever without one.
-async fn until(deadline: Option<tokio::time::Instant>) {
+pub async fn until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,

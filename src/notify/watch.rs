@@ -28,7 +28,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -98,6 +98,15 @@ struct Group {
     /// `leasehold_watch_events_total` per kind ([`kind_index`]), looked up
     /// once per group rather than once per watcher and event.
     events: [metrics::Counter; KINDS],
+    /// Watchers whose socket the group writes itself ([`sink`]), by id.
+    sinks: Mutex<HashMap<u64, Arc<Sink>>>,
+    next_sink: AtomicU64,
+}
+
+impl Group {
+    fn sinks(&self) -> MutexGuard<'_, HashMap<u64, Arc<Sink>>> {
+        self.sinks.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 pub(super) fn hint_bit(change: Option<Change>) -> u8 {
@@ -234,6 +243,8 @@ impl WatchHub {
                         Change::Revoked,
                     ]
                     .map(|c| metrics::counter!(WATCH_EVENTS, "kind" => c.as_str())),
+                    sinks: Mutex::new(HashMap::new()),
+                    next_sink: AtomicU64::new(0),
                 });
                 map.insert(tag.clone(), Arc::clone(&group));
                 metrics::gauge!(WATCH_GROUPS).increment(1.0);
@@ -248,6 +259,7 @@ impl WatchHub {
             rx: group.rx.clone(),
             group,
             last: None,
+            sink: None,
         })
     }
 }
@@ -270,8 +282,11 @@ pub struct Watcher {
     hub: WatchHub,
     group: Arc<Group>,
     rx: watch::Receiver<Published>,
-    /// The state this watcher saw last.
+    /// The state this watcher saw last (until it is attached: then its
+    /// sink's).
     last: Option<Arc<Snapshot>>,
+    /// Its socket, once the group writes to it ([`Watcher::attach`]).
+    sink: Option<(u64, Arc<Sink>)>,
 }
 
 impl Watcher {
@@ -298,6 +313,11 @@ impl Watcher {
         }
     }
 
+    /// Until the group ends (shutdown).
+    pub async fn ended(&self) {
+        self.group.stop.cancelled().await;
+    }
+
     /// The next change from the state this watcher saw last, and the new
     /// state; `None` when the group ended (shutdown). Cancel-safe.
     pub async fn next(&mut self) -> Option<(Change, Arc<Snapshot>)> {
@@ -311,18 +331,9 @@ impl Watcher {
             else {
                 continue;
             };
-            let change = match &self.last {
-                Some(last) if last.version() == snapshot.version() => continue,
-                // It saw the state the group's change started from.
-                Some(last)
-                    if previous
-                        .as_ref()
-                        .is_some_and(|p| p.version() == last.version()) =>
-                {
-                    change.unwrap_or_else(|| classify(last, &snapshot, 0))
-                }
-                Some(last) => classify(last, &snapshot, 0),
-                None => change.unwrap_or(Change::Acquired),
+            let Some(change) = change_from(self.last.as_deref(), &snapshot, change, previous)
+            else {
+                continue;
             };
             self.last = Some(Arc::clone(&snapshot));
             self.group.events[kind_index(change)].increment(1);
@@ -331,8 +342,35 @@ impl Watcher {
     }
 }
 
+/// The change a watcher that saw `last` sees in `snapshot`, published as
+/// `change` from `previous`; `None` when it saw this state already.
+fn change_from(
+    last: Option<&Snapshot>,
+    snapshot: &Snapshot,
+    change: Option<Change>,
+    previous: Option<Arc<Snapshot>>,
+) -> Option<Change> {
+    Some(match last {
+        Some(last) if last.version() == snapshot.version() => return None,
+        // It saw the state the group's change started from.
+        Some(last)
+            if previous
+                .as_ref()
+                .is_some_and(|p| p.version() == last.version()) =>
+        {
+            change.unwrap_or_else(|| classify(last, snapshot, 0))
+        }
+        Some(last) => classify(last, snapshot, 0),
+        None => change.unwrap_or(Change::Acquired),
+    })
+}
+
 impl Drop for Watcher {
     fn drop(&mut self) {
+        let _ = self.close();
+        if let Some((id, _)) = self.sink.take() {
+            self.group.sinks().remove(&id);
+        }
         let mut map = self.hub.map();
         // The last watcher removes the group (if the map still holds this
         // one). Counted under the lock: two leaving at once see each other.
@@ -453,8 +491,9 @@ async fn run_group(
                         let _ = tx.send(Published::State {
                             snapshot: Arc::clone(&snapshot),
                             change: Some(change),
-                            previous: Some(old),
+                            previous: Some(Arc::clone(&old)),
                         });
+                        sink::fan_out(&group, &old, &snapshot, change).await;
                     }
                     // Same version (a renewal, a refresh): the fresher
                     // countdown is kept, nobody is woken.
@@ -490,6 +529,11 @@ async fn run_group(
         }
     }
 }
+
+#[path = "sink.rs"]
+mod sink;
+
+pub use self::sink::{Encode, Flush, Sink, Socket};
 
 #[cfg(test)]
 #[path = "watch_tests.rs"]
