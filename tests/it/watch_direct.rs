@@ -265,3 +265,50 @@ async fn shutdown_ends_direct_streams_with_the_last_chunk() {
         .await
         .expect("shutdown did not hang on a direct stream");
 }
+
+#[tokio::test]
+async fn a_direct_stream_whose_client_stops_reading_holds_up_nobody_and_is_closed() {
+    // A write that makes no progress for 1 s closes the stream.
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--idle-timeout-ms", "1000"])).await;
+    let d = digest();
+    // The stalled client: a small receive buffer; it reads the head and
+    // the first event, then nothing.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut stalled = Raw {
+        tcp: socket.connect(app.addr).await.expect("connect"),
+        buf: Vec::new(),
+        body: String::new(),
+    };
+    stalled.send(&events_request(&d, "")).await;
+    assert!(stalled.head().await.contains("connection: close"));
+    assert_eq!(stalled.event().await, "state");
+    let mut reader = Raw::connect(&app).await;
+    reader.send(&events_request(&d, "")).await;
+    assert!(reader.head().await.contains("connection: close"));
+    assert_eq!(reader.event().await, "state");
+    // Changes, each seen by the reader before the next, until the stalled
+    // stream's socket is full for 1 s and the server lets it go (about
+    // 3 200 cycles here: the kernel lets the server's send buffer grow to
+    // 4 MiB, `net.ipv4.tcp_wmem`). A long holder label makes the events
+    // larger.
+    let label = "h".repeat(200);
+    let mut cycles = 0;
+    while cycles % 50 != 0 || readyz_watchers(&app).await == 2 {
+        assert!(cycles < 20_000, "the stalled stream was never closed");
+        let a = app.attempt().await;
+        let r = app
+            .acquire_body(P, &d, &a, &json!({"ttlMs": 30_000, "holder": label}))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        assert_eq!(reader.event().await, "acquired");
+        assert_eq!(app.release(P, &d, &a).await.status, StatusCode::OK);
+        assert_eq!(reader.event().await, "released");
+        cycles += 1;
+    }
+    eprintln!("the stalled stream was closed after {cycles} cycles");
+    // The reader's stream goes on.
+    acquire(&app, &d).await;
+    assert_eq!(reader.event().await, "acquired");
+    assert_eq!(readyz_watchers(&app).await, 1);
+}
