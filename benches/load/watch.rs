@@ -14,6 +14,9 @@
 //!   v3 watches of one key over its HTTP gateway, read by a reader process
 //!   too, a put then a delete of the key per change; etcd's RSS per idle
 //!   watch and delete → last watcher's event, side by side;
+//! * the floor (`raw_sse.rs`): a server that only writes, one pre-encoded
+//!   chunk per socket in one loop, read by the same reader process: what
+//!   any server pays here for the fan-out, printed beside leasehold;
 //! * event latency: one watcher on instance A, a second instance B making
 //!   the change: acquire reply → `acquired` event, release reply →
 //!   `released` event, and for expiry the lease's end (acquire reply + TTL)
