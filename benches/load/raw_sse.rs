@@ -15,15 +15,13 @@
 
 use std::io::{BufRead as _, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-
 use crate::fanout::Sent;
+use crate::watch_reader::Helper;
 
 /// The first argument that makes the bench binary the raw server.
 pub(crate) const FLAG: &str = "--raw-sse";
@@ -134,60 +132,37 @@ fn send_all(streams: &[TcpStream], bytes: &[u8]) {
     }
 }
 
+/// How long the driver waits for the raw server's `listening` and `ok`.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The driver's handle on the raw server (killed when dropped).
 pub(crate) struct RawSse {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
+    helper: Helper,
     pub(crate) addr: SocketAddr,
 }
 
 impl RawSse {
     pub(crate) async fn start() -> Result<Self, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        let mut child = Command::new(exe)
-            .arg(FLAG)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("start the raw SSE server: {e}"))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err("raw SSE server without pipes".into());
-        };
-        let mut lines = BufReader::new(stdout).lines();
-        let first = lines
-            .next_line()
-            .await
-            .map_err(|e| format!("raw SSE server: {e}"))?
-            .unwrap_or_default();
+        let mut helper = Helper::start("raw SSE server", &[FLAG])?;
+        let first = helper.answer(ANSWER_TIMEOUT).await?;
         let addr = first
             .strip_prefix("listening ")
             .and_then(|a| a.parse().ok())
             .ok_or_else(|| format!("raw SSE server said {first:?}"))?;
-        Ok(Self {
-            child,
-            stdin,
-            lines,
-            addr,
-        })
+        Ok(Self { helper, addr })
     }
 
     pub(crate) fn pid(&self) -> String {
-        self.child.id().map(|p| p.to_string()).unwrap_or_default()
+        self.helper.pid().map(|p| p.to_string()).unwrap_or_default()
     }
 
     /// Asks for a fan-out of `set` or `clear`: sent, and when it said `ok`
     /// (just before its first write).
     pub(crate) async fn change(&mut self, what: &str) -> Result<Sent, String> {
         let sent = Instant::now();
-        self.stdin
-            .write_all(format!("{what}\n").as_bytes())
-            .await
-            .map_err(|e| format!("raw SSE server: {e}"))?;
-        self.stdin.flush().await.map_err(|e| e.to_string())?;
-        match self.lines.next_line().await {
-            Ok(Some(ok)) if ok == "ok" => Ok(Sent {
+        self.helper.send(what).await?;
+        match self.helper.answer(ANSWER_TIMEOUT).await? {
+            ok if ok == "ok" => Ok(Sent {
                 sent,
                 replied: Instant::now(),
             }),

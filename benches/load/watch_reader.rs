@@ -109,51 +109,82 @@ async fn serve(addr: SocketAddr, target: Target) -> Result<(), String> {
     Ok(())
 }
 
-/// The driver's handle on a reader process (killed when dropped).
-pub(crate) struct Reader {
+/// The bench binary started again with `args` (a reader, the raw SSE
+/// server), driven one line each way over its stdin and stdout; killed
+/// when dropped. `name` names it in errors.
+pub(crate) struct Helper {
+    name: &'static str,
     child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
 }
 
-impl Reader {
-    /// Starts a reader of streams of `target` on `addr` (none open yet).
-    pub(crate) fn start(addr: SocketAddr, target: &Target) -> Result<Self, String> {
+impl Helper {
+    pub(crate) fn start(name: &'static str, args: &[&str]) -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         let mut child = Command::new(exe)
-            .args([FLAG, &addr.to_string()])
-            .args(target.args())
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("start the watch reader: {e}"))?;
+            .map_err(|e| format!("start the {name}: {e}"))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err("watch reader without pipes".into());
+            return Err(format!("{name} without pipes"));
         };
         Ok(Self {
+            name,
             child,
             stdin,
             lines: BufReader::new(stdout).lines(),
         })
     }
 
-    /// The reader's pid (to raise its open-file limit).
+    /// Its pid.
     pub(crate) fn pid(&self) -> Option<u32> {
         self.child.id()
     }
 
-    async fn ask(&mut self, line: &str) -> Result<String, String> {
+    /// Sends `line`.
+    pub(crate) async fn send(&mut self, line: &str) -> Result<(), String> {
+        let name = self.name;
         self.stdin
             .write_all(format!("{line}\n").as_bytes())
             .await
-            .map_err(|e| format!("watch reader: {e}"))?;
-        self.stdin.flush().await.map_err(|e| e.to_string())?;
-        let answer = tokio::time::timeout(ANSWER_TIMEOUT, self.lines.next_line())
+            .map_err(|e| format!("{name}: {e}"))?;
+        self.stdin.flush().await.map_err(|e| format!("{name}: {e}"))
+    }
+
+    /// The next line it writes, within `within`.
+    pub(crate) async fn answer(&mut self, within: Duration) -> Result<String, String> {
+        let name = self.name;
+        tokio::time::timeout(within, self.lines.next_line())
             .await
-            .map_err(|_| format!("watch reader: no answer to {line:?}"))?
-            .map_err(|e| format!("watch reader: {e}"))?
-            .ok_or_else(|| "watch reader ended".to_owned())?;
+            .map_err(|_| format!("{name}: no answer within {within:?}"))?
+            .map_err(|e| format!("{name}: {e}"))?
+            .ok_or_else(|| format!("{name} ended"))
+    }
+}
+
+/// The driver's handle on a reader process (killed when dropped).
+pub(crate) struct Reader(Helper);
+
+impl Reader {
+    /// Starts a reader of streams of `target` on `addr` (none open yet).
+    pub(crate) fn start(addr: SocketAddr, target: &Target) -> Result<Self, String> {
+        let addr = addr.to_string();
+        let [kind, what] = target.args();
+        Helper::start("watch reader", &[FLAG, &addr, kind, what]).map(Self)
+    }
+
+    /// The reader's pid (to raise its open-file limit).
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.0.pid()
+    }
+
+    async fn ask(&mut self, line: &str) -> Result<String, String> {
+        self.0.send(line).await?;
+        let answer = self.0.answer(ANSWER_TIMEOUT).await?;
         match answer.strip_prefix("error ") {
             Some(e) => Err(e.to_owned()),
             None => Ok(answer),

@@ -17,7 +17,7 @@
 
 use std::convert::Infallible;
 use std::io::{self, IoSlice};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt as _};
 
-use super::watch_stream::{change_event, until, DirectSlot, Stream, StreamParts};
+use super::watch_stream::{change_event, until, DirectSlot, Stream, StreamParts, KEEPALIVE};
 use crate::domain::Change;
 use crate::notify::{Flush, Snapshot, Socket};
 
@@ -265,7 +265,7 @@ async fn run<K>(stream: TcpStream, events: Stream, head: Vec<u8>, limit: Duratio
             // The ticker ends only at shutdown.
             tick = keepalive.changed() => match tick {
                 Ok(()) => {
-                    let _ = watcher.push(Bytes::from_static(KEEPALIVE_CHUNK));
+                    let _ = watcher.push(KEEPALIVE_CHUNK.clone());
                 }
                 Err(_) => break,
             },
@@ -285,8 +285,8 @@ async fn run<K>(stream: TcpStream, events: Stream, head: Vec<u8>, limit: Duratio
     drop(keep);
 }
 
-/// The keep-alive comment as a chunk.
-const KEEPALIVE_CHUNK: &[u8] = b"d\r\n: keepalive\n\n\r\n";
+/// The keep-alive comment as a chunk, framed once.
+static KEEPALIVE_CHUNK: LazyLock<Bytes> = LazyLock::new(|| frame(KEEPALIVE));
 
 impl Socket for TcpStream {
     fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
