@@ -114,7 +114,7 @@ fn describe() {
     describe_histogram!(
         POOL_WAIT,
         Unit::Seconds,
-        "Time spent waiting for a pooled store connection."
+        "Time spent waiting for a pooled store connection (0 when the last connection was reused)."
     );
     describe_gauge!(
         WAITERS,
