@@ -72,6 +72,8 @@
 -- hold time (expiresAt - acquiredAt, ms) of each permit whose expiry this
 -- run wrote to the history ('x'), for the hold-time histogram (end
 -- "expired"); none on the fast path, a replay or a refusal.
+-- Every answer of integers only (all but statuses 2 and -9) is packed into
+-- one string, "<tag> <item> ..." (see `answer`).
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local secs, micros = tonumber(t[1]), tonumber(t[2])
@@ -173,7 +175,9 @@ if not cur and (ARGV[5] == '' or string.byte(ARGV[5], 1) == 43) then -- '+'
       redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
         string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
     end
-    return {tag + 1, fence, now}
+    -- {tag + 1, fence, now}, packed as `answer` packs (fence_text is fence
+    -- and now_text is now, in decimal).
+    return string.format('%d ', tag + 1) .. fence_text .. ' ' .. now_text
   end
 end
 local limit, mode, delay, delay_text, member = 1, 'x', 0, '0', ''
@@ -437,7 +441,18 @@ local function answer(reply)
   for i = 1, holds and #holds or 0 do
     reply[#reply + 1] = holds[i]
   end
-  return reply
+  -- Integers only: packed into one string, "<tag> <item> ...", which the
+  -- service reads as this array (src/store/redis/reply.rs, `open`): a
+  -- reply element costs its client far more than a few digits do.
+  local packed = {}
+  for i = 1, #reply do
+    local n = tonumber(reply[i])
+    if not n then
+      return reply
+    end
+    packed[i] = string.format('%d', n)
+  end
+  return table.concat(packed, ' ')
 end
 -- No permit for the caller: {tag(0), retry, why}. A waiter not queued yet
 -- (enter_as) takes its place at the back of the fair queue first, with its

@@ -19,7 +19,9 @@
 -- (break.lua or renew.lua) says why ('revoked', 'max_hold'), {tag(-9),
 -- error} Redis refused. After those items, every answer but a refusal
 -- appends the hold time (expiresAt - acquiredAt, ms) of each permit whose
--- expiry this run wrote to the history (as acquire.lua).
+-- expiry this run wrote to the history (as acquire.lua). Every answer of
+-- integers only (all but statuses -2 and -9) is packed into one string,
+-- "<tag> <item> ..." (as acquire.lua; see `answer`).
 -- Hand-off (docs/design.md §12): when the released permit was a plain
 -- lease's and the fair queue's first live entry is an exclusive waiter
 -- that left an ask (queue.lua) on the releasing instance itself, this run
@@ -175,7 +177,18 @@ local function answer(reply)
   for i = 1, holds and #holds or 0 do
     reply[#reply + 1] = holds[i]
   end
-  return reply
+  -- Integers only: packed into one string, "<tag> <item> ...", which the
+  -- service reads as this array (src/store/redis/reply.rs, `open`): a
+  -- reply element costs its client far more than a few digits do.
+  local packed = {}
+  for i = 1, #reply do
+    local n = tonumber(reply[i])
+    if not n then
+      return reply
+    end
+    packed[i] = string.format('%d', n)
+  end
+  return table.concat(packed, ' ')
 end
 if seen then
   -- As acquire.lua: each expiry once ('x', then 'd' for a lock-delay).

@@ -128,6 +128,18 @@ fn first_int(
             Some(Value::Int(v)) => Ok((v & 15) - 9),
             _ => Err("redis: unexpected reply".into()),
         },
+        // An answer of integers only comes packed, "<tag> <item> ..."
+        // (the scripts' `answer`); the service reads it as the service does.
+        Ok(Ok(Value::BulkString(packed))) => {
+            let tag = packed.split(|b| *b == b' ').next().unwrap_or_default();
+            match std::str::from_utf8(tag)
+                .ok()
+                .and_then(|t| t.parse::<i64>().ok())
+            {
+                Some(v) => Ok((v & 15) - 9),
+                None => Err("redis: unexpected reply".into()),
+            }
+        }
         Ok(Ok(_)) => Err("redis: unexpected reply".into()),
     }
 }

@@ -840,7 +840,7 @@ async fn frozen_instance_loses_its_place_and_takes_a_new_one_when_thawed() {
 }
 
 /// Runs `lua/acquire.lua` straight on `server` (as the service does, nonce
-/// included) and returns its status (the reply's first element decoded).
+/// included) and returns its status (the reply's tag decoded).
 fn raw_acquire(server: &RedisServer, keys: [&str; 2], attempt: [&str; 2], shape: &str) -> i64 {
     let path = format!("{}/lua/acquire.lua", env!("CARGO_MANIFEST_DIR"));
     let source = std::fs::read_to_string(path).expect("script");
@@ -862,10 +862,11 @@ fn raw_acquire(server: &RedisServer, keys: [&str; 2], attempt: [&str; 2], shape:
         "",
         "7",
     ]);
+    // An array's first line, or a packed answer's first word.
     let first: i64 = out
-        .lines()
+        .split_whitespace()
         .next()
-        .and_then(|l| l.trim().parse().ok())
+        .and_then(|w| w.parse().ok())
         .unwrap_or_else(|| panic!("unexpected reply: {out}"));
     first - nonce * 16 - 9
 }
