@@ -131,15 +131,29 @@ impl LeaseService {
         }
     }
 
-    /// One store call under the admission limit.
-    pub(super) async fn admitted<T>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<Result<T, StoreError>, Failure> {
-        let Ok(_permit) = self.admission.try_acquire() else {
-            return Err(self.overloaded());
-        };
-        Ok(call.await)
+    /// One store call under the admission limit (the permit is taken now,
+    /// and held until the call's future ends).
+    ///
+    /// Not an `async fn`: its future would keep `call` twice, as the
+    /// argument and as the future it awaits (rustc does not overlap the
+    /// two), and every future above it in a request is moved, so copied
+    /// whole, several times (docs/performance.md).
+    pub(super) fn admitted<'a, T, F>(
+        &'a self,
+        call: F,
+    ) -> impl std::future::Future<Output = Result<Result<T, StoreError>, Failure>> + 'a
+    where
+        T: 'a,
+        F: std::future::Future<Output = Result<T, StoreError>> + 'a,
+    {
+        use futures_util::future::{ready, Either, FutureExt as _};
+        match self.admission.try_acquire() {
+            Ok(permit) => Either::Left(call.map(move |result| {
+                drop(permit);
+                Ok(result)
+            })),
+            Err(_) => Either::Right(ready(Err(self.overloaded()))),
+        }
     }
 
     pub(super) fn lease(

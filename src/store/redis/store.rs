@@ -203,8 +203,10 @@ impl RedisStore {
 
     /// Runs a script call on the topology's master for it.
     pub(super) async fn run(&self, call: Call<'_>) -> Result<Executed, StoreError> {
-        let started = std::time::Instant::now();
-        let deadline = Instant::now() + self.command_timeout;
+        // One clock read for both (tokio's clock is the system's monotonic
+        // one unless a test pauses it).
+        let started = Instant::now();
+        let deadline = started + self.command_timeout;
         let result = match &self.backend {
             Backend::Standalone { pool, .. } => {
                 async {
