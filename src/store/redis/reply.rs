@@ -164,7 +164,8 @@ pub fn open(reply: Value, nonce: &Nonce) -> Result<Opened, ()> {
 }
 
 /// The integers of a packed answer; `None` for anything else. By hand:
-/// `str::split` and `str::parse` cost three times as much here.
+/// with `str::split` and `str::parse`, opening an acquired answer took
+/// about 1 500 instructions, now about 1 100.
 fn unpack(packed: &[u8]) -> Option<Vec<Value>> {
     let mut items = Vec::with_capacity(4);
     let (mut n, mut digits, mut negative) = (0i64, 0usize, false);
