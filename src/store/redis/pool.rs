@@ -51,6 +51,16 @@ impl Conn {
     pub fn mark_dead(&self) {
         self.dead.store(true, Ordering::Release);
     }
+
+    /// Another handle to the same connection, holding no pool slot: it
+    /// shares the liveness flag, so marking either dead marks both.
+    fn share(&self) -> Conn {
+        Conn {
+            inner: self.inner.clone(),
+            dead: Arc::clone(&self.dead),
+            _held: None,
+        }
+    }
 }
 
 /// Opens connections with a bounded connect time and a disconnect flag.
@@ -135,8 +145,8 @@ const REUSE: Duration = Duration::from_secs(1);
 
 /// The connection shared checkouts were last handed, kept for [`REUSE`].
 struct Shared {
-    inner: MultiplexedConnection,
-    dead: Arc<AtomicBool>,
+    /// A handle holding no pool slot.
+    conn: Conn,
     /// Handed out while a checkout's deadline is before this one.
     until: Instant,
 }
@@ -254,11 +264,7 @@ impl NodePool {
                 // one for its round trip. The liveness flag is shared, so
                 // marking this handle dead marks the pooled connection,
                 // which the next checkout then discards.
-                let conn = Conn {
-                    inner: pooled.inner.clone(),
-                    dead: Arc::clone(&pooled.dead),
-                    _held: None,
-                };
+                let conn = pooled.share();
                 self.keep(&conn, deadline);
                 conn
             };
@@ -272,13 +278,7 @@ impl NodePool {
     fn reused(&self, deadline: Instant) -> Option<Conn> {
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         match shared.as_ref() {
-            Some(kept) if deadline < kept.until && !kept.dead.load(Ordering::Acquire) => {
-                Some(Conn {
-                    inner: kept.inner.clone(),
-                    dead: Arc::clone(&kept.dead),
-                    _held: None,
-                })
-            }
+            Some(kept) if deadline < kept.until && !kept.conn.is_dead() => Some(kept.conn.share()),
             Some(_) => {
                 // Stale or dead: bb8 decides (and drops a dead one).
                 *shared = None;
@@ -291,8 +291,7 @@ impl NodePool {
     /// Keeps a shared checkout's connection for the next ones.
     fn keep(&self, conn: &Conn, deadline: Instant) {
         let kept = Shared {
-            inner: conn.inner.clone(),
-            dead: Arc::clone(&conn.dead),
+            conn: conn.share(),
             until: deadline + REUSE,
         };
         *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(kept);
