@@ -5,6 +5,7 @@
 
 pub mod attempts;
 pub mod auth;
+pub mod conn_timer;
 pub mod console;
 pub mod direct;
 pub mod docs;
@@ -47,6 +48,7 @@ use tower::Service;
 use tracing::Instrument as _;
 
 use self::auth::{ApiKeys, Role};
+use self::conn_timer::{ConnTimer, Slot};
 use self::problem::ApiError;
 use crate::domain::{Purpose, ResourceId};
 use crate::service::LeaseService;
@@ -273,6 +275,7 @@ pub fn service(
         app,
         ids: RequestIds::new(),
         serves_metrics: metrics_on_api,
+        timer: None,
     }
 }
 
@@ -306,6 +309,20 @@ pub struct Front<S> {
     app: AppState,
     ids: RequestIds,
     serves_metrics: bool,
+    /// The connection's timer, for the request timeout: set on the clone
+    /// that serves one hyper connection ([`server::Served`]).
+    timer: Option<ConnTimer>,
+}
+
+/// The front for one connection times its requests out with the
+/// connection's timer (shared with hyper's header-read timeout).
+impl<S: Clone> server::Served for Front<S> {
+    fn on_connection(&self, timer: &ConnTimer) -> Self {
+        Self {
+            timer: Some(timer.clone()),
+            ..self.clone()
+        }
+    }
 }
 
 impl<S> Service<Request> for Front<S>
@@ -324,6 +341,7 @@ where
     fn call(&mut self, mut req: Request) -> Self::Future {
         let started = Instant::now();
         let app = Arc::clone(&self.app);
+        let timer = self.timer.clone();
         // The client's header block, as it came.
         let header_bytes: usize = req
             .headers()
@@ -392,7 +410,19 @@ where
                     Some(mut inner) => Either::Right(inner.call(req)),
                 };
                 let guarded = AssertUnwindSafe(handled).catch_unwind();
-                match tokio::time::timeout(app.request_timeout, guarded).await {
+                let timed = match timer {
+                    Some(timer) => {
+                        let deadline = tokio::time::Instant::now() + app.request_timeout;
+                        Either::Left(
+                            async move { timer.within(Slot::Request, deadline, guarded).await },
+                        )
+                    }
+                    None => Either::Right(
+                        tokio::time::timeout(app.request_timeout, guarded)
+                            .map(|timed| timed.map_err(|_| ())),
+                    ),
+                };
+                match timed.await {
                     Ok(Ok(Ok(response))) => response,
                     Ok(Ok(Err(never))) => match never {},
                     Ok(Err(_panic)) => {

@@ -40,6 +40,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt as _};
 
+use crate::http::conn_timer::ConnTimer;
 use crate::http::direct::{self, Sniffed};
 use crate::http::tls::CurrentAcceptor;
 use crate::http::write_timeout::WriteTimeout;
@@ -71,12 +72,13 @@ pub async fn serve<S>(
     tls: Option<CurrentAcceptor>,
     stop: impl Future<Output = ()>,
 ) where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S: Service<Request, Response = Response, Error = Infallible> + Served + Send + 'static,
     S::Future: Send + 'static,
 {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
+    // Each connection's builder gets the connection's own timer (below).
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
@@ -126,14 +128,18 @@ pub async fn serve<S>(
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
         let plain = service.clone();
+        // One timer for the connection's header reads and request
+        // timeouts (`conn_timer`).
+        let timer = ConnTimer::new();
         let service = service
-            .clone()
+            .on_connection(&timer)
             .map_request(|req: hyper::Request<Incoming>| req.map(Body::new));
         let service = TowerToHyperService::new(service);
         // Taken now: a connection whose handshake ends after shutdown began
         // is still closed gracefully, and shutdown waits for it.
         let watcher = graceful.watcher();
-        let builder = builder.clone();
+        let mut builder = builder.clone();
+        builder.timer(timer);
         // The acceptor current now: a new client CA applies from here on.
         let tls = tls.as_ref().map(|current| current.get());
         let shutting_down = shutting_down.clone();
@@ -203,6 +209,20 @@ pub async fn serve<S>(
     // watch groups and keep-alive ticker end); each holds a sender.
     drop(streams);
     let _ = streams_done.recv().await;
+}
+
+/// A service served on connections: the clone that serves one hyper
+/// connection may take that connection's timer (the front does, for its
+/// request timeout).
+pub trait Served: Clone {
+    /// The clone for one connection.
+    fn on_connection(&self, timer: &ConnTimer) -> Self;
+}
+
+impl Served for axum::Router {
+    fn on_connection(&self, _: &ConnTimer) -> Self {
+        self.clone()
+    }
 }
 
 /// Errors of one incoming connection, not of the listener.
