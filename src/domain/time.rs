@@ -63,25 +63,32 @@ impl StoreTime {
         let (days, rest) = (secs / 86_400, secs % 86_400);
         let (y, mo, d) = civil_from_days(days);
         let mut out = *b"0000-00-00T00:00:00.000Z";
-        let mut put = |at: usize, width: usize, mut v: u64| {
-            for i in (at..at + width).rev() {
-                // Each digit is 0..=9: the cast cannot truncate.
-                #[allow(clippy::cast_possible_truncation)]
-                let digit = (v % 10) as u8;
-                out[i] = b'0' + digit;
-                v /= 10;
-            }
+        // Two digits per step (`v` below 100), from a table: a division
+        // per digit was half of this function's cost.
+        let mut two = |at: usize, v: u64| {
+            let v = usize::try_from(v % 100).unwrap_or(0) * 2;
+            out[at..at + 2].copy_from_slice(&PAIRS[v..v + 2]);
         };
-        put(0, 4, y);
-        put(5, 2, mo);
-        put(8, 2, d);
-        put(11, 2, rest / 3600);
-        put(14, 2, rest / 60 % 60);
-        put(17, 2, rest % 60);
-        put(20, 3, ms);
+        two(0, y / 100);
+        two(2, y);
+        two(5, mo);
+        two(8, d);
+        two(11, rest / 3600);
+        two(14, rest / 60 % 60);
+        two(17, rest % 60);
+        two(20, ms / 10);
+        two(21, ms);
         out
     }
 }
+
+/// `00` to `99`, each number's two digits.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
 
 impl fmt::Display for StoreTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
