@@ -341,7 +341,7 @@ fn chunk_size(len: usize, buf: &mut [u8; 20]) -> &[u8] {
 
 /// Writes all of `parts` (at most 3) in order, vectored; fails when a
 /// write makes no progress for `limit`.
-async fn write(stream: &TcpStream, parts: &[&[u8]], limit: Duration) -> io::Result<()> {
+pub(super) async fn write(stream: &TcpStream, parts: &[&[u8]], limit: Duration) -> io::Result<()> {
     let mut rest: [&[u8]; 3] = [&[], &[], &[]];
     for (slot, part) in rest.iter_mut().zip(parts) {
         *slot = part;

@@ -397,7 +397,10 @@ pub(super) fn path_resource(path: RawPath, problems: &mut Problems) -> Option<Re
     match path {
         RawPath::Plain(uri) => {
             let rest = uri.path().strip_prefix("/leases/").unwrap_or_default();
-            let (purpose, digest) = rest.split_once('/').unwrap_or((rest, ""));
+            let (purpose, digest) = match memchr::memchr(b'/', rest.as_bytes()) {
+                Some(end) => (&rest[..end], &rest[end + 1..]),
+                None => (rest, ""),
+            };
             resource(purpose, digest, problems)
         }
         RawPath::Routed(Ok(params)) => {

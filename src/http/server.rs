@@ -13,7 +13,9 @@
 //! A plain connection whose first request is `GET …/events` (a lease's
 //! event stream) leaves hyper: [`crate::http::direct`] answers it and
 //! writes the stream itself, so an idle watcher does not keep a hyper
-//! connection's buffers and task (issue 25).
+//! connection's buffers and task (issue 25). Any other plain connection
+//! is served by [`crate::http::keep_alive`] while its requests are plain
+//! lease verbs, and by hyper from the first that is not.
 //!
 //! Why not `axum::serve`: it sets neither bound. A client that opens
 //! connections and never finishes a request head (or simply never closes an
@@ -42,6 +44,7 @@ use tower::{Service, ServiceExt as _};
 
 use crate::http::conn_timer::ConnTimer;
 use crate::http::direct::{self, Sniffed};
+use crate::http::keep_alive::{self, Ended};
 use crate::http::tls::CurrentAcceptor;
 use crate::http::write_timeout::WriteTimeout;
 
@@ -131,15 +134,16 @@ pub async fn serve<S>(
         // One timer for the connection's header reads and request
         // timeouts (`conn_timer`).
         let timer = ConnTimer::new();
-        let service = service
-            .on_connection(&timer)
+        let for_connection = service.on_connection(&timer);
+        let service = for_connection
+            .clone()
             .map_request(|req: hyper::Request<Incoming>| req.map(Body::new));
         let service = TowerToHyperService::new(service);
         // Taken now: a connection whose handshake ends after shutdown began
         // is still closed gracefully, and shutdown waits for it.
         let watcher = graceful.watcher();
         let mut builder = builder.clone();
-        builder.timer(timer);
+        builder.timer(timer.clone());
         // The acceptor current now: a new client CA applies from here on.
         let tls = tls.as_ref().map(|current| current.get());
         let shutting_down = shutting_down.clone();
@@ -159,11 +163,23 @@ pub async fn serve<S>(
                         direct::serve(stream, request, plain, idle, (permit, streams)).await;
                         return;
                     }
+                    // The lease verbs are served outside hyper while
+                    // the requests are plain (`keep_alive`); hyper takes
+                    // the connection at the first that is not.
                     Sniffed::Hyper => {
-                        let stream = TokioIo::new(WriteTimeout::new(stream, idle));
-                        watcher
-                            .watch(builder.serve_connection(stream, service))
-                            .await
+                        let served =
+                            keep_alive::serve(stream, for_connection, &timer, idle, &shutting_down)
+                                .await;
+                        match served {
+                            Ended::Closed => Ok(()),
+                            Ended::Hyper(stream) => {
+                                let stream =
+                                    TokioIo::new(stream.map(|s| WriteTimeout::new(s, idle)));
+                                watcher
+                                    .watch(builder.serve_connection(stream, service))
+                                    .await
+                            }
+                        }
                     }
                 },
                 Some(acceptor) => {
