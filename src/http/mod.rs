@@ -420,7 +420,9 @@ where
                 let guarded = AssertUnwindSafe(handled).catch_unwind();
                 let timed = match timer {
                     Some(timer) => {
-                        let deadline = tokio::time::Instant::now() + app.request_timeout;
+                        // From the clock read the front took already.
+                        let deadline =
+                            tokio::time::Instant::from_std(started + app.request_timeout);
                         Either::Left(
                             async move { timer.within(Slot::Request, deadline, guarded).await },
                         )
