@@ -258,7 +258,7 @@ fn parse(buf: &[u8], lines: &mut Vec<(HeaderName, (usize, usize))>) -> Parsed {
     let mut content_length: Option<usize> = None;
     lines.clear();
     for line in head.headers.iter() {
-        let Ok(name) = HeaderName::from_bytes(line.name.as_bytes()) else {
+        let Some(name) = header_name(line.name) else {
             return Parsed::Other;
         };
         if name == TRANSFER_ENCODING || name == EXPECT || name == UPGRADE || name == CONNECTION {
@@ -293,6 +293,22 @@ fn parse(buf: &[u8], lines: &mut Vec<(HeaderName, (usize, usize))>) -> Parsed {
         head_len,
         len,
     })
+}
+
+/// A header line's name: the attempt headers as the constants they are
+/// (`HeaderName::from_bytes` copies a name it does not know into a new
+/// allocation, twice per lease request), any other parsed.
+fn header_name(name: &str) -> Option<HeaderName> {
+    use super::extract::{
+        OPERATION_ID_HEADER, OPERATION_ID_NAME, OWNER_TOKEN_HEADER, OWNER_TOKEN_NAME,
+    };
+    if name.eq_ignore_ascii_case(OWNER_TOKEN_HEADER) {
+        Some(OWNER_TOKEN_NAME)
+    } else if name.eq_ignore_ascii_case(OPERATION_ID_HEADER) {
+        Some(OPERATION_ID_NAME)
+    } else {
+        HeaderName::from_bytes(name.as_bytes()).ok()
+    }
 }
 
 /// The status line and headers of `response`, its `content-length` and
@@ -461,6 +477,14 @@ mod tests {
         assert_eq!(request.uri().path(), "/leases/p/v1.d");
         assert_eq!(request.headers()["content-type"], "application/json");
         assert_eq!(request.headers()["content-length"], "14");
+        let attempt = b"DELETE /leases/p/v1.d HTTP/1.1\r\nLease-Owner-Token: t\r\nlease-operation-id: o\r\n\r\n";
+        let Parsed::Request(head) = parse(attempt, &mut lines) else {
+            panic!("not served here");
+        };
+        let bytes = Bytes::copy_from_slice(attempt);
+        let request = head.request(&bytes, &mut lines).expect("a request");
+        assert_eq!(request.headers()["lease-owner-token"], "t");
+        assert_eq!(request.headers()["lease-operation-id"], "o");
         let inspect = b"GET /leases/p/v1.d?x=1 HTTP/1.1\r\nhost: x\r\n\r\n";
         assert!(matches!(parsed(inspect), Parsed::Request(..)));
         let release = b"DELETE /leases/p/v1.d HTTP/1.1\r\n\r\n";
