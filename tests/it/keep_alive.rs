@@ -141,3 +141,45 @@ async fn a_caller_that_closes_mid_wait_leaves_at_once() {
         "acquired"
     );
 }
+
+/// At shutdown a request in flight on a kept-alive connection is still
+/// answered (a wait ends `contended`), and then that connection and an
+/// idle one are closed, so the shutdown finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_shutdown_a_wait_is_answered_and_kept_alive_connections_close() {
+    let mut app = TestApp::spawn(&Backend::Memory).await;
+    let d = digest();
+    let holder = app.attempt().await;
+    assert_eq!(
+        app.acquire(P, &d, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    // An idle connection: one request answered, then nothing.
+    let looker = app.attempt().await;
+    let mut idle = TcpStream::connect(app.addr).await.expect("connect");
+    let mut idle_rest = Vec::new();
+    idle.write_all(plain("GET", &format!("/leases/{P}/{d}"), &looker).as_bytes())
+        .await
+        .expect("write");
+    let (status, _, _) = answer(&mut idle, &mut idle_rest).await;
+    assert_eq!(status, 200);
+    // A waiting acquire on another.
+    let waiter = app.attempt().await;
+    let mut busy = TcpStream::connect(app.addr).await.expect("connect");
+    let mut busy_rest = Vec::new();
+    busy.write_all(acquire(&d, &waiter, r#"{"ttlMs":30000,"waitMs":20000}"#).as_bytes())
+        .await
+        .expect("write");
+    app.until_waiters(1).await;
+    app.begin_shutdown();
+    let (_, head, body) = answer(&mut busy, &mut busy_rest).await;
+    assert!(body.contains(r#""outcome":"contended""#), "{head}{body}");
+    for (name, conn) in [("busy", &mut busy), ("idle", &mut idle)] {
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("the {name} connection was not closed"));
+        assert!(matches!(read, Ok(0) | Err(_)), "{name}: {read:?}");
+    }
+    app.finished().await;
+}
