@@ -15,10 +15,11 @@
 //! Such a connection carries one request: its answer says
 //! `connection: close`, an error answer as much as the stream.
 
+use std::cell::RefCell;
 use std::convert::Infallible;
 use std::io::{self, IoSlice};
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
@@ -168,7 +169,9 @@ pub async fn serve<S, K>(
     }
     drop(head);
     if let Some(events) = slot.take() {
-        let head = response_head(&response, "transfer-encoding: chunked\r\n");
+        let mut head = Vec::with_capacity(256);
+        response_head(&response, &mut head);
+        head.extend_from_slice(b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n");
         drop(response);
         tokio::spawn(run(stream, events, head, limit, keep));
         return;
@@ -177,18 +180,26 @@ pub async fn serve<S, K>(
     let body = axum::body::to_bytes(body, MAX_ERROR_BODY)
         .await
         .unwrap_or_default();
-    let framing = format!("content-length: {}\r\n", body.len());
-    let head = response_head(&Response::from_parts(parts, ()), &framing);
+    let mut head = Vec::with_capacity(256);
+    response_head(&Response::from_parts(parts, ()), &mut head);
+    head.extend_from_slice(
+        format!(
+            "content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
     if write(&stream, &[&head, &body], limit).await.is_ok() {
         let _ = stream.shutdown().await;
     }
 }
 
-/// The status line and headers of `response`, with `framing` (the body's
-/// length or chunking), a `date` and `connection: close`.
-fn response_head<B>(response: &Response<B>, framing: &str) -> Vec<u8> {
+/// Writes the status line and headers of `response` and a `date` to
+/// `out`, leaving out its framing headers (`connection`,
+/// `transfer-encoding`, `content-length`): the caller adds its own, then
+/// the blank line. Shared with [`super::keep_alive`].
+pub(super) fn response_head<B>(response: &Response<B>, out: &mut Vec<u8>) {
     let status = response.status();
-    let mut out = Vec::with_capacity(256);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
@@ -205,12 +216,28 @@ fn response_head<B>(response: &Response<B>, framing: &str) -> Vec<u8> {
     }
     if !response.headers().contains_key(DATE) {
         out.extend_from_slice(b"date: ");
-        out.extend_from_slice(httpdate::fmt_http_date(SystemTime::now()).as_bytes());
+        date(|text| out.extend_from_slice(text));
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(framing.as_bytes());
-    out.extend_from_slice(b"connection: close\r\n\r\n");
-    out
+}
+
+thread_local! {
+    /// The `date` header's text and the second it was made for (formatted
+    /// once a second, as hyper does).
+    static DATE_TEXT: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
+}
+
+/// Calls `f` with this second's `date` text.
+fn date(f: impl FnOnce(&[u8])) {
+    let now = SystemTime::now();
+    let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE_TEXT.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != second {
+            *cached = (second, httpdate::fmt_http_date(now).into_bytes());
+        }
+        f(&cached.1);
+    });
 }
 
 /// Writes `head` and the stream's first event, then attaches the socket

@@ -22,12 +22,11 @@
 //! is answered first; a write that makes no progress for the idle timeout
 //! closes the connection.
 
-use std::cell::RefCell;
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
@@ -43,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tower::Service;
 
 use super::conn_timer::{ConnTimer, Slot};
-use super::direct::write;
+use super::direct::{response_head, write};
 
 /// Most bytes of one request (head and body) served here; a larger one
 /// goes to hyper.
@@ -105,14 +104,8 @@ where
                 () = &mut stopped => return Ended::Closed,
                 () = &mut head_timer => return Ended::Closed,
                 readable = stream.readable() => {
-                    if readable.is_err() {
+                    if !read_some(&stream, &mut buf, readable) {
                         return Ended::Closed;
-                    }
-                    match stream.try_read_buf(&mut buf) {
-                        Ok(0) => return Ended::Closed,
-                        Ok(_) => {}
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Ended::Closed,
                     }
                 }
             }
@@ -143,14 +136,8 @@ where
                     // The caller may leave while its request is served:
                     // its end of the connection drops the request.
                     readable = stream.readable(), if buf.len() < MAX_REQUEST => {
-                        if readable.is_err() {
+                        if !read_some(&stream, &mut buf, readable) {
                             return Ended::Closed;
-                        }
-                        match stream.try_read_buf(&mut buf) {
-                            Ok(0) => return Ended::Closed,
-                            Ok(_) => {}
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                            Err(_) => return Ended::Closed,
                         }
                     }
                 }
@@ -162,15 +149,30 @@ where
             return Ended::Closed;
         };
         out.clear();
-        response_head(
-            &Response::from_parts(parts, ()),
-            body.len(),
-            close,
-            &mut out,
-        );
+        response_head(&Response::from_parts(parts, ()), &mut out);
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(if close {
+            b"\r\nconnection: close\r\n\r\n"
+        } else {
+            b"\r\n\r\n"
+        });
         if write(&stream, &[&out, &body], idle).await.is_err() || close {
             return Ended::Closed;
         }
+    }
+}
+
+/// After the socket said it is `readable`: reads what it holds onto
+/// `buf`; false when the connection ended (the peer closed, an error).
+fn read_some(stream: &TcpStream, buf: &mut BytesMut, readable: io::Result<()>) -> bool {
+    if readable.is_err() {
+        return false;
+    }
+    match stream.try_read_buf(buf) {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
     }
 }
 
@@ -311,38 +313,6 @@ fn header_name(name: &str) -> Option<HeaderName> {
     }
 }
 
-/// The status line and headers of `response`, its `content-length` and
-/// a `date`; `connection: close` when the connection ends after it.
-fn response_head<B>(response: &Response<B>, len: usize, close: bool, out: &mut Vec<u8>) {
-    let status = response.status();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in response.headers() {
-        if name == CONNECTION || name == TRANSFER_ENCODING || name == CONTENT_LENGTH {
-            continue;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if !response.headers().contains_key(axum::http::header::DATE) {
-        out.extend_from_slice(b"date: ");
-        date(|text| out.extend_from_slice(text));
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"content-length: ");
-    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if close {
-        out.extend_from_slice(b"connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
 /// A body's bytes: the one frame of a full body as it is, more frames
 /// joined. `None` when the body fails.
 async fn whole(mut body: Body) -> Option<Bytes> {
@@ -367,25 +337,6 @@ async fn whole(mut body: Body) -> Option<Bytes> {
         Some(joined) => joined.freeze(),
         None => first.unwrap_or_default(),
     })
-}
-
-thread_local! {
-    /// The `date` header's text and the second it was made for (formatted
-    /// once a second, as hyper does).
-    static DATE: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
-}
-
-/// Calls `f` with this second's `date` text.
-fn date(f: impl FnOnce(&[u8])) {
-    let now = SystemTime::now();
-    let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    DATE.with(|cell| {
-        let mut cached = cell.borrow_mut();
-        if cached.0 != second {
-            *cached = (second, httpdate::fmt_http_date(now).into_bytes());
-        }
-        f(&cached.1);
-    });
 }
 
 /// A stream whose first reads return `pre` (bytes already read from it).
