@@ -50,6 +50,10 @@ struct Round {
     takes: Vec<Take>,
     /// Hand-off latencies of this round (ns, sorted).
     lat_ns: Vec<u64>,
+    /// The same, split: hand-offs to a contender of the other instance,
+    /// and to one of the same instance (ns, sorted).
+    lat_other_ns: Vec<u64>,
+    lat_same_ns: Vec<u64>,
     reply_first: u64,
     cycles_per_s: f64,
     same_twice: u64,
@@ -57,6 +61,8 @@ struct Round {
     /// Redis EVALSHA calls per acquisition over the whole phase (warm-up
     /// included): what queueing costs Redis per hand-off.
     evalsha_per_take: f64,
+    /// Redis' own µs per EVALSHA over the phase (`usec_per_call`).
+    redis_usec: f64,
     errors: Stats,
 }
 
@@ -70,6 +76,12 @@ pub(crate) struct FairFigures {
     pub(crate) ratio: Option<f64>,
     /// Redis EVALSHA per acquisition, median over rounds.
     pub(crate) evalsha_per_take: Option<f64>,
+    /// Hand-off p50, ms, all rounds pooled: to a contender of the other
+    /// instance, and to one of the same instance.
+    pub(crate) p50_other: Option<f64>,
+    pub(crate) p50_same: Option<f64>,
+    /// Share of the hand-offs that went to the other instance, all rounds.
+    pub(crate) other_share: Option<f64>,
 }
 
 /// Runs the rounds and returns the section of the summary and the new
@@ -127,7 +139,7 @@ pub(crate) async fn run(
     }
 
     let mut out = format!(
-        "\n## Fair hand-off: {} contenders on one resource, half on each of two instances; acquire (waitMs {WAIT_MS}), release at once\n\n| build | cycles/s (median [min..max]) | ratio new/baseline (median, min..max) | hand-off p50 / p99 / max ms (all rounds) | per-round hand-off p50 ms | reply first | acquisitions per contender min..max | same contender twice in a row | passed to the other instance | Redis EVALSHA per acquisition | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n## Fair hand-off: {} contenders on one resource, half on each of two instances; acquire (waitMs {WAIT_MS}), release at once\n\n| build | cycles/s (median [min..max]) | ratio new/baseline (median, min..max) | hand-off p50 / p99 / max ms (all rounds) | per-round hand-off p50 ms | hand-off p50 ms: to the other instance / within one | reply first | acquisitions per contender min..max | same contender twice in a row | passed to the other instance (per round) | Redis EVALSHA per acquisition | Redis µs per EVALSHA · per acquisition | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         opts.fair_waiters
     );
     let mut figures = FairFigures::default();
@@ -153,9 +165,19 @@ pub(crate) async fn run(
         };
         let mut all: Vec<u64> = v.iter().flat_map(|r| r.lat_ns.iter().copied()).collect();
         all.sort_unstable();
+        let pooled = |f: fn(&Round) -> &Vec<u64>| {
+            let mut all: Vec<u64> = v.iter().flat_map(|r| f(r).iter().copied()).collect();
+            all.sort_unstable();
+            all
+        };
+        let (other, within) = (pooled(|r| &r.lat_other_ns), pooled(|r| &r.lat_same_ns));
+        let share = other.len() as f64 / all.len().max(1) as f64;
         if side == Side::Service {
             figures.p50 = Some(percentile(&all, 50.0));
             figures.evalsha_per_take = Some(median(v.iter().map(|r| r.evalsha_per_take).collect()));
+            figures.p50_other = Some(percentile(&other, 50.0));
+            figures.p50_same = Some(percentile(&within, 50.0));
+            figures.other_share = Some(share);
         }
         let per_round: Vec<String> = v
             .iter()
@@ -172,9 +194,18 @@ pub(crate) async fn run(
         let pct = |n: u64| 100.0 * n as f64 / handoffs.max(1) as f64;
         let same: u64 = v.iter().map(|r| r.same_twice).sum();
         let cross: u64 = v.iter().map(|r| r.cross_instance).sum();
+        let per_round_share: Vec<String> = v
+            .iter()
+            .map(|r| {
+                format!(
+                    "{:.0}",
+                    100.0 * r.cross_instance as f64 / r.lat_ns.len().max(1) as f64
+                )
+            })
+            .collect();
         let _ = writeln!(
             out,
-            "| {} | {:.0} [{}] | {ratio} | {:.3} / {:.3} / {:.3} over {} | {} | {} | {}..{} | {:.1} % | {:.1} % | {:.2} | {} |",
+            "| {} | {:.0} [{}] | {ratio} | {:.3} / {:.3} / {:.3} over {} | {} | {:.3} / {:.3} | {} | {}..{} | {:.1} % | {:.1} % ({} %) | {:.2} | {:.1} · {:.0} | {} |",
             if side == Side::Service { "new (fair queue)" } else { "baseline" },
             median(rates.clone()),
             spread(&rates),
@@ -183,12 +214,17 @@ pub(crate) async fn run(
             percentile(&all, 100.0),
             all.len(),
             per_round.join(", "),
+            percentile(&other, 50.0),
+            percentile(&within, 50.0),
             v.iter().map(|r| r.reply_first).sum::<u64>(),
             per_waiter.iter().min().copied().unwrap_or(0),
             per_waiter.iter().max().copied().unwrap_or(0),
             pct(same),
             pct(cross),
+            per_round_share.join(", "),
             median(v.iter().map(|r| r.evalsha_per_take).collect()),
+            median(v.iter().map(|r| r.redis_usec).collect()),
+            median(v.iter().map(|r| r.redis_usec * r.evalsha_per_take).collect()),
             v.iter().map(|r| r.errors.errors() + r.errors.typed()).sum::<u64>(),
         );
         for r in v {
@@ -229,7 +265,8 @@ async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Res
     let calls = command_calls(&mut env.admin.clone()).await?;
     let evalsha_per_take =
         calls.get("evalsha").copied().unwrap_or(0) as f64 / takes.len().max(1) as f64;
-    let mut lat_ns = Vec::new();
+    let redis_usec = crate::raw::evalsha_usec(&mut env.admin.clone()).await?;
+    let (mut lat_ns, mut lat_other_ns, mut lat_same_ns) = (Vec::new(), Vec::new(), Vec::new());
     let (mut reply_first, mut same_twice, mut cross_instance) = (0, 0, 0);
     for w in takes.windows(2) {
         let (prev, cur) = (w[0], w[1]);
@@ -242,24 +279,33 @@ async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Res
         if cur.acquired < released {
             reply_first += 1;
         }
-        lat_ns.push(
-            u64::try_from(cur.acquired.saturating_duration_since(released).as_nanos())
-                .unwrap_or(u64::MAX),
-        );
+        let ns = u64::try_from(cur.acquired.saturating_duration_since(released).as_nanos())
+            .unwrap_or(u64::MAX);
+        lat_ns.push(ns);
         same_twice += u64::from(cur.waiter == prev.waiter);
-        cross_instance += u64::from(cur.waiter % 2 != prev.waiter % 2);
+        if cur.waiter % 2 != prev.waiter % 2 {
+            cross_instance += 1;
+            lat_other_ns.push(ns);
+        } else {
+            lat_same_ns.push(ns);
+        }
     }
     lat_ns.sort_unstable();
+    lat_other_ns.sort_unstable();
+    lat_same_ns.sort_unstable();
     takes.retain(|t| t.acquired >= win.start && t.acquired <= win.end);
     Ok(Round {
         side,
         cycles_per_s: takes.len() as f64 / opts.duration.as_secs_f64(),
         takes,
         lat_ns,
+        lat_other_ns,
+        lat_same_ns,
         reply_first,
         same_twice,
         cross_instance,
         evalsha_per_take,
+        redis_usec,
         errors,
     })
 }
