@@ -18,6 +18,25 @@ const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
 /// Raw releases publish here; nobody subscribes (the service's channel is
 /// `<ns>:wake:v2`, and raw traffic must not wake the service).
 const RAW_WAKE_CHANNEL: &str = "bench-raw:wake:v2";
+/// The instance id a raw release names (lua/release.lua ARGV[8]): no queue
+/// member has it, so no raw release grants anything.
+const RAW_INSTANCE: &str = "bench-raw";
+/// How many `ARGV` the raw calls below pass to each script.
+const ACQUIRE_ARGS: usize = 9;
+const RELEASE_ARGS: usize = 9;
+
+/// The highest `ARGV[n]` the header comment of `source` names: a script
+/// that grew an argument fails the bench at once, rather than every raw
+/// call failing as a Redis error counted among the phase's errors.
+fn header_args(source: &str) -> usize {
+    source
+        .lines()
+        .take_while(|l| l.starts_with("--"))
+        .flat_map(|l| l.split("ARGV[").skip(1))
+        .filter_map(|rest| rest.split(']').next()?.parse::<usize>().ok())
+        .max()
+        .unwrap_or(0)
+}
 
 pub(crate) struct Raw {
     pub(crate) acquire_sha: String,
@@ -27,6 +46,17 @@ pub(crate) struct Raw {
 impl Raw {
     /// Loads the two scripts (they stay loaded across `FLUSHALL`).
     pub(crate) async fn load(admin: &mut MultiplexedConnection) -> Result<Self, String> {
+        for (name, source, passed) in [
+            ("acquire", ACQUIRE_LUA, ACQUIRE_ARGS),
+            ("release", RELEASE_LUA, RELEASE_ARGS),
+        ] {
+            let wanted = header_args(source);
+            if wanted != passed {
+                return Err(format!(
+                    "lua/{name}.lua takes {wanted} ARGV, benches/load/raw.rs passes {passed}: update the raw call"
+                ));
+            }
+        }
         let acquire_sha = redis_cmd(admin, &["SCRIPT", "LOAD", ACQUIRE_LUA]).await?;
         let release_sha = redis_cmd(admin, &["SCRIPT", "LOAD", RELEASE_LUA]).await?;
         let text = |v: Value| redis::from_redis_value::<String>(v).map_err(|e| e.to_string());
@@ -108,6 +138,7 @@ impl Raw {
             // History bounds (lua/release.lua ARGV[6], ARGV[7]): the defaults.
             .arg("100")
             .arg("604800000")
+            .arg(RAW_INSTANCE)
             .arg(RAW_NONCE.fetch_add(1, Ordering::Relaxed));
         first_int(timeout(REQUEST_TIMEOUT, cmd.query_async::<Value>(conn)).await)
     }
