@@ -57,7 +57,6 @@ struct Round {
     reply_first: u64,
     cycles_per_s: f64,
     same_twice: u64,
-    cross_instance: u64,
     /// Redis EVALSHA calls per acquisition over the whole phase (warm-up
     /// included): what queueing costs Redis per hand-off.
     evalsha_per_take: f64,
@@ -193,13 +192,12 @@ pub(crate) async fn run(
         let handoffs: u64 = v.iter().map(|r| r.lat_ns.len() as u64).sum();
         let pct = |n: u64| 100.0 * n as f64 / handoffs.max(1) as f64;
         let same: u64 = v.iter().map(|r| r.same_twice).sum();
-        let cross: u64 = v.iter().map(|r| r.cross_instance).sum();
         let per_round_share: Vec<String> = v
             .iter()
             .map(|r| {
                 format!(
                     "{:.0}",
-                    100.0 * r.cross_instance as f64 / r.lat_ns.len().max(1) as f64
+                    100.0 * r.lat_other_ns.len() as f64 / r.lat_ns.len().max(1) as f64
                 )
             })
             .collect();
@@ -220,7 +218,7 @@ pub(crate) async fn run(
             per_waiter.iter().min().copied().unwrap_or(0),
             per_waiter.iter().max().copied().unwrap_or(0),
             pct(same),
-            pct(cross),
+            100.0 * share,
             per_round_share.join(", "),
             median(v.iter().map(|r| r.evalsha_per_take).collect()),
             median(v.iter().map(|r| r.redis_usec).collect()),
@@ -267,7 +265,7 @@ async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Res
         calls.get("evalsha").copied().unwrap_or(0) as f64 / takes.len().max(1) as f64;
     let redis_usec = crate::raw::evalsha_usec(&mut env.admin.clone()).await?;
     let (mut lat_ns, mut lat_other_ns, mut lat_same_ns) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut reply_first, mut same_twice, mut cross_instance) = (0, 0, 0);
+    let (mut reply_first, mut same_twice) = (0, 0);
     for w in takes.windows(2) {
         let (prev, cur) = (w[0], w[1]);
         if !(cur.acquired >= win.start && cur.acquired <= win.end) {
@@ -284,7 +282,6 @@ async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Res
         lat_ns.push(ns);
         same_twice += u64::from(cur.waiter == prev.waiter);
         if cur.waiter % 2 != prev.waiter % 2 {
-            cross_instance += 1;
             lat_other_ns.push(ns);
         } else {
             lat_same_ns.push(ns);
@@ -303,7 +300,6 @@ async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Res
         lat_same_ns,
         reply_first,
         same_twice,
-        cross_instance,
         evalsha_per_take,
         redis_usec,
         errors,
