@@ -117,9 +117,19 @@ if seq0 then
         open[order[i]] = false
       end
     end
-    local n = #push > 0 and redis.pcall('LPUSH', H, unpack(push))
+    -- In slices of 200: unpack puts every element on Lua's C stack (about
+    -- 8 000 at most), and a counting lease may leave up to HMAX open.
+    local n
+    for i = 1, #push, 200 do
+      n = redis.pcall('LPUSH', H, unpack(push, i, math.min(i + 199, #push)))
+    end
     if type(n) == 'number' and n > HMAX then
       redis.pcall('LTRIM', H, 0, HMAX - 1)
+    end
+    -- Every path below may return before writing the history again: the
+    -- TTL is set here, with the write (a key without one would never go).
+    if n then
+      redis.pcall('PEXPIRE', H, ARGV[7])
     end
   end
 end

@@ -217,6 +217,11 @@ if seen then
   if type(n) == 'number' and n > HMAX then
     redis.pcall('LTRIM', H, 0, HMAX - 1)
   end
+  -- The TTL with the write: the answers below may return before the
+  -- release's own entry (a key without one would never go).
+  if n then
+    redis.pcall('PEXPIRE', H, ARGV[7])
+  end
 end
 if not held then
   local why = tombstone()
