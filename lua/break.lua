@@ -22,6 +22,32 @@
 -- counts as a change (the version moves, as for an acquire) and publishes
 -- "<tag>\t<version>\trevoked\t<key name>\t<reason>" (neither holds a tab:
 -- no control characters), which wakes waiters as a release does.
+-- Tombstones that would have ended by now go: each write that adds some
+-- looks at the next slice of the hash (HSCAN from the cursor kept in its
+-- field 'c', 64 + twice the fields written), so the hash holds about its
+-- live tombstones, at most twice as many (docs/storage.md; renew.lua and
+-- break.lua keep the same function).
+local function prune_tombstones(T, now, written)
+  local cursor = redis.call('HGET', T, 'c') or '0'
+  local scan = redis.call('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
+  local kv, gone = scan[2], {}
+  for i = 1, #kv, 2 do
+    local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
+    if ends and tonumber(ends) <= now then
+      gone[#gone + 1] = kv[i]
+      if #gone == 200 then -- unpack's C stack (about 8 000)
+        redis.pcall('HDEL', T, unpack(gone))
+        gone = {}
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.pcall('HDEL', T, unpack(gone))
+  end
+  if scan[1] ~= cursor then
+    redis.pcall('HSET', T, 'c', scan[1])
+  end
+end
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -92,6 +118,7 @@ end
 if redis.call('PTTL', KEYS[3]) < last_end - now then
   redis.pcall('PEXPIRE', KEYS[3], last_end - now)
 end
+prune_tombstones(KEYS[3], now, #tombs / 2)
 -- A break is a change: the counter moves, so the version does.
 local last, changes, watched, queued = string.format('%d', top), 0, '0', '0'
 local seq = redis.call('GET', KEYS[2])

@@ -28,6 +28,32 @@
 -- break.lua, 'max_hold': above), {tag(-9), error} Redis
 -- refused (nothing applied: the permit's own expiresAt is what counts, and
 -- it is written last).
+-- Tombstones that would have ended by now go: each write that adds some
+-- looks at the next slice of the hash (HSCAN from the cursor kept in its
+-- field 'c', 64 + twice the fields written), so the hash holds about its
+-- live tombstones, at most twice as many (docs/storage.md; renew.lua and
+-- break.lua keep the same function).
+local function prune_tombstones(T, now, written)
+  local cursor = redis.call('HGET', T, 'c') or '0'
+  local scan = redis.call('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
+  local kv, gone = scan[2], {}
+  for i = 1, #kv, 2 do
+    local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
+    if ends and tonumber(ends) <= now then
+      gone[#gone + 1] = kv[i]
+      if #gone == 200 then -- unpack's C stack (about 8 000)
+        redis.pcall('HDEL', T, unpack(gone))
+        gone = {}
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.pcall('HDEL', T, unpack(gone))
+  end
+  if scan[1] ~= cursor then
+    redis.pcall('HSET', T, 'c', scan[1])
+  end
+end
 local tag = tonumber(ARGV[11]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -195,6 +221,7 @@ if hold_end then
   if redis.call('PTTL', T) < tomb_end - now then
     redis.pcall('PEXPIRE', T, tomb_end - now)
   end
+  prune_tombstones(T, now, 1)
 end
 if relabel then
   -- A new label is a change watchers see: bump the change counter.
