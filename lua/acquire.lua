@@ -230,11 +230,24 @@ local rec, hashed = nil, false
 -- due than INDEX_DUE, or it disagrees with the hash: written by a v2
 -- script, evicted): the whole hash is read, as before, and the index
 -- written anew from it.
+-- Once a run wrote a permit's expiry to the history, the permit's score
+-- becomes -(expiresAt + lockDelayMs) (`recorded`, below): never due again,
+-- so each expiry is written once, and a long lock-delay of many permits
+-- is not read by every call. Below -now: its delay runs (`delays`);
+-- from -now to 0: over, swept like a long-expired permit.
 local IDX, INDEX_DUE = nil, 256
 -- Records of at most this many fields are read whole (below).
 local SMALL_RECORD = 32
+-- Most long-expired permits one call deletes (see the sweep below).
+local STALE_SWEEP = 256
 local extra, extra_soonest, extra_latest, rebuild = 0, nil, 0, false
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+-- recorded: permit fields whose expiry is in the history already (a
+-- negative index score). delays: "<field>, <ends>" of recorded permits in
+-- their lock-delay that the loop below does not read; delays_top: the
+-- latest end of them all when there are too many to read, with
+-- delays_others set when some are not the caller's owner's.
+local recorded, delays, delays_top, delays_others = {}, nil, nil, false
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
@@ -254,13 +267,26 @@ elseif cur then
         permits = permits + 1
       end
     end
-    rebuild = redis.call('ZCARD', IDX) ~= permits
+    local scores = redis.call('ZRANGE', IDX, 0, SMALL_RECORD, 'WITHSCORES')
+    for i = 1, #scores, 2 do
+      if string.byte(scores[i + 1], 1) == 45 then -- '-': recorded
+        recorded[scores[i]] = true
+      end
+    end
+    rebuild = #scores / 2 ~= permits
   elseif own and tonumber(string.match(own, '^%d+|(%d+)|')) > now then
     -- The same attempt holds a permit: the loop answers the replay.
     rec = {mine, own}
   else
-    local due = redis.call('ZRANGEBYSCORE', IDX, '-inf', now, 'LIMIT', 0, INDEX_DUE + 1)
+    local due = redis.call('ZRANGEBYSCORE', IDX, 0, now, 'LIMIT', 0, INDEX_DUE + 1)
     if #due <= INDEX_DUE then
+      -- Recorded permits whose delay is over are read as due ones (and
+      -- swept by the loop), without writing their expiry again.
+      local over = redis.call('ZRANGEBYSCORE', IDX, -now, '(0', 'LIMIT', 0, STALE_SWEEP)
+      for i = 1, #over do
+        recorded[over[i]] = true
+        due[#due + 1] = over[i]
+      end
       local lm = redis.call('HMGET', KEYS[1], 'l', 'm')
       rec = {}
       if lm[1] then
@@ -307,22 +333,60 @@ elseif cur then
           extra_latest = now + redis.call('PTTL', KEYS[1])
         end
       end
+      -- Recorded permits in their lock-delay: read when few; when many,
+      -- the latest end stands for them all and only the caller's owner's
+      -- are looked for (a scan of the index in C, no Lua per member).
+      local top = not rebuild and redis.call('ZRANGE', IDX, 0, 0, 'WITHSCORES')
+      if top and top[2] and -tonumber(top[2]) > now then
+        local n = redis.call('ZCOUNT', IDX, '-inf', '(' .. -now)
+        delays = {}
+        if n <= INDEX_DUE then
+          local d = redis.call('ZRANGEBYSCORE', IDX, '-inf', '(' .. -now, 'WITHSCORES')
+          for i = 1, #d, 2 do
+            delays[#delays + 1] = d[i]
+            delays[#delays + 1] = -tonumber(d[i + 1])
+          end
+        else
+          delays_top = -tonumber(top[2])
+          local cursor, own_n, met = '0', 0, {}
+          repeat
+            local r = redis.call('ZSCAN', IDX, cursor, 'MATCH', 'p:' .. ARGV[1] .. ':*', 'COUNT', 1000)
+            cursor = r[1]
+            for i = 1, #r[2], 2 do
+              local ends = -tonumber(r[2][i + 1])
+              if ends > now and not met[r[2][i]] then
+                met[r[2][i]] = true
+                own_n = own_n + 1
+                delays[#delays + 1] = r[2][i]
+                delays[#delays + 1] = ends
+              end
+            end
+          until cursor == '0'
+          delays_others = n > own_n
+        end
+      end
     else
       rebuild = true
     end
   end
-  if rebuild and fields > SMALL_RECORD then
-    rec = redis.call('HGETALL', KEYS[1])
+  if rebuild then
+    if fields > SMALL_RECORD then
+      rec = redis.call('HGETALL', KEYS[1])
+    end
+    -- Whatever the index holds of recorded expiries stays known.
+    recorded, delays, delays_top = {}, nil, nil
+    local neg = redis.call('ZRANGEBYSCORE', IDX, '-inf', '(0')
+    for i = 1, #neg do
+      recorded[neg[i]] = true
+    end
   end
 end
 local owner = rec and string.sub(mine, 1, #ARGV[1] + 3)
--- Most long-expired permits one call deletes (see the sweep below).
-local STALE_SWEEP = 256
 local l, m = 1, 'x'
 local live, soonest, same_owner, latest = 0, nil, false, 0
 local stale, delay_end, returning
--- Expired permits this run read (at most SEEN_MAX): their history entries.
-local SEEN_MAX = 64
+-- Expired permits this run read whose expiry is not in the history yet
+-- (six items each): every one is written, once (the index remembers it).
 local seen
 for i = 1, rec and #rec or 0, 2 do
   local field = rec[i]
@@ -364,13 +428,14 @@ for i = 1, rec and #rec or 0, 2 do
         latest = ends
       end
     else
-      if not seen or #seen < SEEN_MAX * 5 then
+      if not recorded[field] then
         seen = seen or {}
         seen[#seen + 1] = fence
         seen[#seen + 1] = exp
         seen[#seen + 1] = ld
         seen[#seen + 1] = string.sub(v, at)
         seen[#seen + 1] = acq
+        seen[#seen + 1] = field
       end
       local ends = exp + tonumber(ld)
       if ends > now and string.sub(field, 1, #owner) == owner then
@@ -401,6 +466,31 @@ for i = 1, rec and #rec or 0, 2 do
     m = rec[i + 1]
   end
 end
+-- The recorded lock-delays the loop did not read: the caller's owner's
+-- may come back (and end), another owner's hold the resource.
+for i = 1, delays and #delays or 0, 2 do
+  local ends = delays[i + 1]
+  if string.sub(delays[i], 1, #owner) == owner then
+    returning = true
+    stale = stale or {}
+    stale[#stale + 1] = delays[i]
+  else
+    if ends > latest then
+      latest = ends
+    end
+    if not delay_end or ends > delay_end then
+      delay_end = ends
+    end
+  end
+end
+if delays_top then
+  if delays_top > latest then
+    latest = delays_top
+  end
+  if delays_others and (not delay_end or delays_top > delay_end) then
+    delay_end = delays_top -- at most this: one of them ends last
+  end
+end
 live = live + extra
 if extra_soonest and (not soonest or extra_soonest < soonest) then
   soonest = extra_soonest
@@ -417,7 +507,7 @@ if rebuild then
     if string.byte(rec[i], 1) == 112 then -- 'p'
       local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
       if tonumber(exp) + tonumber(ld) > now then
-        add[#add + 1] = exp
+        add[#add + 1] = recorded[rec[i]] and string.format('%d', -(tonumber(exp) + tonumber(ld))) or exp
         add[#add + 1] = rec[i]
         if #add == 200 then
           redis.pcall('ZADD', IDX, unpack(add))
@@ -441,6 +531,32 @@ if rebuild then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl > 0 then
     redis.pcall('PEXPIRE', IDX, pttl)
+  end
+end
+-- The permits of `list` (every `step` items: fence, expiresAt, lock-delay
+-- ms, ..., the field last) whose expiries were just written: each scored
+-- -(expiresAt + lockDelayMs) in the index, never due again; one whose delay
+-- is over too goes now (release.lua keeps the same function).
+local function recorded_in(list, step)
+  local add, gone = {}, {}
+  for i = 1, #list, step do
+    local ends = tonumber(list[i + 1]) + tonumber(list[i + 2])
+    if ends > now then
+      add[#add + 1] = string.format('%d', -ends)
+      add[#add + 1] = list[i + step - 1]
+    else
+      gone[#gone + 1] = list[i + step - 1]
+    end
+    if #add == 200 or #gone == 100 or i + step > #list then
+      if #add > 0 then
+        redis.pcall('ZADD', IDX, unpack(add))
+      end
+      if #gone > 0 then
+        redis.pcall('HDEL', KEYS[1], unpack(gone))
+        redis.pcall('ZREM', IDX, unpack(gone))
+      end
+      add, gone = {}, {}
+    end
   end
 end
 -- How long each permit whose expiry this run writes was held (expiresAt -
@@ -529,8 +645,10 @@ local function refused(retry, why)
 end
 if seen then
   -- The expiries this run read, each written once: 'x' at its expiresAt,
-  -- then 'd' when a lock-delay followed; an entry already among the last
-  -- 64 is not written again (a delay is read by every call while it runs).
+  -- then 'd' when a lock-delay followed. The index remembers them (a
+  -- hash record's: `recorded`, above); an entry already among the last 64
+  -- is not written again either (a string record read expired twice, an
+  -- index a v2 script rebuilt).
   H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
   local recent = redis.call('LRANGE', H, 0, 63)
   local known = {}
@@ -543,7 +661,7 @@ if seen then
   local seq1 = redis.call('GET', KEYS[2])
   local version = ((seq1 and string.match(seq1, '^%d+:(%d+):')) or '0') .. '.' .. live
   local push = {}
-  for i = 1, #seen, 5 do
+  for i = 1, #seen, 6 do
     local f, exp_at, ld, who = seen[i], string.format('%d', seen[i + 1]), seen[i + 2], seen[i + 3]
     if not known['x' .. f] then
       push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. who
@@ -554,12 +672,19 @@ if seen then
       push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. who
     end
   end
-  if #push > 0 then
-    local n = redis.pcall('LPUSH', H, unpack(push))
-    if type(n) == 'number' and n > HMAX then
-      redis.pcall('LTRIM', H, 0, HMAX - 1)
-    end
+  -- In slices of 200 (unpack's C stack): a rebuild reads every permit.
+  local n
+  for i = 1, #push, 200 do
+    n = redis.pcall('LPUSH', H, unpack(push, i, math.min(i + 199, #push)))
+  end
+  if type(n) == 'number' and n > HMAX then
+    redis.pcall('LTRIM', H, 0, HMAX - 1)
+  end
+  if n then
     redis.pcall('PEXPIRE', H, ARGV[7])
+  end
+  if hashed then
+    recorded_in(seen, 6)
   end
 end
 if delay_end then

@@ -68,7 +68,10 @@ local rec, IDX
 -- expiry index, see acquire.lua); the whole hash is read only when the
 -- index cannot be trusted (more than 256 permits due, or it disagrees with
 -- the hash).
-local extra = 0
+local extra, delayed, delayed_end = 0, 0, 0
+-- Permits whose expiry is in the history already: a negative index score,
+-- -(expiresAt + lockDelayMs) (see acquire.lua).
+local recorded = {}
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
@@ -77,8 +80,14 @@ elseif type(cur) == 'table' then
   -- A small record (32 fields at most) is read whole, as acquire.lua does:
   -- one read costs Redis less than the index's reads.
   local fields = redis.call('HLEN', KEYS[1])
-  local due = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, '-inf', now, 'LIMIT', 0, 257)
+  local due = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, 0, now, 'LIMIT', 0, 257)
   if due and #due <= 256 then
+    -- Recorded permits whose delay is over: read (and swept) as due ones.
+    local over = redis.call('ZRANGEBYSCORE', IDX, -now, '(0', 'LIMIT', 0, 256)
+    for i = 1, #over do
+      recorded[over[i]] = true
+      due[#due + 1] = over[i]
+    end
     local lm = redis.call('HMGET', KEYS[1], 'l', 'm')
     local part, found, has_mine = {}, 0, false
     for i = 1, #due do
@@ -102,18 +111,36 @@ elseif type(cur) == 'table' then
           part[#part + 1] = mine
           part[#part + 1] = own
           extra = extra - 1
+        elseif score and tonumber(score) < -now then
+          -- Expired, recorded, in its lock-delay: read, not counted.
+          recorded[mine] = true
+          part[#part + 1] = mine
+          part[#part + 1] = own
         else
           extra = nil -- the permit is not where the index says
         end
       end
       if extra then
         rec = part
+        -- Recorded permits in their lock-delay: counted (the record stays
+        -- for them) and the latest end read, not each of them.
+        delayed = redis.call('ZCOUNT', IDX, '-inf', '(' .. -now)
+        if delayed > 0 then
+          delayed_end = -tonumber(redis.call('ZRANGE', IDX, 0, 0, 'WITHSCORES')[2])
+        end
       end
     end
   end
   if not rec then
-    extra = 0
+    extra, recorded = 0, {}
     rec = redis.call('HGETALL', KEYS[1])
+    local neg = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, '-inf', '(0', 'WITHSCORES')
+      or redis.call('ZRANGE', IDX, 0, 32, 'WITHSCORES')
+    for i = 1, #neg, 2 do
+      if string.byte(neg[i + 1], 1) == 45 then -- '-'
+        recorded[neg[i]] = true
+      end
+    end
   end
 else
   local why = tombstone()
@@ -122,14 +149,16 @@ else
   end
   return {tag}
 end
-local held, live, rest, latest, renewed = false, extra, extra, 0, false
+local held, live, rest, latest, renewed = false, extra, extra + delayed, delayed_end, false
 -- Long-expired permits (expiry and lock-delay over) go with the release, at
 -- most STALE_SWEEP a call, as in acquire.lua.
 local STALE_SWEEP = 256
 local stale
 local acquired_at = now -- the caller's permit's acquiredAt, read below
 local own_value -- the caller's permit, for its history entry
-local seen -- expired permits read (at most 64): their history entries
+-- Expired permits read whose expiry is not in the history yet (value,
+-- field): each written once.
+local seen
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
@@ -137,9 +166,10 @@ for i = 1, #rec, 2 do
     exp = tonumber(exp)
     if exp > now then
       live = live + 1
-    elseif not seen or #seen < 64 then
+    elseif not recorded[field] then
       seen = seen or {}
       seen[#seen + 1] = rec[i + 1]
+      seen[#seen + 1] = field
     end
     if field == mine then
       own_value = rec[i + 1]
@@ -190,6 +220,32 @@ local function answer(reply)
   end
   return table.concat(packed, ' ')
 end
+-- The permits of `list` (every `step` items: fence, expiresAt, lock-delay
+-- ms, ..., the field last) whose expiries were just written: each scored
+-- -(expiresAt + lockDelayMs) in the index, never due again; one whose delay
+-- is over too goes now (acquire.lua keeps the same function).
+local function recorded_in(list, step)
+  local add, gone = {}, {}
+  for i = 1, #list, step do
+    local ends = tonumber(list[i + 1]) + tonumber(list[i + 2])
+    if ends > now then
+      add[#add + 1] = string.format('%d', -ends)
+      add[#add + 1] = list[i + step - 1]
+    else
+      gone[#gone + 1] = list[i + step - 1]
+    end
+    if #add == 200 or #gone == 100 or i + step > #list then
+      if #add > 0 then
+        redis.pcall('ZADD', IDX, unpack(add))
+      end
+      if #gone > 0 then
+        redis.pcall('HDEL', KEYS[1], unpack(gone))
+        redis.pcall('ZREM', IDX, unpack(gone))
+      end
+      add, gone = {}, {}
+    end
+  end
+end
 if seen then
   -- As acquire.lua: each expiry once ('x', then 'd' for a lock-delay).
   local recent = redis.call('LRANGE', H, 0, 63)
@@ -201,8 +257,8 @@ if seen then
     end
   end
   local version = changes .. '.' .. (held and live - 1 or live)
-  local push = {}
-  for i = 1, #seen do
+  local push, done_list = {}, {}
+  for i = 1, #seen, 2 do
     local f, exp_at, acq, ld, at = string.match(seen[i], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
     if not known['x' .. f] then
       push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. string.sub(seen[i], at)
@@ -212,8 +268,16 @@ if seen then
     if ld ~= '0' and not known['d' .. f] then
       push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. string.sub(seen[i], at)
     end
+    done_list[#done_list + 1] = f
+    done_list[#done_list + 1] = exp_at
+    done_list[#done_list + 1] = ld
+    done_list[#done_list + 1] = seen[i + 1]
   end
-  local n = #push > 0 and redis.pcall('LPUSH', H, unpack(push))
+  -- In slices of 200 (unpack's C stack): a whole read sees every permit.
+  local n
+  for i = 1, #push, 200 do
+    n = redis.pcall('LPUSH', H, unpack(push, i, math.min(i + 199, #push)))
+  end
   if type(n) == 'number' and n > HMAX then
     redis.pcall('LTRIM', H, 0, HMAX - 1)
   end
@@ -221,6 +285,9 @@ if seen then
   -- release's own entry (a key without one would never go).
   if n then
     redis.pcall('PEXPIRE', H, ARGV[7])
+  end
+  if IDX then
+    recorded_in(done_list, 4)
   end
 end
 if not held then

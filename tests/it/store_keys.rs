@@ -190,3 +190,118 @@ async fn thousands_of_lapsed_holders_do_not_block_the_next_acquire() {
     assert_eq!(lapsed as u64, HOLDERS, "each lapsed holder's expiry, once");
     assert_every_key_expires(&server, &app.namespace);
 }
+
+/// `INFO commandstats` calls of one command so far.
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let info = server.cli(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a call count"))
+}
+
+/// The history entries of `kind` ('x', 'd', ...) of one resource.
+fn entries_of(server: &RedisServer, hist: &str, kind: char) -> usize {
+    let prefix = format!("{kind}|");
+    server
+        .cli(&["LRANGE", hist, "0", "-1"])
+        .lines()
+        .filter(|e| e.trim().starts_with(&prefix))
+        .count()
+}
+
+/// `holders` permits of a counting lease with a 60 s lock-delay, each then
+/// renewed with a 200 ms TTL (a renew heeds no one else's delay, so each
+/// is taken before any lapses) and left to lapse into its delay; returns
+/// the app, the resource and its history key.
+async fn lapsed_into_delay(server: &RedisServer, holders: u64) -> (TestApp, String, String) {
+    let app = TestApp::spawn_with(args(
+        &Backend::Redis(server.url()),
+        &["--history-entries", "10000"],
+    ))
+    .await;
+    let d = digest();
+    let hist = format!("{}:hist:v2:{{{P}:{d}}}", app.namespace);
+    let body = json!({ "ttlMs": 60_000, "limit": 10_000, "lockDelayMs": 60_000 });
+    let mut held = Vec::new();
+    for _ in 0..holders {
+        let a = app.attempt().await;
+        let got = app.acquire_body(P, &d, &a, &body).await;
+        assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+        held.push(a);
+    }
+    for a in &held {
+        let renewed = app.renew(P, &d, a, 200).await;
+        assert_eq!(renewed.outcome(), "renewed", "{:?}", renewed.body);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = app.inspect(P, &d, None).await;
+        if seen.body["holders"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still held: {:?}", seen.body);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (app, d, hist)
+}
+
+/// Item 6: each expiry is written to the history once ('x', then 'd' for
+/// its lock-delay), however many calls read the permit while its delay
+/// runs: 40 lapsed permits (more than the newest 64 entries hold, two each)
+/// and 10 refused acquires leave exactly 40 of each. The hold-time
+/// histogram counts an expiry per 'x' the run writes (`holds`), so it
+/// counts each once too. Small records (read whole) and large ones (read
+/// through the expiry index) alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_expiry_is_written_once() {
+    let server = RedisServer::start();
+    for holders in [10u64, 40] {
+        let (app, d, hist) = lapsed_into_delay(&server, holders).await;
+        for _ in 0..10 {
+            let other = app.attempt().await;
+            let refused = app.acquire(P, &d, &other, 30_000).await;
+            assert_eq!(refused.body["reason"], "lock_delay", "{:?}", refused.body);
+        }
+        assert_eq!(
+            entries_of(&server, &hist, 'x') as u64,
+            holders,
+            "{holders} holders: one 'x' each"
+        );
+        assert_eq!(
+            entries_of(&server, &hist, 'd') as u64,
+            holders,
+            "{holders} holders: one 'd' each"
+        );
+        assert_every_key_expires(&server, &app.namespace);
+    }
+}
+
+/// Item 5: with more due permits in their lock-delay than one call reads
+/// through the index (256), one call reads the whole record and records
+/// them; the calls after it read only the index, not the whole hash again
+/// for as long as the delay runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_lock_delay_of_many_permits_is_not_reread_by_every_call() {
+    let server = RedisServer::start();
+    let (app, d, hist) = lapsed_into_delay(&server, 300).await;
+    let first = app.attempt().await;
+    let refused = app.acquire(P, &d, &first, 30_000).await;
+    assert_eq!(refused.body["reason"], "lock_delay", "{:?}", refused.body);
+    let before = command_calls(&server, "hgetall");
+    for _ in 0..10 {
+        let other = app.attempt().await;
+        let refused = app.acquire(P, &d, &other, 30_000).await;
+        assert_eq!(refused.body["reason"], "lock_delay", "{:?}", refused.body);
+        let retry = refused.body["retryAfterMs"].as_u64().expect("retryAfterMs");
+        assert!(retry <= 60_000, "the delay left: {retry}");
+    }
+    assert_eq!(
+        command_calls(&server, "hgetall") - before,
+        0,
+        "a refused acquire read the whole record again"
+    );
+    assert_eq!(entries_of(&server, &hist, 'x'), 300);
+    assert_eq!(entries_of(&server, &hist, 'd'), 300);
+    assert_every_key_expires(&server, &app.namespace);
+}
