@@ -763,8 +763,10 @@ if queued > now and not returning then
   end
   if dead then
     -- At most 64 entries plus as many heartbeat members were read above, so
-    -- this unpack is bounded (Lua's C stack holds about 8 000).
+    -- this unpack is bounded (Lua's C stack holds about 8 000). Their asks
+    -- go with them (queue.lua keeps one per entry that asked).
     redis.pcall('ZREM', QUEUE, unpack(dead))
+    redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), unpack(dead))
   end
   if member ~= '' and not found and not redis.call('ZSCORE', QUEUE, member) then
     return refused(1, 3)

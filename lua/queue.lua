@@ -115,6 +115,11 @@ done = redis.pcall('ZADD', KEYS[1], -deadline, '~' .. ARGV[2])
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
+-- Heartbeats that have lapsed go (score -deadline in [-now, 0)): a cleanly
+-- stopped instance left its own behind, one per restart under a queue
+-- that never empties. Its entries, if any, are dead either way (acquire.lua
+-- reads a missing heartbeat as lapsed) and go with the next look.
+redis.pcall('ZREMRANGEBYSCORE', KEYS[1], -now, '(0')
 redis.pcall('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
 redis.pcall('PEXPIRE', ASK, tonumber(ARGV[3]) + 1000)
 -- Tell acquire the queue exists until this deadline.

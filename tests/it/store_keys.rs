@@ -305,3 +305,100 @@ async fn a_long_lock_delay_of_many_permits_is_not_reread_by_every_call() {
     assert_eq!(entries_of(&server, &hist, 'd'), 300);
     assert_every_key_expires(&server, &app.namespace);
 }
+
+/// The members of a resource's queue (waiters and `~<instance>` beats).
+fn queue_members(server: &RedisServer, queue: &str) -> Vec<String> {
+    server
+        .cli(&["ZRANGE", queue, "0", "-1"])
+        .lines()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Item 10: a cleanly stopped instance's heartbeat member leaves the queue
+/// once it lapses (a live instance's beat sweeps it), not one more per
+/// restart for as long as the queue lives; and a dead instance's entries
+/// leave with their asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_instance_leaves_nothing_in_the_queue() {
+    let server = RedisServer::start();
+    let ns = crate::common::app::unique("q");
+    let backend = Backend::Redis(server.url());
+    let one = std::sync::Arc::new(TestApp::spawn_with(args(&backend, &["--namespace", &ns])).await);
+    let two = TestApp::spawn_with(args(&backend, &["--namespace", &ns])).await;
+    let d = digest();
+    let queue = format!("{ns}:queue:v2:{{{P}:{d}}}");
+    let ask = format!("{ns}:ask:v2:{{{P}:{d}}}");
+    let holder = one.attempt().await;
+    assert_eq!(
+        one.acquire(P, &d, &holder, 60_000).await.outcome(),
+        "acquired"
+    );
+    // A waiter on each instance.
+    let w1 = one.attempt().await;
+    let first = {
+        let (one, d, w) = (std::sync::Arc::clone(&one), d.clone(), w1.clone());
+        tokio::spawn(async move { one.acquire_wait(P, &d, &w, 30_000, 20_000).await })
+    };
+    let second = {
+        let w = two.attempt().await;
+        let (base, http, d) = (two.base.clone(), two.http.clone(), d.clone());
+        tokio::spawn(async move {
+            let url = format!("{base}/leases/{P}/{d}");
+            let sent = http
+                .put(url)
+                .header("Lease-Owner-Token", &w.token)
+                .header("Lease-Operation-Id", &w.op)
+                .json(&json!({ "ttlMs": 30_000, "waitMs": 20_000 }))
+                .send()
+                .await;
+            drop(sent);
+        })
+    };
+    until("both instances beat for the queue", || {
+        queue_members(&server, &queue)
+            .iter()
+            .filter(|m| m.starts_with('~'))
+            .count()
+            == 2
+    })
+    .await;
+    // The second instance stops cleanly: its waiter leaves; its beat lapses
+    // (2 s) and the first instance's next beat sweeps it.
+    two.shutdown().await;
+    second.await.expect("second waiter");
+    until("the stopped instance's heartbeat left the queue", || {
+        queue_members(&server, &queue)
+            .iter()
+            .filter(|m| m.starts_with('~'))
+            .count()
+            == 1
+    })
+    .await;
+    // A dead instance's entry, with its ask and a lapsed heartbeat, as a
+    // SIGKILLed instance leaves them; the next look sweeps all three.
+    let lapsed = format!("-{}", server_now_ms(&server) - 10_000);
+    server.cli(&["ZADD", &queue, "1", "x:deadbeef:1", &lapsed, "~deadbeef"]);
+    server.cli(&["HSET", &ask, "x:deadbeef:1", "30000|t|o|label"]);
+    assert_eq!(one.release(P, &d, &holder).await.outcome(), "released");
+    let got = first.await.expect("first waiter");
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    // The next acquire of the free resource looks at the queue.
+    assert_eq!(one.release(P, &d, &w1).await.outcome(), "released");
+    let late = one.attempt().await;
+    let took = one.acquire(P, &d, &late, 30_000).await;
+    assert_eq!(took.outcome(), "acquired", "{:?}", took.body);
+    let left = queue_members(&server, &queue);
+    assert!(
+        !left.iter().any(|m| m.contains("deadbeef")),
+        "the dead instance's members stayed: {left:?}"
+    );
+    assert_eq!(
+        server.cli(&["HEXISTS", &ask, "x:deadbeef:1"]).trim(),
+        "0",
+        "the dead entry's ask stayed"
+    );
+    assert_every_key_expires(&server, &ns);
+}
