@@ -386,7 +386,9 @@ local l, m = 1, 'x'
 local live, soonest, same_owner, latest = 0, nil, false, 0
 local stale, delay_end, returning
 -- Expired permits this run read whose expiry is not in the history yet
--- (six items each): every one is written, once (the index remembers it).
+-- (six items each): each is written once (the index remembers it), at
+-- most SEEN_MAX a call (the rest stay due for later calls).
+local SEEN_MAX = 256
 local seen
 for i = 1, rec and #rec or 0, 2 do
   local field = rec[i]
@@ -397,22 +399,34 @@ for i = 1, rec and #rec or 0, 2 do
     exp = tonumber(exp)
     if exp > now then
       if field == mine then
-        -- A replay tells its caller that it holds this permit: mark the
-        -- permit claimed for as long as it lives, so that the clean-up
-        -- release of a waiter that left (release.lua, mode 'a') leaves it
-        -- alone (docs/design.md §14). Refused, the replay is not answered: without
-        -- the mark a clean-up could take the permit from a caller told it
-        -- holds it. (v2 scripts ignore the key: an additive change.)
-        local claimed = redis.pcall('SET', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1))
-          .. ':' .. mine, '1', 'PX', exp - now)
-        if type(claimed) == 'table' and claimed.err then
-          return {tag - 9, claimed.err}
-        end
         -- 1 when the caller waits and a release granted its entry this
         -- permit (release.lua sets the grant mark to the granted member):
         -- its acquisition.
         local handed = member ~= '' and redis.call('GET',
           (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':' .. mine) == member and 1 or 0
+        -- A replay tells its caller that it holds this permit: the permit
+        -- is marked claimed for as long as it lives, so that the clean-up
+        -- release of a waiter of the same attempt that left (release.lua,
+        -- mode 'a') leaves it alone (docs/design.md §14). The answer is
+        -- decided first; the mark is written only when it is needed, so a
+        -- Redis that refuses writes (full, NOREPLICAS, READONLY) refuses
+        -- only that replay: not when the permit was renewed (the clean-up
+        -- keeps it anyway) or is claimed already, and not for a waiter's
+        -- look at its own grant (`handed`): should that waiter have gone,
+        -- its own clean-up must find the grant unclaimed (the mark names
+        -- this entry: no other entry's clean-up takes it). Refused when
+        -- needed, the replay is not answered: without the mark a clean-up
+        -- could take the permit from a caller told it holds it. (v2
+        -- scripts ignore the key: an additive change.)
+        if handed == 0 and acq == ren then
+          local C = (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1)) .. ':' .. mine
+          if redis.call('EXISTS', C) == 0 then
+            local claimed = redis.pcall('SET', C, '1', 'PX', exp - now)
+            if type(claimed) == 'table' and claimed.err then
+              return {tag - 9, claimed.err}
+            end
+          end
+        end
         return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(granted),
           string.sub(v, at), handed}
       end
@@ -428,7 +442,13 @@ for i = 1, rec and #rec or 0, 2 do
         latest = ends
       end
     else
-      if not recorded[field] then
+      local ends = exp + tonumber(ld)
+      local owned = string.sub(field, 1, #owner) == owner
+      -- noted: its expiry is in the history, or goes there in this run (at
+      -- most SEEN_MAX a call, and the caller's owner's own always: they
+      -- go with the write). Only a noted permit is swept.
+      local noted = recorded[field]
+      if not noted and (owned or not seen or #seen < SEEN_MAX * 6) then
         seen = seen or {}
         seen[#seen + 1] = fence
         seen[#seen + 1] = exp
@@ -436,9 +456,9 @@ for i = 1, rec and #rec or 0, 2 do
         seen[#seen + 1] = string.sub(v, at)
         seen[#seen + 1] = acq
         seen[#seen + 1] = field
+        noted = true
       end
-      local ends = exp + tonumber(ld)
-      if ends > now and string.sub(field, 1, #owner) == owner then
+      if ends > now and owned then
         -- The caller's owner token let this permit expire: it may come
         -- back at once (ahead of any queue), and coming back ends the
         -- delay its expiry started (the old permit goes with the write).
@@ -453,7 +473,7 @@ for i = 1, rec and #rec or 0, 2 do
         if not delay_end or ends > delay_end then
           delay_end = ends
         end
-      elseif not stale or #stale < STALE_SWEEP then
+      elseif noted and (not stale or #stale < STALE_SWEEP) then
         -- Long expired: swept, at most STALE_SWEEP a call (the rest by
         -- later calls), so that no call's deletes grow with the holders.
         stale = stale or {}
@@ -500,13 +520,16 @@ if extra_latest > latest then
 end
 if rebuild then
   -- The index anew from the whole hash: every permit not long expired
-  -- (those go now, all of them, so that the next call finds few due).
+  -- (those whose expiry is written go now, all of them, so that the next
+  -- call finds few due).
   redis.pcall('DEL', IDX)
   local add, gone = {}, {}
   for i = 1, #rec, 2 do
     if string.byte(rec[i], 1) == 112 then -- 'p'
       local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
-      if tonumber(exp) + tonumber(ld) > now then
+      if tonumber(exp) + tonumber(ld) > now or not recorded[rec[i]] then
+        -- (a long-expired permit whose expiry is not written yet stays,
+        -- due: this run or a later one writes it, then sweeps it)
         add[#add + 1] = recorded[rec[i]] and string.format('%d', -(tonumber(exp) + tonumber(ld))) or exp
         add[#add + 1] = rec[i]
         if #add == 200 then

@@ -166,10 +166,16 @@ for i = 1, #rec, 2 do
     exp = tonumber(exp)
     if exp > now then
       live = live + 1
-    elseif not recorded[field] then
+    end
+    -- noted: its expiry is in the history or goes there in this run (at
+    -- most 256 a call; the rest stay due for later calls). Only a noted
+    -- permit is swept.
+    local noted = exp <= now and recorded[field]
+    if exp <= now and not noted and (not seen or #seen < 512) then
       seen = seen or {}
       seen[#seen + 1] = rec[i + 1]
       seen[#seen + 1] = field
+      noted = true
     end
     if field == mine then
       own_value = rec[i + 1]
@@ -183,7 +189,7 @@ for i = 1, #rec, 2 do
         if ends > latest then
           latest = ends
         end
-      elseif not stale or #stale < STALE_SWEEP then
+      elseif noted and (not stale or #stale < STALE_SWEEP) then
         stale = stale or {}
         stale[#stale + 1] = field
       end

@@ -402,3 +402,146 @@ async fn a_stopped_instance_leaves_nothing_in_the_queue() {
     );
     assert_every_key_expires(&server, &ns);
 }
+
+/// Runs `lua/<name>.lua` on `server` with these keys and arguments (the
+/// nonce 1 appended) and returns its status (the reply's tag less 25).
+fn run_script(server: &RedisServer, name: &str, keys: &[&str], argv: &[&str]) -> i64 {
+    let sha = server.script_sha(name);
+    let n = keys.len().to_string();
+    let mut call = vec!["EVALSHA", sha.as_str(), n.as_str()];
+    call.extend_from_slice(keys);
+    call.extend_from_slice(argv);
+    call.push("1");
+    let out = server.cli(&call);
+    let tag: i64 = out
+        .split_whitespace()
+        .next()
+        .and_then(|t| t.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("{name}: no tag in {out:?}"));
+    tag - 25
+}
+
+/// Item 9: a waiter's look that finds the grant a release made to its own
+/// entry (its instance missed the grant's message) writes no claim: when
+/// that waiter has gone, its instance's clean-up (release.lua mode 'a')
+/// finds the grant unclaimed and releases it, instead of a permit held by
+/// nobody for its whole TTL. The scripts are run as the service runs them,
+/// step by step, on a real `redis-server`.
+#[test]
+fn a_departed_waiters_look_at_its_grant_leaves_it_for_the_clean_up() {
+    let server = RedisServer::start();
+    let ns = crate::common::app::unique("g");
+    let tag = format!("{P}:{}", digest());
+    let (lease, seq, queue) = (
+        format!("{ns}:lease:v2:{{{tag}}}"),
+        format!("{ns}:seq:v2:{{{tag}}}"),
+        format!("{ns}:queue:v2:{{{tag}}}"),
+    );
+    let channel = format!("{ns}:wake:v2");
+    let (holder, waiter) = ("H".repeat(32), "W".repeat(32));
+    let record = [lease.as_str(), seq.as_str()];
+    let acquired = run_script(
+        &server,
+        "acquire",
+        &record,
+        &[&holder, "op", "30000", "", "", "100", "60000", ""],
+    );
+    assert_eq!(acquired, 1, "the holder acquires");
+    // The waiter's entry on instance i1, with its ask.
+    let ask = format!("30000|{waiter}|op|");
+    let entered = run_script(
+        &server,
+        "queue",
+        &[&queue, &seq],
+        &[
+            "enter",
+            "i1",
+            "2000",
+            "604800000",
+            &channel,
+            &tag,
+            "x:i1:1",
+            &ask,
+        ],
+    );
+    assert_eq!(entered, 1, "the waiter enters");
+    // The holder releases on i1: the head, on i1 with an ask, is granted.
+    let released = run_script(
+        &server,
+        "release",
+        &record,
+        &[&holder, "op", &channel, &tag, "", "100", "60000", "i1"],
+    );
+    assert_eq!(released, 1);
+    // The waiter's look finds its grant (status 2, granted)...
+    let look = run_script(
+        &server,
+        "acquire",
+        &record,
+        &[
+            &waiter,
+            "op",
+            "30000",
+            "",
+            "1:x:0:x:i1:1",
+            "100",
+            "60000",
+            "",
+        ],
+    );
+    assert_eq!(look, 2, "the look finds the waiter's permit");
+    // ... but its waiter has gone: the clean-up takes the grant back.
+    let cleaned = run_script(
+        &server,
+        "release",
+        &record,
+        &[&waiter, "op", &channel, &tag, "a", "100", "60000", "i1"],
+    );
+    assert_eq!(cleaned, 1, "the clean-up released the unclaimed grant");
+    assert_eq!(server.cli(&["EXISTS", &lease]).trim(), "0");
+}
+
+/// Item 8: a replay needs no write once its permit was renewed or claimed,
+/// so a full Redis (maxmemory below use, noeviction) answers it as the
+/// previous release did, instead of `unavailable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_a_renewed_or_claimed_permit_is_answered_by_a_full_redis() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let (renewed, claimed) = (digest(), digest());
+    let a = app.attempt().await;
+    for d in [&renewed, &claimed] {
+        let got = app.acquire(P, d, &a, 60_000).await;
+        assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    }
+    assert_eq!(
+        app.renew(P, &renewed, &a, 60_000).await.outcome(),
+        "renewed"
+    );
+    let first = app.acquire(P, &claimed, &a, 60_000).await;
+    assert_eq!(
+        first.outcome(),
+        "replayed_same_operation",
+        "{:?}",
+        first.body
+    );
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let newcomer = app.attempt().await;
+    let refused = app.acquire(P, &digest(), &newcomer, 60_000).await;
+    assert_eq!(
+        refused.outcome(),
+        "unavailable",
+        "Redis is full: {:?}",
+        refused.body
+    );
+    for d in [&renewed, &claimed] {
+        let replay = app.acquire(P, d, &a, 60_000).await;
+        assert_eq!(
+            replay.outcome(),
+            "replayed_same_operation",
+            "{:?}",
+            replay.body
+        );
+    }
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+}
