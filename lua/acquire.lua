@@ -2,10 +2,16 @@
 -- (storage v2, docs/storage-v2.md).
 -- KEYS[1] record    <ns>:lease:v2:{<purpose>:<digest>}  string or hash (below)
 -- KEYS[2] sequence  <ns>:seq:v2:{<purpose>:<digest>}    "<last fence>:<changes>:<watched until>:<queue until>"
--- The queue <ns>:queue:v2:{<purpose>:<digest>} (sorted set, see queue.lua),
--- the event channel <ns>:wake:v2 and the resource tag are derived from
--- KEYS[1] (same hash tag, so the same slot), and only when a queue exists or
--- an event is due: every argument costs Redis and Lua on every call.
+-- KEYS[3] history   <ns>:hist:v2:{<purpose>:<digest>}   list (below, "History")
+-- KEYS[4] index     <ns>:exp:v2:{<purpose>:<digest>}    sorted set (below, the expiry index)
+-- KEYS[5] queue     <ns>:queue:v2:{<purpose>:<digest>}  sorted set (queue.lua)
+-- KEYS[6] asks      <ns>:ask:v2:{<purpose>:<digest>}    hash (queue.lua)
+-- KEYS[7] claim     <ns>:claim:v2:{<purpose>:<digest>}:<the caller's permit field>
+-- KEYS[8] grants    <ns>:granted:v2:{<purpose>:<digest>}  hash (release.lua, "Hand-off")
+-- Every key the script touches is named here (all in one slot: one hash
+-- tag), so that a Cluster redirects the call before anything runs while
+-- the slot moves. The event channel <ns>:wake:v2 and the resource tag are
+-- derived from KEYS[1], and only when an event is due.
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms  ARGV[4] holder label or ''
 -- ARGV[5] shape: '' for a plain lease (limit 1, exclusive, no lock-delay)
 --         asked by a caller not queued; "+<heartbeat horizon ms>:<member>"
@@ -43,7 +49,7 @@
 -- it when the last permit and delay are over, with nobody's help.
 --
 -- History (docs/storage-v2.md, "History"): the list
--- <ns>:hist:v2:{<purpose>:<digest>} (derived from KEYS[1]), newest entry
+-- KEYS[3], newest entry
 -- first, "<kind>|<at ms>|<fence>|<version>|[<extra>|]<holder>": this
 -- script writes 'a' (acquired) and the expiries it notices: 'x' (expired,
 -- at = the permit's expiresAt, read from the record), 'd' (its lock-delay
@@ -55,7 +61,7 @@
 --   {tag(2), remaining, fence, acquiredAt, renewedAt, ttlMs, holder, granted}
 --     the same attempt already holds a permit (TTL not extended); granted
 --     1: the caller waits and a release granted it that permit (its grant
---     mark <ns>:granted:v2:{...}:<permit field> is set), so this is its
+--     mark, field <permit field> of KEYS[8], names it), so this is its
 --     acquisition, else 0
 --   {tag(3), remaining}   the same owner token holds the plain lease for
 --                         another operation
@@ -91,7 +97,7 @@ if seq0 then
   -- ('X'), for every acquire or holder change nothing closed. One LINDEX
   -- on the fast path; the rest only then. (No sequence: nothing was
   -- acquired here for 7 days, so no holder is left to close.)
-  H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  H = KEYS[3]
   local head = redis.call('LINDEX', H, 0)
   local left = head and string.match(head, '^%a|%d+|%d+|%d+%.(%d+)|')
   if left and left ~= '0' then
@@ -175,7 +181,7 @@ if not cur and (ARGV[5] == '' or string.byte(ARGV[5], 1) == 43) then -- '+'
     if type(done) == 'table' and done.err then
       return {tag - 9, done.err}
     end
-    H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+    H = H or KEYS[3]
     done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[4])
     if type(done) == 'number' and done > HMAX then
       redis.pcall('LTRIM', H, 0, HMAX - 1)
@@ -253,7 +259,7 @@ if type(cur) == 'string' then
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif cur then
   hashed = true
-  IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+  IDX = KEYS[4]
   local fields = redis.call('HLEN', KEYS[1])
   local own = fields > SMALL_RECORD and redis.call('HGET', KEYS[1], mine)
   if fields <= SMALL_RECORD then
@@ -402,8 +408,11 @@ for i = 1, rec and #rec or 0, 2 do
         -- 1 when the caller waits and a release granted its entry this
         -- permit (release.lua sets the grant mark to the granted member):
         -- its acquisition.
-        local handed = member ~= '' and redis.call('GET',
-          (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':' .. mine) == member and 1 or 0
+        local handed = 0
+        if member ~= '' then
+          local until_ms, to = string.match(redis.call('HGET', KEYS[8], mine) or '', '^(%d+)|(.*)$')
+          handed = (to == member and tonumber(until_ms) > now) and 1 or 0
+        end
         -- A replay tells its caller that it holds this permit: the permit
         -- is marked claimed for as long as it lives, so that the clean-up
         -- release of a waiter of the same attempt that left (release.lua,
@@ -419,7 +428,7 @@ for i = 1, rec and #rec or 0, 2 do
         -- could take the permit from a caller told it holds it. (v2
         -- scripts ignore the key: an additive change.)
         if handed == 0 and acq == ren then
-          local C = (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1)) .. ':' .. mine
+          local C = KEYS[7]
           if redis.call('EXISTS', C) == 0 then
             local claimed = redis.pcall('SET', C, '1', 'PX', exp - now)
             if type(claimed) == 'table' and claimed.err then
@@ -613,11 +622,11 @@ local function refused(retry, why)
     -- The last look of a waiter: its entry and ask go in this run, so no
     -- release grants the attempt after it was told 'contended' (as
     -- queue.lua's 'leave'; the next waiter may go now). why + 8: left.
-    local done = redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
+    local done = redis.pcall('ZREM', KEYS[5], member)
     if type(done) == 'table' and done.err then
       return answer({tag, retry, why})
     end
-    redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member)
+    redis.pcall('HDEL', KEYS[6], member)
     redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
       string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
     return answer({tag, retry, why + 8})
@@ -625,8 +634,8 @@ local function refused(retry, why)
   if not enter_as then
     return answer({tag, retry, why})
   end
-  local QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
-  local ASK = (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1))
+  local QUEUE = KEYS[5]
+  local ASK = KEYS[6]
   local deadline = now + horizon
   local done = redis.pcall('ZADD', QUEUE, 'NX', secs * 1000000 + micros, enter_as)
   if type(done) == 'table' and done.err then
@@ -672,7 +681,7 @@ if seen then
   -- hash record's: `recorded`, above); an entry already among the last 64
   -- is not written again either (a string record read expired twice, an
   -- index a v2 script rebuilt).
-  H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  H = H or KEYS[3]
   local recent = redis.call('LRANGE', H, 0, 63)
   local known = {}
   for i = 1, #recent do
@@ -747,7 +756,7 @@ end
 -- exclusive one is ahead. An owner back within its own lock-delay skips it.
 local wake_next = false
 if queued > now and not returning then
-  local QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
+  local QUEUE = KEYS[5]
   local free = (mode == 'x') and (limit - live) or 10000
   local entries = redis.call('ZRANGEBYSCORE', QUEUE, 0, '+inf', 'LIMIT', 0, 64)
   local alive, dead = {}, nil
@@ -789,7 +798,7 @@ if queued > now and not returning then
     -- this unpack is bounded (Lua's C stack holds about 8 000). Their asks
     -- go with them (queue.lua keeps one per entry that asked).
     redis.pcall('ZREM', QUEUE, unpack(dead))
-    redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), unpack(dead))
+    redis.pcall('HDEL', KEYS[6], unpack(dead))
   end
   if member ~= '' and not found and not redis.call('ZSCORE', QUEUE, member) then
     return refused(1, 3)
@@ -875,10 +884,10 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
     return {tag - 9, done.err}
   end
   if member ~= '' then
-    redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
-    redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member)
+    redis.pcall('ZREM', KEYS[5], member)
+    redis.pcall('HDEL', KEYS[6], member)
   end
-  H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  H = H or KEYS[3]
   done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[4])
   if type(done) == 'number' and done > HMAX then
     redis.pcall('LTRIM', H, 0, HMAX - 1)
@@ -903,7 +912,7 @@ if not hashed and rec then
   redis.pcall('DEL', KEYS[1])
   stale = nil
 end
-IDX = IDX or (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+IDX = IDX or KEYS[4]
 if not hashed then
   -- A new hash record: no index left over from an evicted one.
   redis.pcall('DEL', IDX)
@@ -944,11 +953,11 @@ end
 redis.pcall('ZADD', IDX, exp_text, mine)
 redis.pcall('PEXPIRE', IDX, ends - now)
 if member ~= '' then
-  redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
+  redis.pcall('ZREM', KEYS[5], member)
   -- Its ask (queue.lua) goes with it: no release grants it again.
-  redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member)
+  redis.pcall('HDEL', KEYS[6], member)
 end
-H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+H = H or KEYS[3]
 done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.'
   .. (live + 1) .. '|' .. ARGV[4])
 if type(done) == 'number' and done > HMAX then

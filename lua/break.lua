@@ -1,6 +1,7 @@
 -- break: an operator removes every live permit of a resource, or the one
 -- with a given fencing token (docs/design.md §17), in one script run.
 -- KEYS[1] record  KEYS[2] sequence (see acquire.lua)  KEYS[3] tombstones
+-- KEYS[4] index  KEYS[5] history (see acquire.lua)
 -- ARGV[1] fencing token or '' (every permit)  ARGV[2] sequence key ttl ms
 -- ARGV[3] event channel  ARGV[4] resource tag ("<purpose>:<digest>")
 -- ARGV[5] reason or ''  ARGV[6] key name or ''
@@ -131,7 +132,7 @@ end
 changes = changes + 1
 local changes_text = string.format('%d', changes)
 redis.pcall('SET', KEYS[2], last .. ':' .. changes_text .. ':' .. watched .. ':' .. queued, 'PX', ARGV[2])
-local IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+local IDX = KEYS[4]
 if not hashed or rest == 0 then
   redis.pcall('DEL', KEYS[1])
   if hashed then
@@ -150,7 +151,7 @@ else
 end
 redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes_text .. '.' .. live
   .. '\trevoked\t' .. ARGV[6] .. '\t' .. ARGV[5])
-local H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+local H = KEYS[5]
 local head = 'b|' .. string.format('%d', now) .. '|'
 local tail = '|' .. changes_text .. '.' .. live .. '|' .. ARGV[6] .. '|' .. #ARGV[5] .. '|' .. ARGV[5]
 for i = 1, #gone, 400 do

@@ -1,5 +1,8 @@
 -- release: delete the caller's own permit and wake the resource's waiters.
 -- KEYS[1] record  KEYS[2] sequence (see acquire.lua)
+-- KEYS[3] tombstones  <ns>:tomb:v2:{<purpose>:<digest>} (break.lua)
+-- KEYS[4] history  KEYS[5] index  KEYS[6] queue  KEYS[7] asks
+-- KEYS[8] claim  KEYS[9] grants (see acquire.lua; the claim of the caller's permit)
 -- ARGV[1] owner token  ARGV[2] operation id
 -- ARGV[3] event channel  ARGV[4] resource tag ("<purpose>:<digest>")
 -- ARGV[5] mode: '' the caller's release; 'a' the clean-up of an acquisition
@@ -28,9 +31,10 @@
 -- grants that waiter the lease: the
 -- permit written as acquire.lua writes it (its attempt, a new fencing token,
 -- its TTL and label; 'a' in the history), its entry and ask gone, the grant
--- mark <ns>:granted:v2:{<purpose>:<digest>}:<its permit field> set to the
--- granted member for the permit's TTL, at most 60 s (read by that entry's
--- leave and its next look; gone with the permit's release), and
+-- mark set: field <its permit field> of KEYS[9] = "<end ms>|<granted
+-- member>", for the permit's TTL, at most 60 s (read by that entry's
+-- leave and its next look; gone with the permit's release; ended marks
+-- are pruned as tombstones are), and
 -- "<tag>\t<version>\tgranted\t<member>\t<fence>\t<acquiredAt>" published
 -- instead of 'released' (after the writes: nobody hears of a grant that was
 -- not written). The waiter's instance answers it from that message, without
@@ -48,6 +52,32 @@
 -- A release changes no counter: the version "<changes>.<live permits>" moves
 -- because the live count falls (and for one change count it only falls). A
 -- release never starts a lock-delay: only an expiry does.
+-- Fields "<end ms>|..." of the hash T that have ended by now go: each
+-- write that adds some looks at the next slice of the hash (HSCAN from the
+-- cursor kept in its field 'c', 64 + twice the fields written), so the
+-- hash holds about its live fields, at most twice as many (as renew.lua's
+-- and break.lua's prune_tombstones, for the grant marks here).
+local function prune_ended(T, now, written)
+  local cursor = redis.call('HGET', T, 'c') or '0'
+  local scan = redis.call('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
+  local kv, gone = scan[2], {}
+  for i = 1, #kv, 2 do
+    local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
+    if ends and tonumber(ends) <= now then
+      gone[#gone + 1] = kv[i]
+      if #gone == 200 then -- unpack's C stack (about 8 000)
+        redis.pcall('HDEL', T, unpack(gone))
+        gone = {}
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.pcall('HDEL', T, unpack(gone))
+  end
+  if scan[1] ~= cursor then
+    redis.pcall('HSET', T, 'c', scan[1])
+  end
+end
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -55,7 +85,7 @@ local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- Only when the caller's permit is not found: its tombstone, if an
 -- operator broke it (break.lua), until it would have expired.
 local function tombstone()
-  local tomb = redis.call('HGET', (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1)), mine)
+  local tomb = redis.call('HGET', KEYS[3], mine)
   local ends, why = string.match(tomb or '', '^(%d+)|(.*)$')
   if ends and tonumber(ends) > now then
     return why
@@ -76,7 +106,7 @@ if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif type(cur) == 'table' then
-  IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+  IDX = KEYS[5]
   -- A small record (32 fields at most) is read whole, as acquire.lua does:
   -- one read costs Redis less than the index's reads.
   local fields = redis.call('HLEN', KEYS[1])
@@ -196,7 +226,7 @@ for i = 1, #rec, 2 do
     end
   end
 end
-local H, HMAX = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1)), tonumber(ARGV[6])
+local H, HMAX = KEYS[4], tonumber(ARGV[6])
 local changes = '0'
 local seq = redis.call('GET', KEYS[2])
 local last, watched, queued = '0', '0', '0'
@@ -307,20 +337,20 @@ if not held then
   return answer({tag})
 end
 if ARGV[5] == 'a' and (renewed
-    or redis.call('EXISTS', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1)) .. ':' .. mine) == 1) then
+    or redis.call('EXISTS', KEYS[8]) == 1) then
   return answer({tag + 2})
 end
 -- A grant mark of this permit (a release granted it to a waiter) goes
 -- with it; only while a queue exists, when grants are made (a mark left
 -- behind ends with its PTTL).
 if tonumber(queued) > now then
-  redis.pcall('DEL', (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':' .. mine)
+  redis.pcall('HDEL', KEYS[9], mine)
 end
 -- Hand-off: the queue's first live entry, when the released permit was a
 -- plain lease's (a string record: no other permit, no lock-delay).
 local QUEUE, ASK, head, ask, head_lapse
 if type(cur) == 'string' and tonumber(queued) > now then
-  QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
+  QUEUE = KEYS[6]
   local entries = redis.call('ZRANGEBYSCORE', QUEUE, 0, '+inf', 'LIMIT', 0, 64)
   local alive = {}
   for i = 1, #entries do
@@ -337,7 +367,7 @@ if type(cur) == 'string' and tonumber(queued) > now then
     end
   end
   if head and string.match(head, '^x:([^:]+):') == ARGV[8] then
-    ASK = (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1))
+    ASK = KEYS[7]
     ask = redis.call('HGET', ASK, head)
   end
 end
@@ -423,8 +453,12 @@ if ask then
       -- member: the same attempt may wait in two entries (its caller
       -- left one instance and retried on another), and only the granted
       -- entry's leave may take the grant for its own.
-      redis.pcall('SET', (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':p:' .. owner .. ':'
-        .. op, head, 'PX', ttl > 60000 and '60000' or ttl_text)
+      local mark_end = now + (ttl > 60000 and 60000 or ttl)
+      redis.pcall('HSET', KEYS[9], 'p:' .. owner .. ':' .. op, string.format('%d', mark_end) .. '|' .. head)
+      if redis.call('PTTL', KEYS[9]) < mark_end - now then
+        redis.pcall('PEXPIRE', KEYS[9], mark_end - now)
+      end
+      prune_ended(KEYS[9], now, 1)
       done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. label)
       if type(done) == 'number' and done > HMAX then
         redis.pcall('LTRIM', H, 0, HMAX - 1)

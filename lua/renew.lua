@@ -5,6 +5,7 @@
 -- the label); a full Redis must not end every lease early (README, "full
 -- Redis": renewals, releases and reads are still served).
 -- KEYS[1] record  KEYS[2] sequence (see acquire.lua)
+-- KEYS[3] tombstones (see break.lua)  KEYS[4] index  KEYS[5] history (see acquire.lua)
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms
 -- ARGV[4] new holder label or '' (keep)  ARGV[5] sequence key ttl ms
 -- ARGV[6] event channel  ARGV[7] resource tag
@@ -70,7 +71,7 @@ local relabel_asked = ARGV[4] ~= ''
 -- Only when the caller's permit is not found: its tombstone, if an
 -- operator broke it (break.lua), until it would have expired.
 local function tombstone()
-  local tomb = redis.call('HGET', (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1)), mine)
+  local tomb = redis.call('HGET', KEYS[3], mine)
   local ends, why = string.match(tomb or '', '^(%d+)|(.*)$')
   if ends and tonumber(ends) > now then
     return why
@@ -198,7 +199,7 @@ else
   end
   -- The expiry index (see acquire.lua) learns the new expiry, and lives as
   -- long as the record (also when this ZADD created it).
-  local IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+  local IDX = KEYS[4]
   local added = redis.pcall('ZADD', IDX, string.format('%d', now + ttl), mine)
   if extend then
     redis.pcall('PEXPIRE', IDX, ends - now)
@@ -215,7 +216,7 @@ end
 if hold_end then
   -- Capped at the hold bound: the tombstone that tells the holder why its
   -- lease ends there, kept one asked TTL past the bound.
-  local T = (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1))
+  local T = KEYS[3]
   local tomb_end = hold_end + tonumber(ARGV[3])
   redis.pcall('HSET', T, mine, string.format('%d', tomb_end) .. '|max_hold')
   if redis.call('PTTL', T) < tomb_end - now then
@@ -239,7 +240,7 @@ if relabel then
   if tonumber(watched) > now or ARGV[10] ~= '' then
     redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
-  local H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  local H = KEYS[5]
   local n = redis.pcall('LPUSH', H, 'h|' .. now_text .. '|' .. fence .. '|' .. changes_text .. '.'
     .. (others + 1) .. '|' .. holder)
   if type(n) == 'number' and n > tonumber(ARGV[8]) then

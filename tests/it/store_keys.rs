@@ -403,6 +403,11 @@ async fn a_stopped_instance_leaves_nothing_in_the_queue() {
     assert_every_key_expires(&server, &ns);
 }
 
+/// `keys` as the `&str`s a script call takes.
+fn refs(keys: &[String]) -> Vec<&str> {
+    keys.iter().map(String::as_str).collect()
+}
+
 /// Runs `lua/<name>.lua` on `server` with these keys and arguments (the
 /// nonce 1 appended) and returns its status (the reply's tag less 25).
 fn run_script(server: &RedisServer, name: &str, keys: &[&str], argv: &[&str]) -> i64 {
@@ -432,18 +437,33 @@ fn a_departed_waiters_look_at_its_grant_leaves_it_for_the_clean_up() {
     let server = RedisServer::start();
     let ns = crate::common::app::unique("g");
     let tag = format!("{P}:{}", digest());
-    let (lease, seq, queue) = (
-        format!("{ns}:lease:v2:{{{tag}}}"),
-        format!("{ns}:seq:v2:{{{tag}}}"),
-        format!("{ns}:queue:v2:{{{tag}}}"),
-    );
+    let k = |kind: &str| format!("{ns}:{kind}:v2:{{{tag}}}");
+    let lease = k("lease");
     let channel = format!("{ns}:wake:v2");
     let (holder, waiter) = ("H".repeat(32), "W".repeat(32));
-    let record = [lease.as_str(), seq.as_str()];
+    // Each script's KEYS, as its header names them.
+    let acquire_keys = |who: &str| -> Vec<String> {
+        let mut keys = ["lease", "seq", "hist", "exp", "queue", "ask"]
+            .map(k)
+            .to_vec();
+        keys.push(format!("{}:p:{who}:op", k("claim")));
+        keys.push(k("granted"));
+        keys
+    };
+    let release_keys = |who: &str| -> Vec<String> {
+        let mut keys = ["lease", "seq", "tomb", "hist", "exp", "queue", "ask"]
+            .map(k)
+            .to_vec();
+        keys.push(format!("{}:p:{who}:op", k("claim")));
+        keys.push(k("granted"));
+        keys
+    };
+    let queue_keys = ["queue", "seq", "ask", "granted", "lease"].map(k);
+
     let acquired = run_script(
         &server,
         "acquire",
-        &record,
+        &refs(&acquire_keys(&holder)),
         &[&holder, "op", "30000", "", "", "100", "60000", ""],
     );
     assert_eq!(acquired, 1, "the holder acquires");
@@ -452,7 +472,7 @@ fn a_departed_waiters_look_at_its_grant_leaves_it_for_the_clean_up() {
     let entered = run_script(
         &server,
         "queue",
-        &[&queue, &seq],
+        &refs(&queue_keys),
         &[
             "enter",
             "i1",
@@ -469,7 +489,7 @@ fn a_departed_waiters_look_at_its_grant_leaves_it_for_the_clean_up() {
     let released = run_script(
         &server,
         "release",
-        &record,
+        &refs(&release_keys(&holder)),
         &[&holder, "op", &channel, &tag, "", "100", "60000", "i1"],
     );
     assert_eq!(released, 1);
@@ -477,7 +497,7 @@ fn a_departed_waiters_look_at_its_grant_leaves_it_for_the_clean_up() {
     let look = run_script(
         &server,
         "acquire",
-        &record,
+        &refs(&acquire_keys(&waiter)),
         &[
             &waiter,
             "op",
@@ -494,7 +514,7 @@ fn a_departed_waiters_look_at_its_grant_leaves_it_for_the_clean_up() {
     let cleaned = run_script(
         &server,
         "release",
-        &record,
+        &refs(&release_keys(&waiter)),
         &[&waiter, "op", &channel, &tag, "a", "100", "60000", "i1"],
     );
     assert_eq!(cleaned, 1, "the clean-up released the unclaimed grant");
