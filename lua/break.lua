@@ -29,8 +29,15 @@
 -- live tombstones, at most twice as many (docs/storage.md; renew.lua and
 -- break.lua keep the same function).
 local function prune_tombstones(T, now, written)
-  local cursor = redis.call('HGET', T, 'c') or '0'
-  local scan = redis.call('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
+  -- (pcall: this runs after the write it follows, and must not turn a
+  -- write that was applied into an error answer, e.g. under an ACL
+  -- written before HSCAN was needed; the next write prunes then)
+  local cursor = redis.pcall('HGET', T, 'c')
+  cursor = type(cursor) == 'string' and cursor or '0'
+  local scan = redis.pcall('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
+  if type(scan) ~= 'table' or scan.err then
+    return
+  end
   local kv, gone = scan[2], {}
   for i = 1, #kv, 2 do
     local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
