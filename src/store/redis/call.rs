@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::exec::RunError;
 use super::pool::Conn;
-use super::script::Script;
+use super::evalsha::Script;
 use crate::store::Replication;
 
 /// Replica acknowledgement settings as a call uses them.

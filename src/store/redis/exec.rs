@@ -18,7 +18,7 @@ use super::reply::{
     self, Nonce, Opened, CLUSTER_DOWN, CONNECTION_LOST, CONNECT_FAILED, DESYNC, MASTER_DOWN,
     NOT_MASTER, READONLY, TRY_AGAIN,
 };
-use super::script::Script;
+use super::evalsha::Script;
 use crate::store::StoreError;
 
 /// A command handed to a connection did not produce a value.

@@ -10,7 +10,7 @@ use super::super::store::RedisStore;
 use super::decode::{
     ended_holds, int, label, non_negative, store_time, token_of, HOLD_MARK, STATUS,
 };
-use super::evalsha::{values, Named, Script};
+use super::super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, HolderLabel, ResourceId};
 use crate::store::{
     AcquireSpec, Contention, HoldEnd, InQueue, Moved, Replicated, StoreAcquire, StoreError,
@@ -259,7 +259,7 @@ mod tests {
     use redis::Value;
 
     use super::super::super::keys::record_keys;
-    use super::super::evalsha::names;
+    use super::super::super::evalsha::names;
     use super::super::header;
     use super::*;
     use crate::domain::Bounds;

@@ -11,7 +11,7 @@ use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::acquire::holder_arg;
 use super::decode::{int, non_negative, STATUS};
-use super::evalsha::{values, Named, Script};
+use super::super::evalsha::{values, Named, Script};
 use crate::domain::{Mode, ResourceId};
 use crate::store::{Ask, QueueOp, Queued, StoreError};
 
@@ -161,7 +161,7 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::evalsha::names;
+    use super::super::super::evalsha::names;
     use super::super::header;
     use super::*;
 
