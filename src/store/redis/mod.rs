@@ -13,7 +13,7 @@
 //! the same connection and the answer says how many replicas have the write.
 //!
 //! Imports point one way: `script/` (the verbs, as `impl RedisStore`) uses
-//! `store.rs`, which runs a [`Call`](call) through `call.rs` and `exec.rs`;
+//! `store.rs`, which runs a `Call` through `call.rs` and `exec.rs`;
 //! those use `evalsha.rs` (a script, its SHA and its `EVALSHA`), which uses
 //! nothing of the store.
 
