@@ -31,6 +31,7 @@ scripts/test_check_layout.py. Usage:
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -394,7 +395,19 @@ def client_files(root: Path) -> list[Path]:
     skip_dirs = {"node_modules", "dist", "build", ".venv", "__pycache__", ".mypy_cache",
                  ".ruff_cache", ".pytest_cache", "target"}
     out = []
+    # In a git checkout, the files git tracks or would track: build output
+    # (dist-test/, a Go or Java build) is ignored there and never counted.
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "--cached", "--others", "--exclude-standard", "clients"],
+        capture_output=True, text=True, check=False,
+    )
+    if listed.returncode == 0:
+        names = {root / line for line in listed.stdout.splitlines() if line}
+    else:
+        names = None
     for f in sorted((root / "clients").rglob("*")):
+        if names is not None and f not in names:
+            continue
         rel = f.relative_to(root / "clients").parts
         if not f.is_file() or any(p in skip_dirs or p.endswith(".egg-info") for p in rel):
             continue
