@@ -1,5 +1,5 @@
 -- acquire: take a permit of the resource if one is free, in one script run
--- (storage v2, docs/storage-v2.md).
+-- (storage v2, docs/decisions/storage-v2.md).
 -- KEYS[1] record    <ns>:lease:v2:{<purpose>:<digest>}  string or hash (below)
 -- KEYS[2] sequence  <ns>:seq:v2:{<purpose>:<digest>}    "<last fence>:<changes>:<watched until>:<queue until>"
 -- KEYS[3] history   <ns>:hist:v2:{<purpose>:<digest>}   list (below, "History")
@@ -48,7 +48,7 @@
 -- PTTL is the latest expiresAt + lockDelayMs of its permits, so Redis deletes
 -- it when the last permit and delay are over, with nobody's help.
 --
--- History (docs/storage-v2.md, "History"): the list
+-- History (docs/decisions/storage-v2.md, "History"): the list
 -- KEYS[3], newest entry
 -- first, "<kind>|<at ms>|<fence>|<version>|[<extra>|]<holder>": this
 -- script writes 'a' (acquired) and the expiries it notices: 'x' (expired,
@@ -143,7 +143,7 @@ if not cur and (ARGV[5] == '' or string.byte(ARGV[5], 1) == 43) then -- '+'
   -- The fast path: a plain lease asked for a free resource that nobody
   -- queues for. It writes what the general path below writes in that case,
   -- in the fewest Lua steps: on the uncontended acquire every bytecode and
-  -- every new string is paid by Redis per call (docs/storage-v2.md).
+  -- every new string is paid by Redis per call (docs/decisions/storage-v2.md).
   local seq = seq0
   local last, changes, watched, marks = 0, 0, 0, ':0:0'
   if seq then
@@ -227,7 +227,7 @@ end
 -- every string, table and closure made here is Lua garbage, and collecting
 -- it is paid per call.)
 local rec, hashed = nil, false
--- A hash record's expiry index (docs/storage-v2.md, "The expiry index"):
+-- A hash record's expiry index (docs/decisions/storage-v2.md, "The expiry index"):
 -- the sorted set <ns>:exp:v2:T, one member per permit field, scored by its
 -- expiresAt. With it a call reads only the permits due (expired by their
 -- score, at most INDEX_DUE), the caller's own, and counts, so its work does

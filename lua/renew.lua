@@ -16,7 +16,7 @@
 -- (see acquire.lua).
 -- History (see acquire.lua): 'h' when the label changes; a plain renew
 -- writes none.
--- Bounded holds (docs/storage-v2.md, "Bounded holds"): a permit acquired
+-- Bounded holds (docs/decisions/storage-v2.md, "Bounded holds"): a permit acquired
 -- with maxHoldMs keeps "\30<maxHoldMs>|" before its label. No renewal
 -- reaches past acquiredAt + maxHoldMs: the renew that would is granted the
 -- time left (its TTL is capped), and leaves a tombstone "<end>|max_hold"

@@ -5,11 +5,11 @@
 
 use std::sync::LazyLock;
 
+use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{claim_key, key};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended, ended_holds, int, non_negative, ENDED_EARLY, STATUS};
-use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, ResourceId};
 #[cfg(test)]
 use crate::store::EndedEarly;
@@ -215,7 +215,7 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::evalsha::names;
+    use super::super::super::evalsha::names;
     use super::super::header;
     use super::*;
 
