@@ -74,6 +74,7 @@ local v, others, latest = nil, 0, 0
 -- STALE_SWEEP a call, as in acquire.lua (the one-HGET path finds none).
 local STALE_SWEEP = 256
 local stale
+local recorded = {}
 local relabel_asked = ARGV[4] ~= ''
 -- Only when the caller's permit is not found: its tombstone, if an
 -- operator broke it (break.lua), until it would have expired.
@@ -113,6 +114,13 @@ elseif type(cur) == 'table' then
   end
   if not rec then
     rec = redis.call('HGETALL', KEYS[1])
+    -- The permits whose expiry is in the history (a negative index score,
+    -- see acquire.lua): only those are swept here; a renew writes no
+    -- expiry, so the others wait for a call that writes theirs.
+    local neg = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(0')
+    for i = 1, #neg do
+      recorded[neg[i]] = true
+    end
   end
 else
   local why = tombstone()
@@ -138,7 +146,7 @@ for i = 1, #rec, 2 do
       if ends > latest then
         latest = ends
       end
-      if ends <= now and (not stale or #stale < STALE_SWEEP) then
+      if ends <= now and recorded[field] and (not stale or #stale < STALE_SWEEP) then
         stale = stale or {}
         stale[#stale + 1] = field
       end
