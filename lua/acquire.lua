@@ -80,6 +80,19 @@
 -- "expired"); none on the fast path, a replay or a refusal.
 -- Every answer of integers only (all but statuses 2 and -9) is packed into
 -- one string, "<tag> <item> ..." (see `answer`).
+-- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
+-- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
+-- through a pod of the previous release, which knows no bound, moves its
+-- expiresAt past it, and every script of this release still ends it there
+-- (called only when the slot at `at` starts with \30; acquire.lua,
+-- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
+local function capped(value, at, acq, exp)
+  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
+  if bound and tonumber(acq) + bound < exp then
+    return tonumber(acq) + bound
+  end
+  return exp
+end
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local secs, micros = tonumber(t[1]), tonumber(t[2])
@@ -280,7 +293,11 @@ elseif cur then
       end
     end
     rebuild = #scores / 2 ~= permits
-  elseif own and tonumber(string.match(own, '^%d+|(%d+)|')) > now then
+  elseif own and (function()
+    local e, a, at = string.match(own, '^%d+|(%d+)|(%d+)|%d+|%d+|%d+|()')
+    e = tonumber(e)
+    return (string.byte(own, at) == 30 and capped(own, at, a, e) or e) > now
+  end)() then
     -- The same attempt holds a permit: the loop answers the replay.
     rec = {mine, own}
   else
@@ -403,6 +420,9 @@ for i = 1, rec and #rec or 0, 2 do
     local v = rec[i + 1]
     local fence, exp, acq, ren, granted, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
     exp = tonumber(exp)
+    if string.byte(v, at) == 30 then
+      exp = capped(v, at, acq, exp)
+    end
     if exp > now then
       if field == mine then
         -- 1 when the caller waits and a release granted its entry this
@@ -535,7 +555,10 @@ if rebuild then
   local add, gone = {}, {}
   for i = 1, #rec, 2 do
     if string.byte(rec[i], 1) == 112 then -- 'p'
-      local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
+      local exp, acq, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
+      if string.byte(rec[i + 1], at) == 30 then
+        exp = string.format('%d', capped(rec[i + 1], at, acq, tonumber(exp)))
+      end
       if tonumber(exp) + tonumber(ld) > now or not recorded[rec[i]] then
         -- (a long-expired permit whose expiry is not written yet stays,
         -- due: this run or a later one writes it, then sweeps it)

@@ -56,6 +56,19 @@ local function prune_tombstones(T, now, written)
     redis.pcall('HSET', T, 'c', scan[1])
   end
 end
+-- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
+-- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
+-- through a pod of the previous release, which knows no bound, moves its
+-- expiresAt past it, and every script of this release still ends it there
+-- (called only when the slot at `at` starts with \30; acquire.lua,
+-- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
+local function capped(value, at, acq, exp)
+  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
+  if bound and tonumber(acq) + bound < exp then
+    return tonumber(acq) + bound
+  end
+  return exp
+end
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -81,6 +94,9 @@ for i = 1, #rec, 2 do
   if string.byte(field, 1) == 112 then -- 'p'
     local fence, exp, acq, ld, at = string.match(rec[i + 1], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
     exp = tonumber(exp)
+    if string.byte(rec[i + 1], at) == 30 then
+      exp = capped(rec[i + 1], at, acq, exp)
+    end
     if exp > now and (ARGV[1] == '' or fence == ARGV[1]) then
       victims[#victims + 1] = field
       held[#held + 1] = now - tonumber(acq)

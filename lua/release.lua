@@ -85,6 +85,19 @@ local function prune_ended(T, now, written)
     redis.pcall('HSET', T, 'c', scan[1])
   end
 end
+-- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
+-- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
+-- through a pod of the previous release, which knows no bound, moves its
+-- expiresAt past it, and every script of this release still ends it there
+-- (called only when the slot at `at` starts with \30; acquire.lua,
+-- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
+local function capped(value, at, acq, exp)
+  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
+  if bound and tonumber(acq) + bound < exp then
+    return tonumber(acq) + bound
+  end
+  return exp
+end
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -194,13 +207,16 @@ local stale
 local acquired_at = now -- the caller's permit's acquiredAt, read below
 local own_value -- the caller's permit, for its history entry
 -- Expired permits read whose expiry is not in the history yet (value,
--- field): each written once.
+-- field, end): each written once.
 local seen
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local exp, acq, ren, ld = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|(%d+)|%d+|(%d+)|')
+    local exp, acq, ren, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|(%d+)|%d+|(%d+)|()')
     exp = tonumber(exp)
+    if string.byte(rec[i + 1], at) == 30 then
+      exp = capped(rec[i + 1], at, acq, exp)
+    end
     if exp > now then
       live = live + 1
     end
@@ -208,10 +224,11 @@ for i = 1, #rec, 2 do
     -- most 256 a call; the rest stay due for later calls). Only a noted
     -- permit is swept.
     local noted = exp <= now and recorded[field]
-    if exp <= now and not noted and (not seen or #seen < 512) then
+    if exp <= now and not noted and (not seen or #seen < 768) then
       seen = seen or {}
       seen[#seen + 1] = rec[i + 1]
       seen[#seen + 1] = field
+      seen[#seen + 1] = string.format('%d', exp) -- its end (a bound caps it)
       noted = true
     end
     if field == mine then
@@ -301,8 +318,9 @@ if seen then
   end
   local version = changes .. '.' .. (held and live - 1 or live)
   local push, done_list = {}, {}
-  for i = 1, #seen, 2 do
-    local f, exp_at, acq, ld, at = string.match(seen[i], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
+  for i = 1, #seen, 3 do
+    local f, _, acq, ld, at = string.match(seen[i], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
+    local exp_at = seen[i + 2]
     if not known['x' .. f] then
       push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. string.sub(seen[i], at)
       holds = holds or {}

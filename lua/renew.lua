@@ -62,6 +62,19 @@ local function prune_tombstones(T, now, written)
     redis.pcall('HSET', T, 'c', scan[1])
   end
 end
+-- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
+-- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
+-- through a pod of the previous release, which knows no bound, moves its
+-- expiresAt past it, and every script of this release still ends it there
+-- (called only when the slot at `at` starts with \30; acquire.lua,
+-- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
+local function capped(value, at, acq, exp)
+  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
+  if bound and tonumber(acq) + bound < exp then
+    return tonumber(acq) + bound
+  end
+  return exp
+end
 local tag = tonumber(ARGV[11]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -106,8 +119,12 @@ elseif type(cur) == 'table' then
   -- permit that is gone (absent or someone else's?).
   local own = redis.call('HGET', KEYS[1], mine)
   if own then
-    local exp, at = string.match(own, '^%d+|(%d+)|%d+|%d+|%d+|%d+|()')
-    if tonumber(exp) > now and (not relabel_asked or string.sub(own, select(2, slot(own, at))) == ARGV[4]) then
+    local exp, acq, at = string.match(own, '^%d+|(%d+)|(%d+)|%d+|%d+|%d+|()')
+    exp = tonumber(exp)
+    if string.byte(own, at) == 30 then
+      exp = capped(own, at, acq, exp)
+    end
+    if exp > now and (not relabel_asked or string.sub(own, select(2, slot(own, at))) == ARGV[4]) then
       v = own
       rec = {}
     end
@@ -132,8 +149,11 @@ end
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
+    local exp, acq, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
     exp = tonumber(exp)
+    if string.byte(rec[i + 1], at) == 30 then
+      exp = capped(rec[i + 1], at, acq, exp)
+    end
     if field == mine then
       if exp > now then
         v = rec[i + 1]
