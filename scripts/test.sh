@@ -33,6 +33,7 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || need+=(fonts-dejavu-core)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm) # axe-core for the console test (npm ci)
 if [[ ${#need[@]} -gt 0 ]]; then
   log "apt-get install ${need[*]}"
   "${SUDO[@]}" apt-get update -q >/dev/null
