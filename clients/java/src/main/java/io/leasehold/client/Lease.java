@@ -311,9 +311,10 @@ public final class Lease {
         } catch (RefusedException e) {
             return CompletableFuture.failedFuture(e);
         }
-        CompletableFuture<RenewOutcome> f = client.renewAsync(purpose(), digest(), attempt, ttl(), holder);
-        f.whenComplete((r, e) -> finishRenew(sent, r, unwrap(e)));
-        return f;
+        // The answer is handed on only once the handle has taken it in, so a caller (the keeper)
+        // never reads the validity from before it.
+        return client.renewAsync(purpose(), digest(), attempt, ttl(), holder)
+                .whenComplete((r, e) -> finishRenew(sent, r, unwrap(e)));
     }
 
     static Throwable unwrap(Throwable e) {
@@ -381,9 +382,7 @@ public final class Lease {
         } catch (RefusedException e) {
             return CompletableFuture.failedFuture(e);
         }
-        CompletableFuture<ReleaseOutcome> f = client.releaseAsync(purpose(), digest(), attempt);
-        f.whenComplete((r, e) -> finishRelease(r, unwrap(e)));
-        return f;
+        return client.releaseAsync(purpose(), digest(), attempt).whenComplete((r, e) -> finishRelease(r, unwrap(e)));
     }
 
     @Override

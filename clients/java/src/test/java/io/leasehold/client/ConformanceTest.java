@@ -201,25 +201,37 @@ class ConformanceTest {
         Duration ttl = Duration.ofMillis(s.at("/lease/ttlMs").asLong());
         String digest = rawDigest();
         String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
-        Process leader = new ProcessBuilder(java, "-cp", testClasspath(), LeaderProcess.class.getName(), service.url, P,
+        Process leader = new ProcessBuilder(java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", testClasspath(),
+                LeaderProcess.class.getName(), service.url, P,
                 digest, Long.toString(ttl.toMillis()), "first").redirectError(ProcessBuilder.Redirect.INHERIT).start();
         try {
             BufferedReader out = new BufferedReader(new InputStreamReader(leader.getInputStream(), StandardCharsets.UTF_8));
-            CompletableFuture<String> line = CompletableFuture.supplyAsync(() -> {
+            java.util.concurrent.BlockingQueue<String> lines = new java.util.concurrent.LinkedBlockingQueue<>();
+            Thread reader = new Thread(() -> {
                 try {
-                    return out.readLine();
+                    for (String l = out.readLine(); l != null; l = out.readLine()) {
+                        lines.add(l);
+                    }
                 } catch (java.io.IOException e) {
-                    return null;
+                    // the process ended
                 }
             });
-            String first = line.get(30, TimeUnit.SECONDS);
+            reader.setDaemon(true);
+            reader.start();
+            String first = lines.poll(30, TimeUnit.SECONDS);
             assertTrue(first != null && first.startsWith("leading "), "leader process said " + first);
             Candidate cand = second(client(service.url), digest, ttl);
             campaigning(service);
-            assertFalse(cand.leading().getCount() == 0, "the second led while the first still held");
+            if (!leader.isAlive() || cand.leading().getCount() == 0) {
+                leader.destroyForcibly();
+                reader.join(5000);
+                fail("the second led while the first still held; the leader process said: " + first + " " + lines);
+            }
             leader.destroyForcibly(); // SIGKILL
             long killedAt = System.nanoTime();
             leader.waitFor(10, TimeUnit.SECONDS);
+            assertFalse(cand.leading().getCount() == 0 && cand.startedAt().get() - killedAt < 0,
+                    "the second led before the kill");
             assertTrue(cand.leading().await(ttl.toMillis() * 3, TimeUnit.MILLISECONDS), "the second never led");
             cand.election().resign();
             cand.campaign().get(10, TimeUnit.SECONDS);
