@@ -107,6 +107,9 @@ fi
 export LEASEHOLD_BIN="$ROOT/target/debug/leasehold"
 stage "Python client (clients/python/check.sh)" bash clients/python/check.sh
 stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/check.sh
+# Java: Debian's JDK and jars (no Maven Central), javac -Xlint:all -Werror,
+# JUnit 5 and the conformance table; its build is what the mixed history runs.
+stage "Java client (clients/java/check.sh)" bash clients/java/check.sh
 # The mixed checked history (tests/it/mixed_history.rs, ignored in the run
 # above): Rust, Python and TypeScript workers on shared resources. It runs
 # the venv and the TypeScript build the two checks just made.
