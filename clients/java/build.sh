@@ -17,3 +17,6 @@ jar --create --file build/leasehold-client.jar -C build/classes .
 javac -Xlint:all -Werror --release 17 -encoding UTF-8 -d build/test-classes \
   -cp "build/classes:$lib:$jars/junit-platform-console-standalone.jar:$jars/postgresql.jar" $(find src/test/java -name '*.java')
 echo "$here/build/classes:$here/build/test-classes:$lib:$jars/postgresql.jar" > build/classpath
+# The examples README.md and docs/clients.md show, compiled with the same flags.
+mkdir -p build/examples
+javac -Xlint:all -Werror --release 17 -encoding UTF-8 -d build/examples -cp "build/classes:$lib" examples/*.java
