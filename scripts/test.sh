@@ -111,8 +111,8 @@ stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/
 # JUnit 5 and the conformance table; its build is what the mixed history runs.
 stage "Java client (clients/java/check.sh)" bash clients/java/check.sh
 # The mixed checked history (tests/it/mixed_history.rs, ignored in the run
-# above): Rust, Python and TypeScript workers on shared resources. It runs
-# the venv and the TypeScript build the two checks just made.
+# above): Rust, Python, TypeScript and Java workers on shared resources. It
+# runs the venv, the TypeScript build and the Java build the checks just made.
 stage "mixed checked history (tests/it/mixed_history.rs)" \
   cargo test --all-features --locked --test it mixed_history:: -- --ignored
 

@@ -193,7 +193,7 @@ public final class LockHandle implements AutoCloseable {
         } finally {
             mutex.unlock();
         }
-        if (clear) {
+        if (clear && Thread.currentThread() == owner) {
             Thread.interrupted(); // the interrupt this lock delivered has done its job
         }
         keeper.stop();
