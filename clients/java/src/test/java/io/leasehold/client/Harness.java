@@ -294,7 +294,8 @@ final class Harness {
 
     // -- the proxy --------------------------------------------------------------------
 
-    record Seen(String method, String path, String ownerToken, String operationId, boolean dropped) {}
+    record Seen(String method, String path, String ownerToken, String operationId, String lastEventId,
+            boolean dropped) {}
 
     /**
      * Between a client and the service: relays HTTP/1.1 exchanges one at a time per connection and
@@ -352,6 +353,9 @@ final class Harness {
             try (client; Socket up = new Socket(InetAddress.getLoopbackAddress(), upstream)) {
                 open.add(client);
                 open.add(up);
+                if (closed) {
+                    return;
+                }
                 InputStream cin = client.getInputStream();
                 InputStream uin = up.getInputStream();
                 while (true) {
@@ -370,7 +374,7 @@ final class Harness {
                             drop.put(first[0], left - 1);
                         }
                         seen.add(new Seen(first[0], first[1], header(head, "lease-owner-token", null),
-                                header(head, "lease-operation-id", null), dropped));
+                                header(head, "lease-operation-id", null), header(head, "last-event-id", null), dropped));
                     }
                     OutputStream uout = up.getOutputStream();
                     uout.write(head.getBytes(StandardCharsets.ISO_8859_1));
@@ -384,6 +388,7 @@ final class Harness {
                 // a side closed: the exchange ends
             } finally {
                 open.remove(client);
+                open.removeIf(Socket::isClosed);
             }
         }
 
@@ -456,6 +461,17 @@ final class Harness {
             }
             sink.flush();
             return !"close".equalsIgnoreCase(header(head, "connection", ""));
+        }
+
+        /** Cuts every open connection (the listener stays: clients may reconnect). */
+        void cut() {
+            for (Socket s : open) {
+                try {
+                    s.close();
+                } catch (IOException e) {
+                    // already closed
+                }
+            }
         }
 
         @Override
