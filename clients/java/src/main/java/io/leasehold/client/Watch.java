@@ -2,10 +2,10 @@ package io.leasehold.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.leasehold.client.Records.WatchEvent;
-import java.io.BufferedReader;
+import java.io.BufferedInputStream;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.InputStreamReader;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
@@ -40,7 +40,7 @@ public final class Watch implements AutoCloseable {
     private volatile boolean closed;
     private volatile InputStream stream;
     private volatile long lastRead;
-    private BufferedReader reader;
+    private InputStream reader;
     private SseParser parser;
     private final ScheduledFuture<?> idleCheck;
 
@@ -90,7 +90,7 @@ public final class Watch implements AutoCloseable {
         }
         stream = r.body();
         lastRead = System.nanoTime();
-        reader = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8));
+        reader = new BufferedInputStream(stream);
         parser = new SseParser(lastId);
         connected = true;
         failures = 0;
@@ -103,7 +103,7 @@ public final class Watch implements AutoCloseable {
                 if (reader == null) {
                     connect();
                 }
-                String line = reader.readLine();
+                String line = readLine(reader);
                 lastRead = System.nanoTime();
                 if (line == null) {
                     throw new IOException("the stream ended");
@@ -134,6 +134,31 @@ public final class Watch implements AutoCloseable {
             }
         }
         return null;
+    }
+
+    /** One line (ended by CR, LF or CRLF) of at most {@link SseParser#MAX_EVENT_CHARS} bytes; null at the end. */
+    static String readLine(InputStream in) throws IOException {
+        ByteArrayOutputStream line = new ByteArrayOutputStream();
+        while (true) {
+            int b = in.read();
+            if (b < 0) {
+                return line.size() == 0 ? null : line.toString(StandardCharsets.UTF_8);
+            }
+            if (b == '\n') {
+                return line.toString(StandardCharsets.UTF_8);
+            }
+            if (b == '\r') {
+                in.mark(1);
+                if (in.read() != '\n') {
+                    in.reset();
+                }
+                return line.toString(StandardCharsets.UTF_8);
+            }
+            if (line.size() >= SseParser.MAX_EVENT_CHARS) {
+                throw new IOException("an event-stream line over " + SseParser.MAX_EVENT_CHARS + " bytes");
+            }
+            line.write(b);
+        }
     }
 
     private WatchEvent event(SseParser.RawEvent raw) {

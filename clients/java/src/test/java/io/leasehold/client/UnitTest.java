@@ -110,6 +110,22 @@ class UnitTest {
         assertEquals("v7", m.id(), "the last id carries over");
     }
 
+    @Test
+    void eventStreamLinesEndAtCrLfOrCrlfAndAreBounded() throws Exception {
+        var in = new java.io.BufferedInputStream(new java.io.ByteArrayInputStream(
+                "a\r\nb\rc\n\nd".getBytes(StandardCharsets.UTF_8)));
+        assertEquals("a", Watch.readLine(in));
+        assertEquals("b", Watch.readLine(in));
+        assertEquals("c", Watch.readLine(in));
+        assertEquals("", Watch.readLine(in));
+        assertEquals("d", Watch.readLine(in));
+        assertNull(Watch.readLine(in));
+        byte[] huge = new byte[SseParser.MAX_EVENT_CHARS + 1];
+        java.util.Arrays.fill(huge, (byte) 'x');
+        assertThrows(java.io.IOException.class,
+                () -> Watch.readLine(new java.io.BufferedInputStream(new java.io.ByteArrayInputStream(huge))));
+    }
+
     static Wire.Reply reply(int status, String json) {
         return Wire.Reply.of(status, json.getBytes(StandardCharsets.UTF_8));
     }
