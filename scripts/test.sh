@@ -9,7 +9,7 @@
 # rustfmt, clippy, luacheck, every cargo test (the contract suite against the
 # embedded store and real redis-server processes it starts itself), the
 # deployment checks against a live scrape, the API checks (when present), the
-# Python and TypeScript clients' checks, and the mixed checked history.
+# Python, TypeScript and Java clients' checks, and the mixed checked history.
 # Ends with one line "summary: N passed, N failed".
 set -euo pipefail
 

@@ -203,11 +203,12 @@ class ContractTest {
     @Test
     void theKeeperRenewsPastTheTtl() throws Exception {
         String d = fresh();
-        try (LockHandle lock = client.lock(P, d, LockOptions.ttl(Duration.ofMillis(300)))) {
+        try (LockHandle lock = client.lock(P, d, LockOptions.ttl(Duration.ofSeconds(1)))) {
             long firstEnd = lock.lease().validUntilNanos();
-            // Wait for the validity to move (a renewal landed), bounded.
-            Harness.waitUntil(() -> lock.lease().validUntilNanos() > firstEnd + Duration.ofMillis(300).toNanos(),
-                    Duration.ofSeconds(5), "two renewals");
+            // Until the validity has moved past the first TTL's end by half a TTL (renewals
+            // landed), bounded.
+            Harness.waitUntil(() -> lock.lease().validUntilNanos() > firstEnd + Duration.ofMillis(500).toNanos(),
+                    Duration.ofSeconds(5), "renewals");
             assertTrue(lock.lease().isValid());
             assertFalse(lock.lost());
         }
