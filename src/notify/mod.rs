@@ -7,6 +7,8 @@
 mod keepalive;
 mod purpose;
 mod purpose_event;
+mod purpose_group;
+mod purpose_run;
 mod snapshot;
 mod waits;
 mod watch;

@@ -24,113 +24,29 @@
 //! the others. The group ends with its last watcher, or at shutdown.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, Notify};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::purpose_event::{event_id, parse_id, PurposeEvent};
-use super::watch::{hint_bit, Admitted, Read, Snapshot};
+use super::purpose_group::{lock, Group, Groups, Loaded, Ring};
+pub use super::purpose_group::{PurposeIo, RING};
+use super::purpose_run::run_group;
+use super::watch::{hint_bit, Admitted, Snapshot};
 use crate::domain::{Change, Failure, Purpose, ResourceDigest, ResourceId, Revocation};
 use crate::telemetry::WATCH_EVENTS;
 
-/// Events a group keeps for `Last-Event-ID` resumption.
-pub const RING: usize = 4096;
-
 /// Events a watcher may fall behind before it starts over from a snapshot.
 pub const WATCHER_BUFFER: usize = 1024;
-
-/// Reads at once while a group loads or re-lists.
-pub(super) const READS_AT_ONCE: usize = 16;
-
-/// A group outlives its last watcher by this much, so a watcher that comes
-/// back (`Last-Event-ID`) within it resumes.
-pub const LINGER: Duration = Duration::from_secs(30);
-
-/// After a failed read or listing, a group tries again this much later.
-pub(super) const RETRY: Duration = Duration::from_secs(1);
-
-/// At most one `renewed` event per lease this often: a renewal sooner is
-/// sent at the gap's end, from a fresh read.
-pub const RENEWAL_GAP: Duration = Duration::from_secs(1);
 
 /// How long a new watcher waits for the group to read every live lease
 /// afresh before its snapshot (§17: the snapshot is true when the stream
 /// opens); past it (the store is slow or failing) it gets the live map as
 /// last read.
 const FRESH_WAIT: Duration = Duration::from_secs(5);
-
-/// A boxed future of the store calls a group makes.
-type Call<T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send>>;
-
-/// How a purpose group talks to the store.
-#[derive(Clone)]
-pub struct PurposeIo {
-    /// Reads one resource (the watcher read).
-    pub read: Read,
-    /// The digests of the purpose's live leases (every page of a listing).
-    pub live: Arc<dyn Fn(Purpose) -> Call<Vec<ResourceDigest>> + Send + Sync>,
-    /// Marks the purpose watched in the store and answers how long to wait
-    /// before every instance announces its changes (0: at once).
-    pub mark: Arc<dyn Fn(Purpose) -> Call<Duration> + Send + Sync>,
-}
-
-/// What a group shows to new watchers, under one lock with the sequence.
-struct Ring {
-    /// Picked at random when the group starts: ids of another group (an
-    /// earlier one, another instance's) never resume here.
-    epoch: u32,
-    /// The sequence number of the latest event (0: none yet).
-    head: u64,
-    /// The latest events, oldest first.
-    events: VecDeque<Arc<PurposeEvent>>,
-    /// The live leases as last read, by digest.
-    live: BTreeMap<ResourceDigest, Arc<Snapshot>>,
-    /// When each live lease's last `renewed` went out.
-    renewals: HashMap<ResourceDigest, Instant>,
-    /// Renewals held back by [`RENEWAL_GAP`]: when each is due.
-    owed: HashMap<ResourceDigest, Instant>,
-}
-
-/// Where a group's load stands.
-#[derive(Debug, Clone)]
-enum Loaded {
-    Pending,
-    Ready,
-    Failed(Failure),
-}
-
-/// One watched purpose on this instance.
-struct Group {
-    ring: Mutex<Ring>,
-    tx: broadcast::Sender<Arc<PurposeEvent>>,
-    loaded: watch::Receiver<Loaded>,
-    /// Digests with events since the last read, with their hint bits.
-    pending: Mutex<HashMap<String, u8>>,
-    /// Who broke which digest, since the last read of it.
-    revocations: Mutex<HashMap<String, Revocation>>,
-    /// Set when events may have been missed, or a watcher wants a fresh
-    /// snapshot: list again.
-    relist: AtomicBool,
-    /// Fresh snapshots asked for by starting watchers (a counter) …
-    asked: AtomicU64,
-    /// … and the last one served: every live lease read since it was asked.
-    refreshed: watch::Sender<u64>,
-    wake: Notify,
-    watchers: AtomicUsize,
-    stop: CancellationToken,
-}
-
-impl Group {
-    fn ring(&self) -> MutexGuard<'_, Ring> {
-        self.ring.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 /// Purposes [`PurposeHub::seen`] remembers, at most.
 pub const SEEN_PURPOSES: usize = 256;
@@ -139,18 +55,18 @@ pub const SEEN_PURPOSES: usize = 256;
 /// purposes it has served.
 #[derive(Clone, Default)]
 pub struct PurposeHub {
-    groups: Arc<Mutex<HashMap<String, Arc<Group>>>>,
-    /// The first [`SEEN_PURPOSES`] purposes a verb was served for.
+    groups: Arc<Groups>,
+    /// The first `SEEN_PURPOSES` purposes a verb was served for.
     seen: Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>,
 }
 
 impl PurposeHub {
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Group>>> {
-        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.groups)
     }
 
     /// A verb was served for `purpose`: remembered, while fewer than
-    /// [`SEEN_PURPOSES`] are.
+    /// `SEEN_PURPOSES` are.
     pub fn seen(&self, purpose: &Purpose) {
         let known = |set: &std::collections::BTreeSet<String>| {
             set.contains(purpose.as_str()) || set.len() >= SEEN_PURPOSES
@@ -164,7 +80,7 @@ impl PurposeHub {
         }
     }
 
-    /// The purposes this instance has served (at most [`SEEN_PURPOSES`]),
+    /// The purposes this instance has served (at most `SEEN_PURPOSES`),
     /// sorted.
     pub fn seen_purposes(&self) -> Vec<String> {
         let set = self.seen.read().unwrap_or_else(|p| p.into_inner());
@@ -266,7 +182,7 @@ impl PurposeHub {
                 });
                 map.insert(purpose.as_str().to_owned(), Arc::clone(&group));
                 tokio::spawn(run_group(
-                    self.clone(),
+                    Arc::clone(&self.groups),
                     Arc::clone(&group),
                     loaded_tx,
                     purpose.clone(),
@@ -413,37 +329,6 @@ impl Drop for PurposeWatcher {
         drop(map);
     }
 }
-
-/// Ends `group` when it has had no watcher since `idle_since` for
-/// [`LINGER`]: true when it ended.
-fn end_if_idle(
-    hub: &PurposeHub,
-    purpose: &Purpose,
-    group: &Arc<Group>,
-    idle_since: Instant,
-) -> bool {
-    idle_since.elapsed() >= LINGER && end_if_unwatched(hub, purpose, group)
-}
-
-/// Ends `group` when it has no watcher: true when it ended.
-fn end_if_unwatched(hub: &PurposeHub, purpose: &Purpose, group: &Arc<Group>) -> bool {
-    let mut map = hub.map();
-    if group.watchers.load(Ordering::Relaxed) > 0 {
-        return false;
-    }
-    if map
-        .get(purpose.as_str())
-        .is_some_and(|g| Arc::ptr_eq(g, group))
-    {
-        map.remove(purpose.as_str());
-    }
-    group.stop.cancel();
-    true
-}
-
-#[path = "purpose_run.rs"]
-mod run;
-use run::run_group;
 
 #[cfg(test)]
 #[path = "purpose_tests.rs"]

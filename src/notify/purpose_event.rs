@@ -14,7 +14,7 @@ pub enum PurposeChange {
     /// Its version moved ([`Change`]: acquired, released, expired, …).
     Changed(Change),
     /// Its holders renewed it: the same version, a later end (`renewed`;
-    /// at most one per lease per [`super::purpose::RENEWAL_GAP`]).
+    /// at most one per lease per `RENEWAL_GAP`).
     Renewed,
 }
 

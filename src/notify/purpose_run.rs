@@ -13,13 +13,13 @@ use futures_util::StreamExt as _;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{
-    end_if_idle, end_if_unwatched, Group, Loaded, PurposeHub, PurposeIo, Ring, LINGER,
-    READS_AT_ONCE, RENEWAL_GAP, RETRY, RING,
+use super::purpose_event::{PurposeChange, PurposeEvent};
+use super::purpose_group::{
+    end_if_idle, end_if_unwatched, Group, Groups, Loaded, PurposeIo, Ring, LINGER, READS_AT_ONCE,
+    RENEWAL_GAP, RETRY, RING,
 };
+use super::watch::{classify, Snapshot, REFRESH};
 use crate::domain::{Change, Failure, Inspection, Purpose, ResourceDigest, ResourceId, Revocation};
-use crate::notify::purpose_event::{PurposeChange, PurposeEvent};
-use crate::notify::watch::{classify, Snapshot, REFRESH};
 use crate::telemetry::WATCH_READS;
 
 /// Reads `digests` of `purpose`, [`READS_AT_ONCE`] at a time; a failed
@@ -51,7 +51,7 @@ async fn read_all(
 /// The group's task: mark, settle, load, then follow events, expiries and
 /// re-lists until the last watcher leaves or shutdown.
 pub(super) async fn run_group(
-    hub: PurposeHub,
+    groups: Arc<Groups>,
     group: Arc<Group>,
     loaded: watch::Sender<Loaded>,
     purpose: Purpose,
@@ -66,7 +66,7 @@ pub(super) async fn run_group(
                 Err(failure) => {
                     let _ = loaded.send(Loaded::Failed(failure));
                     // Its watchers were answered with the failure and left.
-                    if end_if_unwatched(&hub, &purpose, &group) {
+                    if end_if_unwatched(&groups, &purpose, &group) {
                         return;
                     }
                     tokio::time::sleep(RETRY).await;
@@ -80,7 +80,7 @@ pub(super) async fn run_group(
         loop {
             if group.watchers.load(Ordering::Relaxed) == 0 {
                 let since = *idle_since.get_or_insert_with(Instant::now);
-                if end_if_idle(&hub, &purpose, &group, since) {
+                if end_if_idle(&groups, &purpose, &group, since) {
                     return;
                 }
             } else {
@@ -101,7 +101,7 @@ pub(super) async fn run_group(
                         relist = true;
                         if matches!(*loaded.borrow(), Loaded::Pending | Loaded::Failed(_)) {
                             let _ = loaded.send(Loaded::Failed(failure));
-                            if end_if_unwatched(&hub, &purpose, &group) {
+                            if end_if_unwatched(&groups, &purpose, &group) {
                                 return;
                             }
                         }
