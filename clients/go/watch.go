@@ -57,7 +57,8 @@ type Watcher struct {
 	closeOnce sync.Once
 }
 
-// Watch opens nothing yet: the first Next connects. ctx bounds the whole watch.
+// Watch connects to the resource's event stream (an error when that first
+// connection fails); Next reads it. ctx bounds the whole watch.
 func (c *Client) Watch(ctx context.Context, res Resource, opts WatchOptions) (*Watcher, error) {
 	if err := res.check(); err != nil {
 		return nil, err
@@ -69,7 +70,13 @@ func (c *Client) Watch(ctx context.Context, res Resource, opts WatchOptions) (*W
 		opts.RetryPeriod = 500 * time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	return &Watcher{client: c, res: res, opts: opts, ctx: ctx, cancel: cancel, lastID: opts.LastEventID}, nil
+	w := &Watcher{client: c, res: res, opts: opts, ctx: ctx, cancel: cancel, lastID: opts.LastEventID}
+	if err := w.connect(); err != nil {
+		cancel()
+		return nil, err
+	}
+	w.connected = true
+	return w, nil
 }
 
 // LastEventID is the id of the last event read (what a resume sends).

@@ -1,0 +1,252 @@
+package leasehold_test
+
+// The client against the real service binary (embedded store): the verbs'
+// typed outcomes, the handle's state machine, WithLock, Watch and elections.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	leasehold "github.com/leasehold/leasehold/clients/go"
+)
+
+// memoryService is one embedded-store service per test.
+func memoryService(t *testing.T) *service { return startService(t, nil) }
+
+func TestVerbsAnswerTypedOutcomes(t *testing.T) {
+	svc := memoryService(t)
+	p := startProxy(t, svc.port)
+	client := newClient(t, p.url)
+	ctx := context.Background()
+	res, _ := leasehold.NewResource("go-verbs", uniqueID())
+	a, _ := leasehold.NewAttempt("op-a")
+	b, _ := leasehold.NewAttempt("op-b")
+
+	got, err := client.Acquire(ctx, res, a, leasehold.AcquireOptions{TTL: 5 * time.Second, Holder: "go-test"})
+	if err != nil || got.Outcome != leasehold.OutcomeAcquired || !got.Held() {
+		t.Fatalf("acquire: %+v %v", got, err)
+	}
+	lease := got.Lease
+	if lease.FencingToken() <= 0 || lease.Record().Holder != "go-test" || lease.State() != leasehold.Active {
+		t.Fatalf("lease %v %+v", lease, lease.Record())
+	}
+	if left := lease.ValidFor(); left <= 4*time.Second || left > 5*time.Second-50*time.Millisecond {
+		t.Fatalf("valid for %v of a 5 s lease (drift 50 ms)", left)
+	}
+	again, err := client.Acquire(ctx, res, a, leasehold.AcquireOptions{TTL: 5 * time.Second})
+	if err != nil || again.Outcome != leasehold.OutcomeReplayed || again.Lease.FencingToken() != lease.FencingToken() {
+		t.Fatalf("replay: %+v %v", again, err)
+	}
+	other, err := client.Acquire(ctx, res, b, leasehold.AcquireOptions{TTL: 5 * time.Second})
+	if err != nil || other.Outcome != leasehold.OutcomeContended || other.Held() || other.RetryAfter <= 0 {
+		t.Fatalf("contended: %+v %v", other, err)
+	}
+	in, err := client.Inspect(ctx, res, leasehold.InspectOptions{Attempt: &b})
+	if err != nil || !in.Held || in.HeldBy != "other" || in.Holder != "go-test" || *in.FencingToken != lease.FencingToken() {
+		t.Fatalf("inspect: %+v %v", in, err)
+	}
+	renewed, err := lease.Renew(ctx, "")
+	if err != nil || renewed.Outcome != leasehold.OutcomeRenewed || renewed.Record.FencingToken != lease.FencingToken() {
+		t.Fatalf("renew: %+v %v", renewed, err)
+	}
+	released, err := lease.Release(ctx)
+	if err != nil || released.Outcome != leasehold.OutcomeReleased || lease.State() != leasehold.Released {
+		t.Fatalf("release: %+v %v %v", released, err, lease.State())
+	}
+	select {
+	case <-lease.Lost():
+		t.Fatal("a release fired the loss signal")
+	case <-lease.Done():
+	}
+	patches := len(p.requests("PATCH", "/leases/"))
+	if _, err := lease.Renew(ctx, ""); !errors.Is(err, leasehold.ErrRefused) {
+		t.Fatalf("renew after release: %v", err)
+	}
+	if n := len(p.requests("PATCH", "/leases/")); n != patches {
+		t.Fatalf("a refused renew was sent (%d PATCH, was %d)", n, patches)
+	}
+	// The other attempt's renew is told the lease is gone.
+	lost, err := client.Renew(ctx, res, b, 5*time.Second, "")
+	if err != nil || lost.Outcome != leasehold.OutcomeLost || lost.Reason != "absent" {
+		t.Fatalf("renew by another: %+v %v", lost, err)
+	}
+	// A TTL out of bounds: a rejection carrying the problem's fields.
+	_, err = client.Acquire(ctx, res, b, leasehold.AcquireOptions{TTL: 2 * time.Hour})
+	var le *leasehold.Error
+	if !errors.Is(err, leasehold.ErrInvalidRequest) || !errors.Is(err, leasehold.ErrRejected) || !errors.As(err, &le) ||
+		le.Problem == nil || le.Problem.Status != 422 && le.Problem.Status != 400 || len(le.Problem.Errors) == 0 {
+		t.Fatalf("invalid: %v", err)
+	}
+	// A created attempt is used like a local one.
+	created, err := client.CreateAttempt(ctx, "op-created")
+	if err != nil || created.OperationID() != "op-created" || len(created.OwnerToken()) != 32 {
+		t.Fatalf("attempt: %v %v", created, err)
+	}
+}
+
+func TestWithLockRunsTheWorkUnderTheLeaseAndReleases(t *testing.T) {
+	svc := memoryService(t)
+	client := newClient(t, svc.url)
+	ctx := context.Background()
+	rawID := uniqueID()
+	var token int64
+	err := client.WithLock(ctx, "go-lock", rawID, leasehold.LockOptions{TTL: 300 * time.Millisecond}, func(ctx context.Context) error {
+		lease := leasehold.LeaseFrom(ctx)
+		token = lease.FencingToken()
+		// Longer than the TTL: the watchdog renews.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(700 * time.Millisecond):
+		}
+		return lease.Check()
+	})
+	if err != nil || token <= 0 {
+		t.Fatalf("with lock: %v (token %d)", err, token)
+	}
+	res, _ := leasehold.NewResource("go-lock", rawID)
+	in, err := client.Inspect(ctx, res, leasehold.InspectOptions{})
+	if err != nil || in.Held {
+		t.Fatalf("held after WithLock returned: %+v %v", in, err)
+	}
+	// Held by another: not acquired, with the holder's remaining time.
+	lock, _, err := client.Lock(ctx, "go-lock", rawID, leasehold.LockOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Unlock(ctx)
+	var na *leasehold.NotAcquiredError
+	err = client.WithLock(ctx, "go-lock", rawID, leasehold.LockOptions{TTL: time.Second}, func(context.Context) error {
+		t.Error("ran without the lease")
+		return nil
+	})
+	if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.As(err, &na) || na.Outcome.RetryAfter <= 0 {
+		t.Fatalf("contended: %v", err)
+	}
+	if lock.Keeper().Renewals() < 0 || lock.Lease.State() != leasehold.Active {
+		t.Fatal("the first lock lost its lease")
+	}
+}
+
+func TestWatchResumesWithLastEventID(t *testing.T) {
+	svc := memoryService(t)
+	client := newClient(t, svc.url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, _ := leasehold.NewResource("go-watch", uniqueID())
+	w, err := client.Watch(ctx, res, leasehold.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := w.Next()
+	if err != nil || first.Event != "state" || first.State.Held {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	a, _ := leasehold.NewAttempt("watched")
+	got, err := client.Acquire(ctx, res, a, leasehold.AcquireOptions{TTL: 5 * time.Second, Holder: "w1"})
+	if err != nil || !got.Held() {
+		t.Fatal(err)
+	}
+	ev, err := w.Next()
+	if err != nil || ev.Event != "acquired" || ev.State.Holder != "w1" || ev.ID == "" || ev.ID == first.ID {
+		t.Fatalf("acquired: %+v %v", ev, err)
+	}
+	w.Close()
+	if _, err := w.Next(); err == nil {
+		t.Fatal("a closed watcher went on")
+	}
+	// Resumed at the last event seen: nothing changed, so the next event is
+	// the next change, not a state event.
+	resumed, err := client.Watch(ctx, res, leasehold.WatchOptions{LastEventID: ev.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Close()
+	if _, err := got.Lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := resumed.Next()
+	if err != nil || next.Event != "released" || next.State.Held {
+		t.Fatalf("after resume: %+v %v", next, err)
+	}
+	// Resumed from an old id after a change: a state event first.
+	stale, err := client.Watch(ctx, res, leasehold.WatchOptions{LastEventID: first.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Close()
+	st, err := stale.Next()
+	if err != nil || st.Event != "state" || st.ID != next.ID {
+		t.Fatalf("stale resume: %+v %v (want state %s)", st, err, next.ID)
+	}
+}
+
+func TestElectionCallbacksAndObserver(t *testing.T) {
+	svc := memoryService(t)
+	client := newClient(t, svc.url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rawID := uniqueID()
+	res, _ := leasehold.NewResource(conformancePurpose, rawID)
+	observed := client.Observe(ctx, res, 2*time.Second)
+	if l := <-observed; l.IsHeld() {
+		t.Fatalf("a leader before any campaign: %+v", l)
+	}
+	started := make(chan leasehold.Term, 1)
+	stopped := make(chan leasehold.StopReason, 1)
+	termCtxDone := make(chan struct{})
+	newLeaders := make(chan leasehold.Leader, 8)
+	election, err := client.NewElection(leasehold.ElectionConfig{
+		Purpose: conformancePurpose, RawID: rawID, Holder: "pod-a", TTL: 500 * time.Millisecond,
+		OnStartedLeading: func(ctx context.Context, term leasehold.Term) {
+			started <- term
+			<-ctx.Done()
+			close(termCtxDone)
+		},
+		OnStoppedLeading: func(term leasehold.Term, reason leasehold.StopReason) { stopped <- reason },
+		OnNewLeader:      func(l leasehold.Leader) { newLeaders <- l },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- election.Campaign(ctx) }()
+	term := <-started
+	if term.Holder != "pod-a" || term.FencingToken <= 0 || !election.IsLeader() {
+		t.Fatalf("term %+v", term)
+	}
+	if l := <-observed; l.Holder != "pod-a" || l.FencingToken != term.FencingToken {
+		t.Fatalf("observer saw %+v", l)
+	}
+	for l := range newLeaders {
+		if l.Holder == "pod-a" {
+			break
+		}
+	}
+	if err := election.Proclaim(ctx, "pod-a2"); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-observed; l.Holder != "pod-a2" || l.FencingToken != term.FencingToken {
+		t.Fatalf("observer after proclaim saw %+v", l)
+	}
+	// Past the TTL: the watchdog renews the leader's lease.
+	time.Sleep(800 * time.Millisecond)
+	if !election.IsLeader() {
+		t.Fatal("the leader lost its lease while renewing")
+	}
+	if err := election.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-termCtxDone
+	if r := <-stopped; r != leasehold.Resigned {
+		t.Fatalf("stopped: %v", r)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if l := <-observed; l.IsHeld() {
+		t.Fatalf("observer after resign saw %+v", l)
+	}
+}
