@@ -107,6 +107,9 @@ fi
 export LEASEHOLD_BIN="$ROOT/target/debug/leasehold"
 stage "Python client (clients/python/check.sh)" bash clients/python/check.sh
 stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/check.sh
+# Go (standard library only; apt's golang-go, lib/pq for the guard's tests);
+# it also builds clients/go/dist/mixed-worker for the mixed history.
+stage "Go client (clients/go/check.sh)" bash clients/go/check.sh
 # The mixed checked history (tests/it/mixed_history.rs, ignored in the run
 # above): Rust, Python and TypeScript workers on shared resources. It runs
 # the venv and the TypeScript build the two checks just made.
