@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,11 +66,17 @@ func (c *Client) call(ctx context.Context, method, url, op string, attempt *Atte
 	if attempt != nil {
 		opID = attempt.operationID
 	}
-	wrote := false
+	// What may have reached the service. The transport can return (on a
+	// cancellation) before its writer reports, so these are read as "may
+	// have been sent" unless the writer said it failed first.
+	var gotConn, wroteOK, writeFailed atomic.Bool
 	trace := &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) },
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err == nil {
-				wrote = true
+				wroteOK.Store(true)
+			} else {
+				writeFailed.Store(true)
 			}
 		},
 	}
@@ -90,7 +97,10 @@ func (c *Client) call(ctx context.Context, method, url, op string, attempt *Atte
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, transportError(err, wrote, op, opID)
+		// Not sent: no connection was had, or the request's bytes were not
+		// all written (a partial request cannot be applied).
+		sent := gotConn.Load() && (wroteOK.Load() || !writeFailed.Load())
+		return nil, transportError(err, sent, op, opID)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReply))
@@ -109,10 +119,10 @@ func jsonObject(data []byte, v any) bool {
 	return len(trimmed) > 0 && trimmed[0] == '{' && json.Unmarshal(trimmed, v) == nil
 }
 
-// transportError classifies a failed exchange: nothing written → unavailable;
-// written (or possibly written) → indeterminate.
-func transportError(err error, wrote bool, op, opID string) *Error {
-	if !wrote {
+// transportError classifies a failed exchange: nothing sent → unavailable;
+// sent (or possibly sent) → indeterminate.
+func transportError(err error, sent bool, op, opID string) *Error {
+	if !sent {
 		cause := "connect"
 		var unknownAuthority x509.UnknownAuthorityError
 		var hostname x509.HostnameError
