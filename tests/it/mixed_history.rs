@@ -10,6 +10,8 @@
 //!   with this checkout's `clients/python/src` first on `PYTHONPATH`.
 //!   TypeScript: `clients/typescript/test/fixtures/mixed_worker.ts`, as
 //!   compiled by `clients/typescript/check.sh` into `dist-test/`, on `node`.
+//!   Go: `clients/go/internal/cmd/mixed-worker`, as built by
+//!   `clients/go/check.sh` into `clients/go/dist/mixed-worker`.
 //!   Rust: tasks in this test, with [`Client`], [`LeaseHandle`] and
 //!   [`Watchdog`]; an `indeterminate` acquire is retried with the same
 //!   attempt (the caller's job in Rust, as `Error::Indeterminate` says).
@@ -152,6 +154,35 @@ fn typescript_worker() -> PathBuf {
         source.display()
     );
     compiled
+}
+
+/// The Go worker `clients/go/check.sh` builds, no older than the client's
+/// sources.
+fn go_worker() -> PathBuf {
+    let module = Path::new(ROOT).join("clients/go");
+    let built = module.join("dist/mixed-worker");
+    assert!(
+        built.is_file(),
+        "the Go client's mixed worker is missing ({}): run `bash clients/go/check.sh` first \
+         (or `go build -o dist/mixed-worker ./internal/cmd/mixed-worker` in clients/go); \
+         scripts/test.sh runs it before this test",
+        built.display()
+    );
+    let main = module.join("internal/cmd/mixed-worker/main.go");
+    let sources = std::fs::read_dir(&module)
+        .expect("clients/go")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "go"))
+        .chain(std::iter::once(main));
+    for source in sources {
+        assert!(
+            modified(&built) >= modified(&source),
+            "{} is older than {}: rebuild with `bash clients/go/check.sh`",
+            built.display(),
+            source.display()
+        );
+    }
+    built
 }
 
 fn node() -> PathBuf {
@@ -668,6 +699,7 @@ fn redis_freeze(redis: &RedisServer) -> (f64, f64) {
 async fn rust_python_and_typescript_workers_never_believe_at_once() {
     let python = python();
     let ts_worker = typescript_worker();
+    let go_worker = go_worker();
     let node = node();
     let dir = std::env::temp_dir().join(unique("leasehold-mixed-"));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -701,7 +733,12 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     let mut workers = vec![
         WorkerProcess::spawn("python", py, &dir, &args("python")),
         WorkerProcess::spawn("typescript", ts, &dir, &args("typescript")),
+        WorkerProcess::spawn("go", Command::new(&go_worker), &dir, &args("go")),
     ];
+    // Every language with workers: Rust's tasks and one process per other.
+    let langs: Vec<&'static str> = std::iter::once("rust")
+        .chain(workers.iter().map(|w| w.lang))
+        .collect();
     let rust_count = Arc::new(Mutex::new(0usize));
     let rust_tasks: Vec<_> = (0..TASKS)
         .map(|i| {
@@ -718,7 +755,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     let mut faults: Vec<String> = Vec::new();
     progress
         .until("every language holds once", &mut workers, |n| {
-            n.values().all(|&c| c >= 1) && n.len() == 3
+            n.values().all(|&c| c >= 1) && n.len() == langs.len()
         })
         .await;
     let (from, to) = tokio::task::block_in_place(|| redis_freeze(&redis));
@@ -797,7 +834,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     );
     assert_eq!(
         summaries.len(),
-        3 * TASKS,
+        langs.len() * TASKS,
         "every worker wrote its summary: {:?}",
         summaries.iter().map(|s| &s.worker).collect::<Vec<_>>()
     );
@@ -809,7 +846,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
             s.worker
         );
     }
-    for lang in ["rust", "python", "typescript"] {
+    for lang in langs.iter().copied() {
         assert!(
             per_lang.get(lang).copied().unwrap_or(0) >= 3,
             "{lang} workers held too rarely to be judged: {per_lang:?}"
