@@ -250,3 +250,81 @@ func TestElectionCallbacksAndObserver(t *testing.T) {
 		t.Fatalf("observer after resign saw %+v", l)
 	}
 }
+
+func TestLockWaitsServerSideForTheHolder(t *testing.T) {
+	svc := memoryService(t)
+	client := newClient(t, svc.url)
+	ctx := context.Background()
+	rawID := uniqueID()
+	first, _, err := client.Lock(ctx, "go-lock", rawID, leasehold.LockOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lock *leasehold.Lock
+		err  error
+	}
+	second := make(chan result, 1)
+	go func() {
+		l, _, err := client.Lock(ctx, "go-lock", rawID, leasehold.LockOptions{TTL: 5 * time.Second, Wait: 5 * time.Second})
+		second <- result{l, err}
+	}()
+	untilWaiting(t, svc)
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-second
+	if r.err != nil || r.lock.Outcome != leasehold.OutcomeAcquired || r.lock.Lease.FencingToken() <= first.Lease.FencingToken() {
+		t.Fatalf("second: %+v %v", r.lock, r.err)
+	}
+	if err := r.lock.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestALeaderWhoseLeaseIsTakenAwayStopsAndCampaignsAgain(t *testing.T) {
+	svc := startService(t, startRedis(t))
+	client := newClient(t, svc.url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rawID := uniqueID()
+	terms := make(chan leasehold.Term, 4)
+	ended := make(chan struct{}, 4)
+	stopped := make(chan leasehold.StopReason, 4)
+	election, err := client.NewElection(leasehold.ElectionConfig{
+		Purpose: conformancePurpose, RawID: rawID, Holder: "pod-b", TTL: 900 * time.Millisecond,
+		OnStartedLeading: func(ctx context.Context, term leasehold.Term) {
+			terms <- term
+			<-ctx.Done()
+			ended <- struct{}{}
+		},
+		OnStoppedLeading: func(term leasehold.Term, reason leasehold.StopReason) { stopped <- reason },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- election.Campaign(ctx) }()
+	first := <-terms
+	key := svc.leaseKey(conformancePurpose, leasehold.Digest(rawID))
+	if got := svc.redis.cli(t, "DEL", key); got != "1" {
+		t.Fatalf("DEL %s: %q", key, got)
+	}
+	<-ended
+	if r := <-stopped; r != leasehold.LostLeadership {
+		t.Fatalf("stopped: %v", r)
+	}
+	if first.Lease.LostReason() != "absent" {
+		t.Fatalf("reason %q", first.Lease.LostReason())
+	}
+	second := <-terms
+	if second.FencingToken <= first.FencingToken {
+		t.Fatalf("fencing token did not grow: %d then %d", first.FencingToken, second.FencingToken)
+	}
+	if err := election.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -172,7 +172,10 @@ fn go_worker() -> PathBuf {
     let sources = std::fs::read_dir(&module)
         .expect("clients/go")
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "go"))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.ends_with(".go") && !name.ends_with("_test.go")
+        })
         .chain(std::iter::once(main));
     for source in sources {
         assert!(
