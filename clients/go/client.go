@@ -2,10 +2,13 @@ package leasehold
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -24,9 +27,42 @@ type Options struct {
 	// send (default max(10 ms, 1 %), DESIGN §14).
 	DriftBudget   time.Duration
 	DriftFraction float64
-	// HTTPClient replaces the default one (for TLS settings, say). Its own
-	// Timeout should be zero: the client bounds each request itself.
+	// CAFile (PEM) is the only trust for https:// when set (else the
+	// system's roots); ClientCertFile and ClientKeyFile (PEM) present a
+	// client certificate (for LEASEHOLD_TLS_CLIENT_CA_FILE). An untrusted
+	// server is ErrUnavailable with cause tls (nothing was sent).
+	CAFile         string
+	ClientCertFile string
+	ClientKeyFile  string
+	// HTTPClient replaces the default one (and the TLS options above). Its
+	// own Timeout should be zero: the client bounds each request itself.
 	HTTPClient *http.Client
+}
+
+func tlsConfig(opts Options) (*tls.Config, error) {
+	if opts.CAFile == "" && opts.ClientCertFile == "" && opts.ClientKeyFile == "" {
+		return nil, nil
+	}
+	config := &tls.Config{MinVersion: tls.VersionTLS12}
+	if opts.CAFile != "" {
+		pem, err := os.ReadFile(opts.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("leasehold: reading the CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("leasehold: no certificate in the CA file %s", opts.CAFile)
+		}
+		config.RootCAs = pool
+	}
+	if opts.ClientCertFile != "" || opts.ClientKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(opts.ClientCertFile, opts.ClientKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("leasehold: loading the client certificate: %w", err)
+		}
+		config.Certificates = []tls.Certificate{cert}
+	}
+	return config, nil
 }
 
 // Client speaks leasehold's HTTP API. It is safe for concurrent use.
@@ -73,9 +109,14 @@ func New(baseURL string, opts Options) (*Client, error) {
 	}
 	c.http = opts.HTTPClient
 	if c.http == nil {
+		tlsConf, err := tlsConfig(opts)
+		if err != nil {
+			return nil, err
+		}
 		dialer := &net.Dialer{Timeout: c.connectTimeout, KeepAlive: 30 * time.Second}
 		c.http = &http.Client{
 			Transport: &http.Transport{
+				TLSClientConfig:     tlsConf,
 				DialContext:         dialer.DialContext,
 				TLSHandshakeTimeout: c.connectTimeout,
 				MaxIdleConnsPerHost: 16,

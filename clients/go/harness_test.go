@@ -130,6 +130,12 @@ func (s *service) leaseKey(purpose, digest string) string {
 }
 
 func startService(t testing.TB, redis *redisServer) *service {
+	return launchService(t, redis, nil, "http", &http.Client{Timeout: 500 * time.Millisecond})
+}
+
+// launchService starts the binary with extra environment, and waits for its
+// /readyz through probe (an HTTPS client trusting its CA, say).
+func launchService(t testing.TB, redis *redisServer, extra []string, scheme string, probe *http.Client) *service {
 	binary := serviceBinary(t)
 	port := freePort(t)
 	ns := fmt.Sprintf("g%d", time.Now().UnixNano()%1_000_000_000_000)
@@ -149,6 +155,7 @@ func startService(t testing.TB, redis *redisServer) *service {
 	if redis != nil {
 		env = append(env, "LEASEHOLD_REDIS_URL="+redis.url())
 	}
+	env = append(env, extra...)
 	cmd.Env = env
 	logFile, err := os.CreateTemp("", "leasehold-go-*.log")
 	if err != nil {
@@ -160,7 +167,7 @@ func startService(t testing.TB, redis *redisServer) *service {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	s := &service{url: fmt.Sprintf("http://127.0.0.1:%d", port), port: port, namespace: ns, redis: redis, cmd: cmd}
+	s := &service{url: fmt.Sprintf("%s://127.0.0.1:%d", scheme, port), port: port, namespace: ns, redis: redis, cmd: cmd}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -172,7 +179,6 @@ func startService(t testing.TB, redis *redisServer) *service {
 		logFile.Close()
 		os.Remove(logFile.Name())
 	})
-	http := &http.Client{Timeout: 500 * time.Millisecond}
 	waitUntil(t, 20*time.Second, "leasehold", func() bool {
 		select {
 		case <-exited:
@@ -180,7 +186,7 @@ func startService(t testing.TB, redis *redisServer) *service {
 			t.Fatalf("leasehold exited: %s", text)
 		default:
 		}
-		resp, err := http.Get(s.url + "/readyz")
+		resp, err := probe.Get(s.url + "/readyz")
 		if err != nil {
 			return false
 		}
