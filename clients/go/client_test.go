@@ -328,3 +328,37 @@ func TestALeaderWhoseLeaseIsTakenAwayStopsAndCampaignsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestWatchReconnectsAfterACutWithLastEventID(t *testing.T) {
+	svc := memoryService(t)
+	p := startProxy(t, svc.port)
+	watching := newClient(t, p.url)
+	direct := newClient(t, svc.url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, _ := leasehold.NewResource("go-watch", uniqueID())
+	w, err := watching.Watch(ctx, res, leasehold.WatchOptions{RetryPeriod: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	first, err := w.Next()
+	if err != nil || first.Event != "state" {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	p.cut()
+	a, _ := leasehold.NewAttempt("watched")
+	if got, err := direct.Acquire(ctx, res, a, leasehold.AcquireOptions{TTL: 5 * time.Second}); err != nil || !got.Held() {
+		t.Fatalf("acquire: %v", err)
+	}
+	// Whether the change came before the reconnection (a state event) or
+	// after it (acquired), the watcher hears of it, once.
+	ev, err := w.Next()
+	if err != nil || (ev.Event != "state" && ev.Event != "acquired") || !ev.State.Held || ev.ID == first.ID {
+		t.Fatalf("after the cut: %+v %v", ev, err)
+	}
+	streams := p.requests("GET", "/leases/")
+	if len(streams) < 2 || streams[0].lastEventID != "" || streams[len(streams)-1].lastEventID != first.ID {
+		t.Fatalf("reconnections %+v (want the last with Last-Event-ID %s)", streams, first.ID)
+	}
+}

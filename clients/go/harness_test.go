@@ -206,8 +206,8 @@ func envOr(name, fallback string) string {
 // ---------------------------------------------------------------- the proxy --
 
 type seenRequest struct {
-	method, path, ownerToken, operationID string
-	dropped                               bool
+	method, path, ownerToken, operationID, lastEventID string
+	dropped                                            bool
 }
 
 // proxy sits between a client and the service: it relays HTTP/1.1 exchanges
@@ -258,6 +258,17 @@ func (p *proxy) requests(method, prefix string) []seenRequest {
 		}
 	}
 	return out
+}
+
+// cut closes every open connection (the listener stays).
+func (p *proxy) cut() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = map[net.Conn]bool{}
+	p.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
 }
 
 func (p *proxy) close() {
@@ -315,6 +326,7 @@ func (p *proxy) serve(client net.Conn) {
 		seen := seenRequest{
 			method: req.Method, path: req.URL.RequestURI(),
 			ownerToken: req.Header.Get("Lease-Owner-Token"), operationID: req.Header.Get("Lease-Operation-Id"),
+			lastEventID: req.Header.Get("Last-Event-ID"),
 		}
 		p.mu.Lock()
 		if p.drop[req.Method] > 0 {
