@@ -409,3 +409,59 @@ func (c *Client) Inspect(ctx context.Context, res Resource, opts InspectOptions)
 	}
 	return in, nil
 }
+
+// ListedLease is one lease of a listing.
+type ListedLease struct {
+	Digest       string   `json:"digest"`
+	Holder       string   `json:"holder,omitempty"`
+	FencingToken int64    `json:"fencingToken"`
+	RemainingMs  int64    `json:"remainingMs"`
+	TTLMs        int64    `json:"ttlMs"`
+	AcquiredAt   string   `json:"acquiredAt"`
+	RenewedAt    string   `json:"renewedAt"`
+	Holders      int      `json:"holders"`
+	Limit        int      `json:"limit"`
+	Mode         string   `json:"mode"`
+	Permits      []Permit `json:"permits,omitempty"`
+}
+
+// Listed is one page of a listing; NextCursor is empty on the last page.
+type Listed struct {
+	Leases     []ListedLease `json:"leases"`
+	NextCursor string        `json:"nextCursor,omitempty"`
+}
+
+// List sends GET /leases/{purpose}: one page (limit 1-1000, zero: the
+// service's default of 100) of the leases held on purpose, from cursor (a
+// NextCursor sent back unchanged; empty: the start). On Redis a lease may
+// appear on two pages; de-duplicate by digest if it matters.
+func (c *Client) List(ctx context.Context, purpose string, limit int, cursor string) (Listed, error) {
+	if !purposePattern.MatchString(purpose) {
+		return Listed{}, fmt.Errorf("leasehold: purpose %q must match %s", purpose, purposePattern)
+	}
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	u := c.base + "/leases/" + purpose
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	ctx, cancel := c.bounded(ctx, 0)
+	defer cancel()
+	r, err := c.call(ctx, http.MethodGet, u, "list", nil, nil)
+	if err != nil {
+		return Listed{}, err
+	}
+	if r.body.Outcome != "listed" {
+		return Listed{}, r.failure("list", "list")
+	}
+	var page Listed
+	if !jsonObject(r.raw, &page) || page.Leases == nil {
+		return Listed{}, r.unexpected("list", "list")
+	}
+	return page, nil
+}

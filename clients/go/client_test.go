@@ -6,6 +6,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -360,5 +361,93 @@ func TestWatchReconnectsAfterACutWithLastEventID(t *testing.T) {
 	streams := p.requests("GET", "/leases/")
 	if len(streams) < 2 || streams[0].lastEventID != "" || streams[len(streams)-1].lastEventID != first.ID {
 		t.Fatalf("reconnections %+v (want the last with Last-Event-ID %s)", streams, first.ID)
+	}
+}
+
+func TestListPagesThroughTheLeasesOfAPurpose(t *testing.T) {
+	svc := memoryService(t)
+	client := newClient(t, svc.url)
+	ctx := context.Background()
+	purpose := "go-list"
+	want := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		res, _ := leasehold.NewResource(purpose, uniqueID())
+		a, _ := leasehold.NewAttempt("op-list")
+		if got, err := client.Acquire(ctx, res, a, leasehold.AcquireOptions{TTL: 5 * time.Second, Holder: "lister"}); err != nil || !got.Held() {
+			t.Fatal(err)
+		}
+		want[res.Digest] = true
+	}
+	seen := map[string]bool{}
+	cursor, pages := "", 0
+	for {
+		page, err := client.List(ctx, purpose, 2, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, l := range page.Leases {
+			if l.Holder != "lister" || l.FencingToken <= 0 {
+				t.Fatalf("listed %+v", l)
+			}
+			seen[l.Digest] = true
+		}
+		if page.NextCursor == "" || pages > 5 {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	if len(seen) != 3 || pages < 2 {
+		t.Fatalf("saw %d leases in %d pages", len(seen), pages)
+	}
+	for d := range want {
+		if !seen[d] {
+			t.Fatalf("%s not listed", d)
+		}
+	}
+	_, err := client.List(ctx, purpose, 5000, "")
+	if !errors.Is(err, leasehold.ErrInvalidRequest) {
+		t.Fatalf("limit 5000: %v", err)
+	}
+}
+
+func TestOverloadedAndUnavailableAreTheirOwnKinds(t *testing.T) {
+	redis := startRedis(t)
+	probe := &http.Client{Timeout: 500 * time.Millisecond}
+	svc := launchService(t, redis, []string{"LEASEHOLD_MAX_WATCHERS=1"}, "http", probe)
+	client := newClient(t, svc.url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, _ := leasehold.NewResource("go-kinds", uniqueID())
+	w, err := client.Watch(ctx, res, leasehold.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Next(); err != nil {
+		t.Fatal(err)
+	}
+	// Beyond the watcher cap: shed before the store, definitely not applied.
+	_, err = client.Watch(ctx, res, leasehold.WatchOptions{})
+	var le *leasehold.Error
+	if !errors.Is(err, leasehold.ErrOverloaded) || errors.Is(err, leasehold.ErrIndeterminate) || !errors.As(err, &le) || le.Problem == nil {
+		t.Fatalf("second watch: %v", err)
+	}
+	// The store gone: a command on a connection that died under it is
+	// indeterminate; once the service knows, it answers unavailable (a
+	// refused connect: nothing applied). Same attempt each time.
+	redis.stop()
+	a, _ := leasehold.NewAttempt("op-kinds")
+	for i := 0; ; i++ {
+		_, err = client.Acquire(ctx, res, a, leasehold.AcquireOptions{TTL: time.Second})
+		if errors.Is(err, leasehold.ErrUnavailable) {
+			break
+		}
+		if !errors.Is(err, leasehold.ErrIndeterminate) || i == 20 {
+			t.Fatalf("acquire without redis, try %d: %v", i, err)
+		}
+	}
+	if !errors.As(err, &le) || le.Cause != "service" || le.Problem.Status != 503 || le.OperationID != "op-kinds" {
+		t.Fatalf("acquire without redis: %v", err)
 	}
 }
