@@ -112,9 +112,12 @@ stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/
 # Java: Debian's JDK and jars (no Maven Central), javac -Xlint:all -Werror,
 # JUnit 5 and the conformance table; its build is what the mixed history runs.
 stage "Java client (clients/java/check.sh)" bash clients/java/check.sh
+# Go (standard library only; apt's golang-go, lib/pq for the guard's tests);
+# it also builds clients/go/dist/mixed-worker for the mixed history.
+stage "Go client (clients/go/check.sh)" bash clients/go/check.sh
 # The mixed checked history (tests/it/mixed_history.rs, ignored in the run
-# above): Rust, Python, TypeScript and Java workers on shared resources. It
-# runs the venv, the TypeScript build and the Java build the checks just made.
+# above): Rust, Python, TypeScript, Java and Go workers on shared resources. It
+# runs the venv, the TypeScript, Java and Go builds the checks just made.
 stage "mixed checked history (tests/it/mixed_history.rs)" \
   cargo test --all-features --locked --test it mixed_history:: -- --ignored
 

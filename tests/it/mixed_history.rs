@@ -13,6 +13,8 @@
 //!   Java: `clients/java/src/test/java/io/leasehold/client/MixedWorker.java`,
 //!   as compiled by `clients/java/check.sh` (its `build.sh`) into
 //!   `clients/java/build/`, on `java` with the classpath in `build/classpath`.
+//!   Go: `clients/go/internal/cmd/mixed-worker`, as built by
+//!   `clients/go/check.sh` into `clients/go/dist/mixed-worker`.
 //!   Rust: tasks in this test, with [`Client`], [`LeaseHandle`] and
 //!   [`Watchdog`]; an `indeterminate` acquire is retried with the same
 //!   attempt (the caller's job in Rust, as `Error::Indeterminate` says).
@@ -155,6 +157,38 @@ fn typescript_worker() -> PathBuf {
         source.display()
     );
     compiled
+}
+
+/// The Go worker `clients/go/check.sh` builds, no older than the client's
+/// sources.
+fn go_worker() -> PathBuf {
+    let module = Path::new(ROOT).join("clients/go");
+    let built = module.join("dist/mixed-worker");
+    assert!(
+        built.is_file(),
+        "the Go client's mixed worker is missing ({}): run `bash clients/go/check.sh` first \
+         (or `go build -o dist/mixed-worker ./internal/cmd/mixed-worker` in clients/go); \
+         scripts/test.sh runs it before this test",
+        built.display()
+    );
+    let main = module.join("internal/cmd/mixed-worker/main.go");
+    let sources = std::fs::read_dir(&module)
+        .expect("clients/go")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.ends_with(".go") && !name.ends_with("_test.go")
+        })
+        .chain(std::iter::once(main));
+    for source in sources {
+        assert!(
+            modified(&built) >= modified(&source),
+            "{} is older than {}: rebuild with `bash clients/go/check.sh`",
+            built.display(),
+            source.display()
+        );
+    }
+    built
 }
 
 fn node() -> PathBuf {
@@ -702,9 +736,10 @@ fn redis_freeze(redis: &RedisServer) -> (f64, f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run by scripts/test.sh after the client checks (needs the Python venv and the TypeScript build)"]
-async fn rust_python_and_typescript_workers_never_believe_at_once() {
+async fn workers_of_five_languages_never_believe_at_once() {
     let python = python();
     let ts_worker = typescript_worker();
+    let go_worker = go_worker();
     let node = node();
     let java = java_worker();
     let dir = std::env::temp_dir().join(unique("leasehold-mixed-"));
@@ -739,6 +774,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     let mut workers = vec![
         WorkerProcess::spawn("python", py, &dir, &args("python")),
         WorkerProcess::spawn("typescript", ts, &dir, &args("typescript")),
+        WorkerProcess::spawn("go", Command::new(&go_worker), &dir, &args("go")),
     ];
     workers.push(WorkerProcess::spawn("java", java, &dir, &args("java")));
     // Rust's tasks run in this process; every other language is a worker process.
