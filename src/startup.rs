@@ -195,7 +195,11 @@ pub async fn run_with(
         );
         tls.acceptor
     });
-    let router = http::service(Arc::clone(&app), metrics_listener.is_none());
+    let router = http::service(
+        Arc::clone(&app),
+        metrics_listener.is_none(),
+        config.http.http_fast_paths,
+    );
     let limits = server_limits(&config.http);
     // Awaited at shutdown with the API's server, so `run` returns with
     // neither listener bound.
@@ -321,6 +325,7 @@ fn server_limits(http: &HttpArgs) -> http::server::Limits {
     http::server::Limits {
         max_connections: http.max_connections,
         idle_timeout: Duration::from_millis(http.idle_timeout_ms),
+        fast_paths: http.http_fast_paths,
     }
 }
 

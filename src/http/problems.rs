@@ -14,10 +14,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use super::app::AppState;
 use super::problem::ApiError;
 use super::problem::PREFIX;
 use super::problem_table::{ProblemType, Row};
-use super::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::NotFoundProblem;
 

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use super::super::auth::{Reach, Role};
 use super::super::extract::Headers;
-use super::super::AppState;
+use crate::http::app::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::openapi::{HeadersTooLargeProblem, UnauthorizedProblem};
 

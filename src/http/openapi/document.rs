@@ -14,11 +14,11 @@ use utoipa::{Modify, OpenApi};
 use super::schemas::*;
 use crate::domain::FieldError;
 use crate::domain::{Guarantee, HeldBy, Lease};
+use crate::http::app::AppState;
 use crate::http::attempts::{AttemptBody, AttemptCreated};
 use crate::http::health::{Live, Ready};
 use crate::http::leases::{AcquireBody, RenewBody};
 use crate::http::problem_table::ProblemType;
-use crate::http::AppState;
 
 /// The document's route (also its metric label).
 pub const ROUTE: &str = "/openapi.json";

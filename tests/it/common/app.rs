@@ -85,7 +85,8 @@ pub fn digest() -> String {
         .to_owned()
 }
 
-/// Default settings for tests (flags only; the environment is ignored).
+/// Default settings for tests (flags only; the environment is ignored but
+/// for `LEASEHOLD_HTTP_FAST_PATHS`).
 pub fn args(backend: &Backend, extra: &[&str]) -> ServeArgs {
     super::install_tls_provider();
     #[derive(clap::Parser)]
@@ -102,6 +103,14 @@ pub fn args(backend: &Backend, extra: &[&str]) -> ServeArgs {
     }
     if !extra.contains(&"--command-timeout-ms") {
         argv.extend(["--command-timeout-ms".to_owned(), "2000".to_owned()]);
+    }
+    // The one variable the harness honours: the suite runs with the
+    // hand-written HTTP paths on and off (scripts/test.sh), and a test
+    // that sets the flag itself keeps its own.
+    if !extra.contains(&"--http-fast-paths") {
+        if let Ok(on) = std::env::var("LEASEHOLD_HTTP_FAST_PATHS") {
+            argv.extend(["--http-fast-paths".to_owned(), on]);
+        }
     }
     if let Backend::Redis(url) = backend {
         argv.push("--redis-url".into());
