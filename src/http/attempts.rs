@@ -13,7 +13,7 @@ use super::extract::{self, HeadersAndBody, Problems};
 use super::problem::ApiError;
 use crate::domain::{OperationId, OwnerToken};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     HeadersTooLargeProblem, InvalidRequestProblem, PayloadTooLargeProblem, UnauthorizedProblem,
     UnsupportedMediaTypeProblem,
 };

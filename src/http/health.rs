@@ -13,7 +13,7 @@ use super::app::AppState;
 use super::problem::problem_response;
 use super::problem_table::{ProblemType, Words};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
+use crate::http::schemas::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
 use crate::telemetry::POOL_CONNECTIONS;
 
 /// The liveness route (also its metric label).

@@ -15,7 +15,7 @@ use super::list::percent_decode;
 use super::problem::{respond, Answer, ApiError};
 use crate::domain::{History, HistoryBound, HistoryItem, HistoryLimit};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };

@@ -19,7 +19,7 @@ use super::verb::Verb;
 use super::watch;
 use crate::domain::{Attempt, HolderLabel, LeaseShape, Mode, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
     IndeterminateProblem, Inspected, InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem,
     NotFoundProblem, NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed,

@@ -14,7 +14,7 @@ use super::extract::{Headers, Problems};
 use super::problem::{respond, Answer, ApiError};
 use crate::domain::{ListCursor, ListLimit, ListedLease, Listing, Purpose};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };

@@ -24,6 +24,7 @@ pub mod problem;
 pub mod problem_table;
 pub mod problems;
 pub mod purpose_watch;
+pub mod schemas;
 pub mod server;
 pub mod tls;
 pub mod verb;

@@ -16,7 +16,7 @@ use super::extract::{self, path_resource, HeadersAndBody, Problems, RawPath};
 use super::problem::{respond, ApiError};
 use crate::domain::{BreakReason, Revocation};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     BreakNotFound, Broken, ForbiddenProblem, HeadersTooLargeProblem, IndeterminateProblem,
     InvalidRequestProblem, PayloadTooLargeProblem, ServiceUnavailable, UnauthorizedProblem,
     UnsupportedMediaTypeProblem,

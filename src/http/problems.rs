@@ -19,7 +19,7 @@ use super::problem::ApiError;
 use super::problem::PREFIX;
 use super::problem_table::{ProblemType, Row};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::NotFoundProblem;
+use crate::http::schemas::NotFoundProblem;
 
 /// The pages' route template (also its metric label).
 pub const ROUTE: &str = "/problems/{type}";

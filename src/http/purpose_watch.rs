@@ -26,7 +26,7 @@ use super::watch::{stream_bounds, StreamBounds};
 use super::watch_stream::{event_stream, KEEPALIVE};
 use crate::domain::{Purpose, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     PurposeEventDoc, ServiceUnavailable, UnauthorizedProblem,
 };

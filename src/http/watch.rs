@@ -19,7 +19,7 @@ use super::problem::{respond, respond_one, ApiError};
 use super::watch_stream::{response, state_event, Direct, Stream};
 use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, LeaseEvent, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };

@@ -13,7 +13,7 @@ use super::super::auth::{Reach, Role};
 use super::super::extract::Headers;
 use crate::http::app::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{HeadersTooLargeProblem, UnauthorizedProblem};
+use crate::http::schemas::{HeadersTooLargeProblem, UnauthorizedProblem};
 
 /// The route (also its metric label).
 pub const ROUTE: &str = "/purposes";
