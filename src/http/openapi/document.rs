@@ -24,7 +24,7 @@ use crate::http::schemas::*;
 pub const ROUTE: &str = "/openapi.json";
 
 /// `GET /openapi.json`.
-pub(in crate::http) fn routes() -> Router<AppState> {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new().route(ROUTE, get(openapi_json))
 }
 
