@@ -1,7 +1,24 @@
-//! The HTTP surface: [`router`] merges every resource module's routes
-//! (each module's `routes()` and its route template consts) and adds the
-//! problem+json fallbacks; [`Front`] adds request ids, tracing, HTTP metrics, the
-//! per-request timeout and the panic guard; [`service`] is the two together.
+//! The HTTP surface. Which path a request takes:
+//!
+//! 1. [`server`] accepts the connection (cap, one head deadline, TLS).
+//! 2. The front door, [`lanes`], reads a plain connection's heads and puts
+//!    each request in its lane (its opening comment tables them): a lease
+//!    verb is served by [`keep_alive`] outside hyper, an opened lease event
+//!    stream is written by [`direct`], and at the first request of any
+//!    other lane hyper takes the connection. TLS connections, and all of
+//!    them with `LEASEHOLD_HTTP_FAST_PATHS=false`, are hyper's from the
+//!    start.
+//! 3. Whichever path read it, the request goes through [`Front`] (request
+//!    ids, tracing, HTTP metrics, the per-request timeout, the panic
+//!    guard). The front calls the lease verbs' handlers itself
+//!    (`leases::serve`, by the same classifier) and hands everything else
+//!    to [`router`], which merges every resource module's routes (each
+//!    module's `routes()` and its route template consts) and adds the
+//!    problem+json fallbacks. [`service`] is the front around the router.
+//!
+//! Module imports point one way: this file names the resource modules;
+//! they import what they share from [`app`] (the handlers' state), never
+//! from here.
 
 pub mod app;
 pub mod attempts;
