@@ -378,8 +378,8 @@ fn is_json(headers: &HeaderMap) -> bool {
 pub enum RawPath {
     /// From the router.
     Routed(Result<RawPathParams, RawPathParamsRejection>),
-    /// `/leases/{purpose}/{digest}` with no `%` in it (the front's
-    /// `route_label` matched it).
+    /// `/leases/{purpose}/{digest}` with no `%` in it (the front door's
+    /// classifier, `lanes::classify`, put it in a verb's lane).
     Plain(Uri),
 }
 

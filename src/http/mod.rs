@@ -152,7 +152,7 @@ fn method_label(method: &Method) -> &'static str {
 /// The routes: API, operational endpoints, (unless `metrics_on_api` is
 /// false) `/metrics`, and problem+json for unknown paths and methods. Each
 /// resource module lists its own routes; a new route also gets its label
-/// in `route_label`. What
+/// in `lanes::route_label`. What
 /// every request passes through on its way here is [`Front`]; [`service`]
 /// puts the two together.
 pub fn router(app: AppState, metrics_on_api: bool) -> Router {
