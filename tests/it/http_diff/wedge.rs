@@ -138,10 +138,12 @@ async fn a_trickled_head_is_closed_at_one_idle_timeout() {
             ("another route's head", other.as_bytes()),
             ("a head past 64 KiB", &large[..]),
         ] {
-            // Silent for most of the idle timeout, then trickling.
-            let took = closed_after(&app, IDLE * 3 / 4, start).await;
+            // Silent for most of the idle timeout, then trickling: closed
+            // at 2 s, where a restarted deadline closed it at 3.8 s or
+            // later (the slack above 2 s is for a loaded machine's timers).
+            let took = closed_after(&app, IDLE * 9 / 10, start).await;
             assert!(
-                took >= IDLE - Duration::from_millis(100) && took < IDLE * 7 / 5,
+                took >= IDLE - Duration::from_millis(100) && took < IDLE * 3 / 2,
                 "fast paths {fast}, {what}: closed after {took:?}, not at one idle timeout ({IDLE:?})"
             );
         }
@@ -157,7 +159,7 @@ async fn a_trickled_head_is_closed_at_one_idle_timeout() {
         assert!(conn.closes_within(IDLE * 2).await, "idle connection kept");
         let took = answered.elapsed();
         assert!(
-            took >= IDLE - Duration::from_millis(100) && took < IDLE * 7 / 5,
+            took >= IDLE - Duration::from_millis(100) && took < IDLE * 3 / 2,
             "fast paths {fast}: an idle kept-alive connection closed after {took:?}"
         );
         app.shutdown().await;
