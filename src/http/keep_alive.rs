@@ -1,5 +1,5 @@
 //! The hand-written paths of a plain connection (issue 25,
-//! docs/performance.md "the request path, a fifth pass"): a plain
+//! docs/perf-log/2026-12-05.md "the lease verbs outside hyper"): a plain
 //! connection's requests are read here while each is a complete, plain
 //! HTTP/1.1 request of a hand-written lane ([`super::lanes`], the front
 //! door, which parses the head and classifies the target). Each goes

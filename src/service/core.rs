@@ -105,6 +105,8 @@ impl LeaseService {
             resource.purpose.as_str(),
             started.elapsed().as_secs_f64(),
         );
+        // For the console's overview (`GET /purposes`, `seen`).
+        self.waiters.purposes().seen(&resource.purpose);
     }
 
     pub(super) fn failure(&self, err: StoreError, attempt: Option<&Attempt>) -> Failure {
@@ -137,7 +139,8 @@ impl LeaseService {
     /// Not an `async fn`: its future would keep `call` twice, as the
     /// argument and as the future it awaits (rustc does not overlap the
     /// two), and every future above it in a request is moved, so copied
-    /// whole, several times (docs/performance.md).
+    /// whole, several times (docs/perf-log/2026-12-05.md, "the request
+    /// path, a third pass").
     pub(super) fn admitted<'a, T, F>(
         &'a self,
         call: F,
@@ -208,9 +211,14 @@ impl LeaseService {
             .map(|r| r.map(|r| (r.value, r.replication)));
         let result = match answer {
             Err(failure) => Err(failure),
-            Ok(Ok((StoreRenew::Renewed(record), replication))) => Ok(RenewOutcome::Renewed {
-                lease: Self::lease(resource, record, replication),
-            }),
+            Ok(Ok((StoreRenew::Renewed(record), replication))) => {
+                // A renewal changes no version: tell this instance's
+                // purpose stream (docs/watching.md, `renewed`).
+                self.waiters.purposes().renewed(resource);
+                Ok(RenewOutcome::Renewed {
+                    lease: Self::lease(resource, record, replication),
+                })
+            }
             Ok(Ok((StoreRenew::Absent, _))) => Ok(RenewOutcome::Lost {
                 reason: LostReason::Absent,
             }),

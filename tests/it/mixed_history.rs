@@ -10,6 +10,11 @@
 //!   with this checkout's `clients/python/src` first on `PYTHONPATH`.
 //!   TypeScript: `clients/typescript/test/fixtures/mixed_worker.ts`, as
 //!   compiled by `clients/typescript/check.sh` into `dist-test/`, on `node`.
+//!   Java: `clients/java/src/test/java/io/leasehold/client/MixedWorker.java`,
+//!   as compiled by `clients/java/check.sh` (its `build.sh`) into
+//!   `clients/java/build/`, on `java` with the classpath in `build/classpath`.
+//!   Go: `clients/go/internal/cmd/mixed-worker`, as built by
+//!   `clients/go/check.sh` into `clients/go/dist/mixed-worker`.
 //!   Rust: tasks in this test, with [`Client`], [`LeaseHandle`] and
 //!   [`Watchdog`]; an `indeterminate` acquire is retried with the same
 //!   attempt (the caller's job in Rust, as `Error::Indeterminate` says).
@@ -154,8 +159,74 @@ fn typescript_worker() -> PathBuf {
     compiled
 }
 
+/// The Go worker `clients/go/check.sh` builds, no older than the client's
+/// sources.
+fn go_worker() -> PathBuf {
+    let module = Path::new(ROOT).join("clients/go");
+    let built = module.join("dist/mixed-worker");
+    assert!(
+        built.is_file(),
+        "the Go client's mixed worker is missing ({}): run `bash clients/go/check.sh` first \
+         (or `go build -o dist/mixed-worker ./internal/cmd/mixed-worker` in clients/go); \
+         scripts/test.sh runs it before this test",
+        built.display()
+    );
+    let main = module.join("internal/cmd/mixed-worker/main.go");
+    let sources = std::fs::read_dir(&module)
+        .expect("clients/go")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.ends_with(".go") && !name.ends_with("_test.go")
+        })
+        .chain(std::iter::once(main));
+    for source in sources {
+        assert!(
+            modified(&built) >= modified(&source),
+            "{} is older than {}: rebuild with `bash clients/go/check.sh`",
+            built.display(),
+            source.display()
+        );
+    }
+    built
+}
+
 fn node() -> PathBuf {
     common::redis::require_binary("node", "nodejs")
+}
+
+/// The Java worker: `java` and the arguments that run `MixedWorker` on
+/// the build `clients/java/check.sh` makes.
+fn java_worker() -> Command {
+    let package = Path::new(ROOT).join("clients/java");
+    let compiled = package.join("build/test-classes/io/leasehold/client/MixedWorker.class");
+    let source = package.join("src/test/java/io/leasehold/client/MixedWorker.java");
+    let classpath = package.join("build/classpath");
+    assert!(
+        compiled.is_file() && classpath.is_file(),
+        "the Java client's build is missing ({}): run `bash clients/java/check.sh` first (or \
+         `bash clients/java/build.sh`); scripts/test.sh runs it before this test",
+        compiled.display()
+    );
+    assert!(
+        modified(&compiled) >= modified(&source),
+        "{} is older than {}: rebuild with `bash clients/java/build.sh`",
+        compiled.display(),
+        source.display()
+    );
+    let classpath = std::fs::read_to_string(&classpath).expect("clients/java/build/classpath");
+    let mut java = Command::new(common::redis::require_binary(
+        "java",
+        "default-jdk-headless",
+    ));
+    java.args([
+        "-XX:TieredStopAtLevel=1",
+        "-XX:+UseSerialGC",
+        "-cp",
+        classpath.trim(),
+    ])
+    .arg("io.leasehold.client.MixedWorker");
+    java
 }
 
 // ---------------------------------------------------------------- instances --
@@ -665,10 +736,12 @@ fn redis_freeze(redis: &RedisServer) -> (f64, f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run by scripts/test.sh after the client checks (needs the Python venv and the TypeScript build)"]
-async fn rust_python_and_typescript_workers_never_believe_at_once() {
+async fn workers_of_five_languages_never_believe_at_once() {
     let python = python();
     let ts_worker = typescript_worker();
+    let go_worker = go_worker();
     let node = node();
+    let java = java_worker();
     let dir = std::env::temp_dir().join(unique("leasehold-mixed-"));
     std::fs::create_dir_all(&dir).expect("temp dir");
 
@@ -701,7 +774,13 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     let mut workers = vec![
         WorkerProcess::spawn("python", py, &dir, &args("python")),
         WorkerProcess::spawn("typescript", ts, &dir, &args("typescript")),
+        WorkerProcess::spawn("go", Command::new(&go_worker), &dir, &args("go")),
     ];
+    workers.push(WorkerProcess::spawn("java", java, &dir, &args("java")));
+    // Rust's tasks run in this process; every other language is a worker process.
+    let languages: Vec<&str> = std::iter::once("rust")
+        .chain(workers.iter().map(|w| w.lang))
+        .collect();
     let rust_count = Arc::new(Mutex::new(0usize));
     let rust_tasks: Vec<_> = (0..TASKS)
         .map(|i| {
@@ -718,7 +797,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     let mut faults: Vec<String> = Vec::new();
     progress
         .until("every language holds once", &mut workers, |n| {
-            n.values().all(|&c| c >= 1) && n.len() == 3
+            n.values().all(|&c| c >= 1) && n.len() == languages.len()
         })
         .await;
     let (from, to) = tokio::task::block_in_place(|| redis_freeze(&redis));
@@ -797,7 +876,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     );
     assert_eq!(
         summaries.len(),
-        3 * TASKS,
+        languages.len() * TASKS,
         "every worker wrote its summary: {:?}",
         summaries.iter().map(|s| &s.worker).collect::<Vec<_>>()
     );
@@ -809,7 +888,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
             s.worker
         );
     }
-    for lang in ["rust", "python", "typescript"] {
+    for lang in languages.iter().copied() {
         assert!(
             per_lang.get(lang).copied().unwrap_or(0) >= 3,
             "{lang} workers held too rarely to be judged: {per_lang:?}"
