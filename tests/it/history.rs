@@ -154,6 +154,7 @@ const MANY_FILL: Duration = Duration::from_secs(12);
 
 #[path = "history/checker.rs"]
 mod checker;
+mod resharding;
 
 // ---------------------------------------------------------------------------
 // The recorder

@@ -43,6 +43,7 @@ mod redis_failures;
 mod refusals;
 mod roles;
 mod soak;
+mod store_keys;
 mod tls;
 mod topologies;
 #[cfg(feature = "otel")]
