@@ -11,4 +11,4 @@ mod history;
 mod records;
 mod store;
 
-pub use self::store::MemoryStore;
+pub use self::store::{MemoryResidue, MemoryStore};

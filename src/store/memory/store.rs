@@ -26,6 +26,9 @@ use operator::Tomb;
 mod operator;
 #[path = "queue.rs"]
 mod queue;
+#[path = "residue.rs"]
+mod residue;
+pub use residue::MemoryResidue;
 /// Most shared holders at once (as on Redis).
 const SHARED_CAP: usize = 10_000;
 
@@ -537,7 +540,9 @@ impl MemoryStore {
                 }
                 let Some(store) = weak.upgrade() else { break };
                 let now = Instant::now();
-                Self::sweep(&mut store.lock(), now);
+                let mut state = store.lock();
+                Self::sweep(&mut state, now);
+                residue::sweep(&mut state, now, wall_ms());
             }
         });
     }
