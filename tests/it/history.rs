@@ -104,6 +104,7 @@ use common::history::{
     Verb,
 };
 use common::redis::{RedisCluster, RedisSentinelSet, RedisServer};
+use common::residue;
 use serde_json::{json, Value};
 
 const P: &str = "history";
@@ -1319,9 +1320,77 @@ fn window(
     }
 }
 
+/// The history's age in the runs (`--history-max-age-ms`): short, so
+/// that the residue check after a run sees every history key go (issue 39).
+const HISTORY_AGE_MS: u64 = 3_000;
+
+/// What the callers of a run ask for, as the residue checker's bounds
+/// (`common/residue.rs`): the plain leases hold one permit, the counting
+/// one `COUNTED`, the read-write one at most the shared cap (10 000), the
+/// many-holders one `MANY_LIMIT`. TTLs: the workload's are at most 1.5 s;
+/// the many holders' end at one instant after the fill (12 s, or six
+/// times its first quarter on a slow machine): 60 s covers both. Waits in
+/// flight on one resource: every caller (clients, the trio, survivors),
+/// twice (one left in flight and its retry).
+fn residue_layout(rec: &Recorder, namespace: &str, instances: u64) -> residue::Layout {
+    let tag = |i: usize| format!("{{{P}:{}}}", rec.digests[i]);
+    residue::Layout {
+        namespace: namespace.to_owned(),
+        max_ttl_ms: 60_000,
+        max_lock_delay_ms: 0,
+        max_limit: MANY_LIMIT,
+        limits: vec![
+            (tag(0), 1),
+            (tag(1), COUNTED),
+            (tag(2), 10_000),
+            (tag(MANY), MANY_LIMIT),
+            (tag(TRIO), 1),
+        ],
+        history_entries: 100,
+        history_age_ms: HISTORY_AGE_MS,
+        waiters: 2 * (CLIENTS + 3 + SURVIVORS) as u64,
+        instances,
+    }
+}
+
+/// Samples a run's keys on `nodes` every 250 ms (issue 39).
+fn residue_sampler(
+    run: &Running,
+    nodes: &[String],
+    namespace: &str,
+    instances: u64,
+) -> residue::Sampler {
+    let layout = residue_layout(&run.rec, namespace, instances);
+    residue::Sampler::start(nodes.to_vec(), layout, Duration::from_millis(250))
+}
+
+/// After the history checks: the bounds sampled during the run, then,
+/// once the longest TTL, the queue horizon and the history age have
+/// passed (polled, bounded), only the long-lived keys left.
+async fn judge_residue(
+    store: &str,
+    rec: &Recorder,
+    nodes: &[String],
+    namespace: &str,
+    instances: u64,
+    during: residue::Sampler,
+) {
+    let during = during.finish().await;
+    let layout = residue_layout(rec, namespace, instances);
+    let after = residue::until_quiet(nodes, &layout, Duration::from_secs(5)).await;
+    println!(
+        "residue [{store}]: during the run {}; after it {}",
+        during.summary(),
+        after.summary()
+    );
+    during.assert_clean(&format!("{store}, sampled during the run"));
+    after.assert_clean(&format!("{store}, after the run"));
+}
+
 /// Arguments of a leasehold instance for the history runs.
 fn history_args(backend: &Backend, extra: &[&str]) -> leasehold::config::ServeArgs {
     let timeout = COMMAND_TIMEOUT_MS.to_string();
+    let age = HISTORY_AGE_MS.to_string();
     // The clean-up of a departed waiter's acquisition is on (it is off by
     // default only for rolling deploys from v2, migrations-none.md): the
     // callers that leave mid-wait exercise its condition (no replay claimed
@@ -1333,6 +1402,8 @@ fn history_args(backend: &Backend, extra: &[&str]) -> leasehold::config::ServeAr
         "2",
         "--release-abandoned",
         "true",
+        "--history-max-age-ms",
+        &age,
     ];
     all.extend_from_slice(extra);
     args(backend, &all)
@@ -1344,8 +1415,30 @@ fn history_args(backend: &Backend, extra: &[&str]) -> leasehold::config::ServeAr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn history_embedded_store() {
-    let app = TestApp::spawn_with(history_args(&Backend::Memory, &[])).await;
+    let (app, store) = TestApp::spawn_observed(history_args(&Backend::Memory, &[])).await;
+    let leasehold::store::Store::Memory(memory) = store else {
+        panic!("the embedded store");
+    };
     let run = Running::start(&[&app]);
+    // The embedded store's maps, sampled throughout (issue 39).
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (memory, on) = (Arc::clone(&memory), Arc::clone(&sampling));
+        tokio::spawn(async move {
+            let mut largest = leasehold::store::memory::MemoryResidue::default();
+            while on.load(Ordering::Relaxed) {
+                let r = memory.residue();
+                largest.leases = largest.leases.max(r.leases);
+                largest.tombstones = largest.tombstones.max(r.tombstones);
+                largest.histories = largest.histories.max(r.histories);
+                largest.history_entries = largest.history_entries.max(r.history_entries);
+                largest.ended = largest.ended.max(r.ended);
+                largest.freed = largest.freed.max(r.freed);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            largest
+        })
+    };
     let started = Instant::now();
     let mut windows = Vec::new();
     tokio::time::sleep(GAP).await;
@@ -1374,6 +1467,53 @@ async fn history_embedded_store() {
             liveness: Some(LIVENESS),
         },
     );
+    sampling.store(false, Ordering::Relaxed);
+    let largest = sampler.await.expect("residue sampler");
+    judge_memory_residue(&memory, largest).await;
+}
+
+/// The embedded store's residue (issue 39): during the run, its maps
+/// within their bounds (resources: the run's 5 and the history's; entries
+/// per history: `LEASEHOLD_HISTORY_ENTRIES`); once the longest TTL, the
+/// sweeper's second and the history age have passed (polled, bounded),
+/// no lease, tombstone or history left, only the bounded change stamps
+/// of freed resources and hold ends not yet reported.
+async fn judge_memory_residue(
+    memory: &leasehold::store::memory::MemoryStore,
+    largest: leasehold::store::memory::MemoryResidue,
+) {
+    let resources = RESOURCES + 2;
+    println!("residue [embedded]: largest during the run {largest:?}");
+    assert!(
+        largest.histories <= resources && largest.history_entries <= 100 * resources,
+        "residue [embedded]: histories beyond their bounds: {largest:?}"
+    );
+    assert!(
+        largest.leases <= resources,
+        "residue [embedded]: more lease records than resources: {largest:?}"
+    );
+    // The many holders' TTLs ended before the run did; the workload's are
+    // at most 1.5 s; the sweeper runs every second.
+    let within = Duration::from_millis(HISTORY_AGE_MS + 1_500 + 1_000) + Duration::from_secs(5);
+    let deadline = Instant::now() + within;
+    loop {
+        let r = memory.residue();
+        let quiet = r.leases == 0 && r.tombstones == 0 && r.tombstoned == 0 && r.histories == 0;
+        if quiet {
+            assert!(
+                r.freed <= 2 * 1024 && r.ended <= 4096,
+                "residue [embedded]: beyond the caps: {r:?}"
+            );
+            println!("residue [embedded]: after the run {r:?}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "residue [embedded]: {within:?} after the last request the store still keeps {r:?} \
+             (leases, tombstones and histories must all be gone)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1391,6 +1531,8 @@ async fn history_standalone_redis_under_every_fault() {
     ))
     .await;
     let run = Running::start(&[&a, &b]);
+    let nodes = vec![server.url()];
+    let sampler = residue_sampler(&run, &nodes, &ns, 2);
     // A lost reply can desynchronise a connection for longer than its
     // window, so the lost replies come after the other faults (and a restart,
     // which closes every connection, between them): each violation then
@@ -1429,6 +1571,7 @@ async fn history_standalone_redis_under_every_fault() {
     }
     run.until_recovered(windows.last().map_or(Duration::ZERO, |w| w.end))
         .await;
+    let run_rec = Arc::clone(&run.rec);
     let events = run.finish().await;
     println!(
         "history [standalone]: {}",
@@ -1444,6 +1587,7 @@ async fn history_standalone_redis_under_every_fault() {
             liveness: Some(LIVENESS),
         },
     );
+    judge_residue("standalone", &run_rec, &nodes, &ns, 2, sampler).await;
 }
 
 /// The hash-tagged key of a resource: it names the slot of both its keys.
@@ -1508,6 +1652,10 @@ async fn history_cluster_under_every_fault() {
     let a = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
     let b = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
     let run = Running::start(&[&a, &b]);
+    // Every master's keys, read directly (not through its proxy).
+    let nodes: Vec<String> =
+        tokio::task::block_in_place(|| cluster.masters().iter().map(|m| m.url()).collect());
+    let sampler = residue_sampler(&run, &nodes, &ns, 2);
     let started = Instant::now();
     let mut windows = Vec::new();
     tokio::time::sleep(GAP).await;
@@ -1566,6 +1714,7 @@ async fn history_cluster_under_every_fault() {
     }
     run.until_recovered(windows.last().map_or(Duration::ZERO, |w| w.end))
         .await;
+    let run_rec = Arc::clone(&run.rec);
     let events = run.finish().await;
     println!(
         "history [cluster]: {}",
@@ -1581,6 +1730,7 @@ async fn history_cluster_under_every_fault() {
             liveness: Some(LIVENESS),
         },
     );
+    judge_residue("cluster", &run_rec, &nodes, &ns, 2, sampler).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
