@@ -59,6 +59,7 @@ stage() { # name cmd...
 stage "cargo fmt --check" cargo fmt --all -- --check
 stage "cargo clippy -D warnings" cargo clippy --all-targets --all-features --locked -- -D warnings
 stage "layout: no import circle, layers point down, files under 600 lines (scripts/check_layout.py)" python3 scripts/check_layout.py
+stage "layout check's own test (scripts/test_check_layout.py)" python3 scripts/test_check_layout.py
 stage "cargo doc without warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --locked
 stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua lua/queue.lua lua/break.lua lua/history.lua lua/purposes.lua
 
