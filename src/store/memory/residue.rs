@@ -30,15 +30,17 @@ pub struct MemoryResidue {
     pub freed: usize,
 }
 
-/// Part of the sweep (every second, in the background): tombstones whose
-/// permit would have ended, and histories whose newest entry is past the
-/// age bound.
-pub(super) fn sweep(state: &mut State, now: Instant, wall: StoreTime) {
-    state.tombs.retain(|_, tombs| {
-        tombs.retain(|t| t.until > now);
-        !tombs.is_empty()
-    });
-    state.history.drop_aged(wall);
+impl State {
+    /// Part of the sweep (every second, in the background): tombstones
+    /// whose permit would have ended, and histories whose newest entry is
+    /// past the age bound.
+    pub(super) fn drop_ended(&mut self, now: Instant, wall: StoreTime) {
+        self.tombs.retain(|_, tombs| {
+            tombs.retain(|t| t.until > now);
+            !tombs.is_empty()
+        });
+        self.history.drop_aged(wall);
+    }
 }
 
 impl MemoryStore {

@@ -27,8 +27,7 @@ mod operator;
 #[path = "queue.rs"]
 mod queue;
 #[path = "residue.rs"]
-mod residue;
-pub use residue::MemoryResidue;
+pub(super) mod residue;
 /// Most shared holders at once (as on Redis).
 const SHARED_CAP: usize = 10_000;
 
@@ -542,7 +541,7 @@ impl MemoryStore {
                 let now = Instant::now();
                 let mut state = store.lock();
                 Self::sweep(&mut state, now);
-                residue::sweep(&mut state, now, wall_ms());
+                state.drop_ended(now, wall_ms());
             }
         });
     }
