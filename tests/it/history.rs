@@ -1429,6 +1429,7 @@ async fn history_embedded_store() {
             while on.load(Ordering::Relaxed) {
                 let r = memory.residue();
                 largest.leases = largest.leases.max(r.leases);
+                largest.tombstoned = largest.tombstoned.max(r.tombstoned);
                 largest.tombstones = largest.tombstones.max(r.tombstones);
                 largest.histories = largest.histories.max(r.histories);
                 largest.history_entries = largest.history_entries.max(r.history_entries);
