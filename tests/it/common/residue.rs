@@ -617,70 +617,6 @@ pub async fn until_quiet(nodes: &[String], layout: &Layout, slack: Duration) -> 
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn layout() -> Layout {
-        Layout {
-            namespace: "ns".into(),
-            max_ttl_ms: 1_000,
-            max_lock_delay_ms: 0,
-            max_limit: 3,
-            limits: vec![("{p:one}".into(), 1)],
-            history_entries: 100,
-            history_age_ms: 3_000,
-            waiters: 4,
-            instances: 2,
-        }
-    }
-
-    fn seen(key: &str, pttl: i64, size: u64) -> Seen {
-        Seen {
-            kind: kind_of("ns", key),
-            key: key.into(),
-            pttl,
-            size,
-            oldest_end: None,
-            orphans: 0,
-            now: 100_000,
-        }
-    }
-
-    #[test]
-    fn each_bound_is_judged_and_named() {
-        let l = layout();
-        assert!(judge(&seen("ns:lease:v2:{p:d}", 900, 5), &l).is_empty());
-        let v = judge(&seen("ns:hist:v2:{p:d}", -1, 3), &l);
-        assert_eq!(v.len(), 1);
-        assert_eq!(v[0].kind, "hist");
-        assert!(v[0].what.contains("no TTL"), "{}", v[0]);
-        let v = judge(&seen("ns:queue:v2:{p:d}", 2_000, 7), &l);
-        assert!(
-            v[0].what.contains("7 members above its bound 6"),
-            "{}",
-            v[0]
-        );
-        let v = judge(&seen("ns:lease:v2:{p:d}", 1_500, 1), &l);
-        assert!(v[0].what.contains("PTTL 1500"), "{}", v[0]);
-        let mut tomb = seen("ns:tomb:v2:{p:d}", 500, 9);
-        tomb.oldest_end = Some(100_000 - 5_000);
-        assert!(judge(&tomb, &l)[0].what.contains("past its permit's end"));
-        let v = judge(&seen("ns:lease:v2:{p:one}", 500, 4), &l);
-        assert!(v[0].what.contains("4 fields above its bound 3"), "{}", v[0]);
-        let v = judge(&seen("ns:odd:v2:{p:d}", 5, 1), &l);
-        assert_eq!(v[0].kind, "unknown");
-        assert!(judge(&seen("ns:seq:v2:{p:d}", 86_400_000, 1), &l).is_empty());
-    }
-
-    #[test]
-    fn owner_tokens_are_cut_from_key_names() {
-        let key = "ns:granted:v2:{p:d}:p:secret-token:op";
-        assert_eq!(kind_of("ns", key).map(|k| k.name), Some("granted"));
-        assert!(!shown(key).contains("secret"));
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The process: a real `leasehold serve` and what it holds
 // ---------------------------------------------------------------------------
@@ -825,5 +761,69 @@ impl Drop for ServiceProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> Layout {
+        Layout {
+            namespace: "ns".into(),
+            max_ttl_ms: 1_000,
+            max_lock_delay_ms: 0,
+            max_limit: 3,
+            limits: vec![("{p:one}".into(), 1)],
+            history_entries: 100,
+            history_age_ms: 3_000,
+            waiters: 4,
+            instances: 2,
+        }
+    }
+
+    fn seen(key: &str, pttl: i64, size: u64) -> Seen {
+        Seen {
+            kind: kind_of("ns", key),
+            key: key.into(),
+            pttl,
+            size,
+            oldest_end: None,
+            orphans: 0,
+            now: 100_000,
+        }
+    }
+
+    #[test]
+    fn each_bound_is_judged_and_named() {
+        let l = layout();
+        assert!(judge(&seen("ns:lease:v2:{p:d}", 900, 5), &l).is_empty());
+        let v = judge(&seen("ns:hist:v2:{p:d}", -1, 3), &l);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].kind, "hist");
+        assert!(v[0].what.contains("no TTL"), "{}", v[0]);
+        let v = judge(&seen("ns:queue:v2:{p:d}", 2_000, 7), &l);
+        assert!(
+            v[0].what.contains("7 members above its bound 6"),
+            "{}",
+            v[0]
+        );
+        let v = judge(&seen("ns:lease:v2:{p:d}", 1_500, 1), &l);
+        assert!(v[0].what.contains("PTTL 1500"), "{}", v[0]);
+        let mut tomb = seen("ns:tomb:v2:{p:d}", 500, 9);
+        tomb.oldest_end = Some(100_000 - 5_000);
+        assert!(judge(&tomb, &l)[0].what.contains("past its permit's end"));
+        let v = judge(&seen("ns:lease:v2:{p:one}", 500, 4), &l);
+        assert!(v[0].what.contains("4 fields above its bound 3"), "{}", v[0]);
+        let v = judge(&seen("ns:odd:v2:{p:d}", 5, 1), &l);
+        assert_eq!(v[0].kind, "unknown");
+        assert!(judge(&seen("ns:seq:v2:{p:d}", 86_400_000, 1), &l).is_empty());
+    }
+
+    #[test]
+    fn owner_tokens_are_cut_from_key_names() {
+        let key = "ns:granted:v2:{p:d}:p:secret-token:op";
+        assert_eq!(kind_of("ns", key).map(|k| k.name), Some("granted"));
+        assert!(!shown(key).contains("secret"));
     }
 }
