@@ -9,7 +9,7 @@
 # rustfmt, clippy, luacheck, every cargo test (the contract suite against the
 # embedded store and real redis-server processes it starts itself), the
 # deployment checks against a live scrape, the API checks (when present), the
-# Python and TypeScript clients' checks, and the mixed checked history.
+# Python, TypeScript and Java clients' checks, and the mixed checked history.
 # Ends with one line "summary: N passed, N failed".
 set -euo pipefail
 
@@ -108,9 +108,12 @@ fi
 export LEASEHOLD_BIN="$ROOT/target/debug/leasehold"
 stage "Python client (clients/python/check.sh)" bash clients/python/check.sh
 stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/check.sh
+# Java: Debian's JDK and jars (no Maven Central), javac -Xlint:all -Werror,
+# JUnit 5 and the conformance table; its build is what the mixed history runs.
+stage "Java client (clients/java/check.sh)" bash clients/java/check.sh
 # The mixed checked history (tests/it/mixed_history.rs, ignored in the run
-# above): Rust, Python and TypeScript workers on shared resources. It runs
-# the venv and the TypeScript build the two checks just made.
+# above): Rust, Python, TypeScript and Java workers on shared resources. It
+# runs the venv, the TypeScript build and the Java build the checks just made.
 stage "mixed checked history (tests/it/mixed_history.rs)" \
   cargo test --all-features --locked --test it mixed_history:: -- --ignored
 
