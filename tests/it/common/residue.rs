@@ -2,7 +2,7 @@
 //! store's keys, and of a service process's descriptors and counts.
 //!
 //! **Keys.** [`KINDS`] is the storage layout as a table (docs/storage.md,
-//! docs/storage-v2.md "Keys", the headers of `lua/*.lua`): every kind of key
+//! docs/decisions/storage-v2.md "Keys", the headers of `lua/*.lua`): every kind of key
 //! the service writes, with the TTL it may carry at most, the size its
 //! structure may reach at most, and whether it is *long-lived* (it outlives
 //! a quiet period of the test's length: only the fencing sequence, 7 days).
@@ -436,7 +436,7 @@ pub fn judge(seen: &Seen, layout: &Layout) -> Vec<Violation> {
         // A tombstone is read only while its permit could still be
         // renewed or released, that is until its end; whoever adds one
         // drops the ended ones, so none outlives its end by more than a
-        // TTL (docs/storage-v2.md, "Keys").
+        // TTL (docs/decisions/storage-v2.md, "Keys").
         let limit = seen.now.saturating_sub(layout.max_ttl_ms);
         if end < limit {
             v(
