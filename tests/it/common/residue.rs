@@ -111,13 +111,18 @@ pub struct Kind {
 fn lease_ttl(l: &Layout) -> u64 {
     l.max_ttl_ms + l.max_lock_delay_ms
 }
-fn permits(_: &Layout, limit: u64) -> u64 {
-    // One field per permit (live or in its lock-delay, at most the limit),
-    // plus `l` and `m`.
-    limit + 2
+fn permits(l: &Layout, limit: u64) -> u64 {
+    // One field per live permit (at most the limit), plus `l` and `m`;
+    // with lock-delays, expired permits still in theirs (at most as many
+    // again: each was live within the delay).
+    delayed(l, limit) + 2
 }
-fn limit(_: &Layout, limit: u64) -> u64 {
-    limit
+fn delayed(l: &Layout, limit: u64) -> u64 {
+    if l.max_lock_delay_ms > 0 {
+        2 * limit
+    } else {
+        limit
+    }
 }
 fn one(_: &Layout, _: u64) -> u64 {
     1
@@ -165,7 +170,7 @@ pub const KINDS: &[Kind] = &[
     Kind {
         name: "exp",
         ttl_ms: lease_ttl,
-        size: limit,
+        size: delayed,
         counts: "members",
         long_lived: false,
     },
@@ -209,8 +214,10 @@ pub const KINDS: &[Kind] = &[
     Kind {
         name: "granted",
         ttl_ms: grant_ttl,
-        size: one,
-        counts: "value",
+        // A string per grant, or (since issue 39) one hash of the
+        // resource's grants: bounded by age, as tombstones.
+        size: no_bound,
+        counts: "marks",
         long_lived: false,
     },
     Kind {
@@ -271,7 +278,8 @@ pub struct Seen {
     pub kind: Option<&'static Kind>,
     pub pttl: i64,
     pub size: u64,
-    /// Tombstones: the oldest field's `expiresAt` (ms, server clock).
+    /// Tombstones and grant marks (a hash of them): the oldest field's
+    /// end, its permit's `expiresAt` (ms, server clock).
     pub oldest_end: Option<u64>,
     /// Asks: fields whose member is not in the queue.
     pub orphans: u64,
@@ -292,9 +300,11 @@ for _, k in ipairs(KEYS) do
   local size, extra = 0, -1
   if ty == 'hash' then
     size = redis.call('HLEN', k)
-    if string.find(k, ':tomb:v2:{', 1, true) then
-      for _, v in ipairs(redis.call('HVALS', k)) do
-        local e = tonumber(string.match(v, '^(%d+)'))
+    if string.find(k, ':tomb:v2:{', 1, true) or string.find(k, ':granted:v2:{', 1, true) then
+      -- <end>|... per permit field; 'c' is a prune cursor.
+      local all = redis.call('HGETALL', k)
+      for i = 1, #all, 2 do
+        local e = all[i] ~= 'c' and tonumber(string.match(all[i + 1], '^(%d+)|'))
         if e and (extra < 0 or e < extra) then extra = e end
       end
     elseif string.find(k, ':ask:v2:{', 1, true) then
@@ -384,7 +394,8 @@ async fn read_node_inner(url: &str, namespace: &str) -> Result<Vec<Seen>, String
                 continue; // expired between the scan and the read
             }
             let extra: i64 = extra.parse().unwrap_or(-1);
-            let tomb = key.contains(":tomb:v2:{");
+            // Hashes of "<end>|..." fields: tombstones, grant marks.
+            let tomb = key.contains(":tomb:v2:{") || key.contains(":granted:v2:{");
             seen.push(Seen {
                 kind: kind_of(namespace, key),
                 key: key.clone(),
@@ -433,16 +444,17 @@ pub fn judge(seen: &Seen, layout: &Layout) -> Vec<Violation> {
         );
     }
     if let Some(end) = seen.oldest_end {
-        // A tombstone is read only while its permit could still be
-        // renewed or released, that is until its end; whoever adds one
-        // drops the ended ones, so none outlives its end by more than a
-        // TTL (docs/decisions/storage-v2.md, "Keys").
+        // A tombstone (or grant mark) is read only while its permit could
+        // still be renewed or released, that is until its end; whoever
+        // adds one drops ended ones, so none outlives its end by more than
+        // a TTL (docs/storage.md, "Keys"). This bounds the hash by the
+        // permits that ended within a TTL.
         let limit = seen.now.saturating_sub(layout.max_ttl_ms);
         if end < limit {
             v(
                 kind.name,
                 format!(
-                    "a tombstone {} ms past its permit's end (bound: one TTL, {} ms); {} fields",
+                    "a field {} ms past its permit's end (bound: one TTL, {} ms); {} fields",
                     seen.now - end,
                     layout.max_ttl_ms,
                     seen.size
@@ -813,6 +825,9 @@ mod tests {
         let mut tomb = seen("ns:tomb:v2:{p:d}", 500, 9);
         tomb.oldest_end = Some(100_000 - 5_000);
         assert!(judge(&tomb, &l)[0].what.contains("past its permit's end"));
+        let mut marks = seen("ns:granted:v2:{p:d}", 500, 9);
+        marks.oldest_end = Some(100_000 - 500);
+        assert!(judge(&marks, &l).is_empty());
         let v = judge(&seen("ns:lease:v2:{p:one}", 500, 4), &l);
         assert!(v[0].what.contains("4 fields above its bound 3"), "{}", v[0]);
         let v = judge(&seen("ns:odd:v2:{p:d}", 5, 1), &l);
