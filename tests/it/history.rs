@@ -1906,3 +1906,189 @@ async fn history_replica_acks_with_a_frozen_replica() {
         },
     );
 }
+
+// ---------------------------------------------------------------------------
+// Residue of the awkward paths (issue 39): each drives one path that may
+// leave something behind, on real Redis, under the same checker
+// ---------------------------------------------------------------------------
+
+/// One instance's residue run: its namespace, a sampler every 100 ms, and
+/// the quiet check at the end.
+struct ResidueRun {
+    server: RedisServer,
+    namespace: String,
+    layout: residue::Layout,
+    sampler: residue::Sampler,
+}
+
+impl ResidueRun {
+    fn start(layout: impl FnOnce(String) -> residue::Layout) -> ResidueRun {
+        let server = RedisServer::start();
+        let namespace = unique("rs");
+        let layout = layout(namespace.clone());
+        let sampler = residue::Sampler::start(
+            vec![server.url()],
+            layout.clone(),
+            Duration::from_millis(100),
+        );
+        ResidueRun {
+            server,
+            namespace,
+            layout,
+            sampler,
+        }
+    }
+
+    async fn app(&self) -> TestApp {
+        let age = HISTORY_AGE_MS.to_string();
+        let flags = ["--namespace", &self.namespace, "--history-max-age-ms", &age];
+        TestApp::spawn_with(args(&Backend::Redis(self.server.url()), &flags)).await
+    }
+
+    /// Whether `key` (without the namespace) exists.
+    fn exists(&self, key: &str) -> bool {
+        let key = format!("{}:{key}", self.namespace);
+        tokio::task::block_in_place(|| self.server.cli(&["EXISTS", &key])).trim() == "1"
+    }
+
+    async fn judge(self, what: &str) {
+        let during = self.sampler.finish().await;
+        let after =
+            residue::until_quiet(&[self.server.url()], &self.layout, Duration::from_secs(3)).await;
+        println!(
+            "residue [{what}]: during {}; after {}",
+            during.summary(),
+            after.summary()
+        );
+        during.assert_clean(&format!("{what}, during"));
+        after.assert_clean(&format!("{what}, after"));
+    }
+}
+
+fn small_layout(namespace: String, max_ttl_ms: u64, lock_delay_ms: u64) -> residue::Layout {
+    residue::Layout {
+        namespace,
+        max_ttl_ms,
+        max_lock_delay_ms: lock_delay_ms,
+        max_limit: 1,
+        limits: Vec::new(),
+        history_entries: 100,
+        history_age_ms: HISTORY_AGE_MS,
+        waiters: 2,
+        instances: 2,
+    }
+}
+
+/// Issue 39 item 4: a late release of a lock-delayed lease, after the
+/// history key has expired and while the record's lock-delay runs. The
+/// release reads the expired permit and writes its expiry to the history:
+/// that key must get its TTL like every other history write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn residue_of_a_late_release_in_a_lock_delay() {
+    let run = ResidueRun::start(|ns| small_layout(ns, 2_000, 2_000));
+    let app = run.app().await;
+    let d = digest();
+    let holder = app.attempt().await;
+    let body = json!({ "ttlMs": 2_000, "lockDelayMs": 2_000 });
+    let got = app.acquire_body(P, &d, &holder, &body).await;
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    // The history (3 s) ends before the lock-delay (2 s + 2 s) does:
+    // polled on the key itself, bounded.
+    let hist = format!("hist:v2:{{{P}:{d}}}");
+    let lease = format!("lease:v2:{{{P}:{d}}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while run.exists(&hist) {
+        assert!(Instant::now() < deadline, "the history key never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        run.exists(&lease),
+        "the record (in its lock-delay) is gone already: the machine was too slow to see the path"
+    );
+    let late = app.release(P, &d, &holder).await;
+    assert_eq!(late.status, reqwest::StatusCode::OK, "{:?}", late.body);
+    run.judge("late release in a lock-delay").await;
+}
+
+/// Issue 39 item 7: one resource broken again and again (acquire, break,
+/// 3 s, TTL 500 ms): its tombstones must not outlive their permits' ends
+/// by more than a TTL, however often it is broken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn residue_of_a_resource_broken_again_and_again() {
+    let run = ResidueRun::start(|ns| small_layout(ns, 500, 0));
+    let app = run.app().await;
+    let d = digest();
+    let started = Instant::now();
+    let mut breaks = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let holder = app.attempt().await;
+        if app.acquire(P, &d, &holder, 500).await.outcome() != "acquired" {
+            continue;
+        }
+        let broken = app
+            .http
+            .post(format!("{}/leases/{P}/{d}/break", app.base))
+            .json(&json!({ "reason": "residue" }))
+            .send()
+            .await
+            .expect("break");
+        assert_eq!(broken.status(), reqwest::StatusCode::OK);
+        breaks += 1;
+    }
+    println!("residue [broken again and again]: {breaks} breaks in 3 s");
+    assert!(breaks >= 20, "only {breaks} breaks in 3 s");
+    run.judge("broken again and again").await;
+}
+
+/// Issue 39 item 10: under steady contention (a holder and a waiter on
+/// one instance), another instance whose waiter waits is stopped cleanly
+/// and started again, three times. Its heartbeat member must not stay in
+/// the queue after it stopped: the queue holds at most one member per
+/// waiting caller and per live instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn residue_of_instances_stopped_under_contention() {
+    let run = ResidueRun::start(|ns| small_layout(ns, 30_000, 0));
+    let a = Arc::new(run.app().await);
+    let d = digest();
+    let holder = a.attempt().await;
+    assert_eq!(
+        a.acquire(P, &d, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    let waiter = a.attempt().await;
+    let waiting = {
+        let (a, d, waiter) = (Arc::clone(&a), d.clone(), waiter.clone());
+        tokio::spawn(async move { a.acquire_wait(P, &d, &waiter, 30_000, 25_000).await })
+    };
+    a.until_waiters(1).await;
+    for _ in 0..3 {
+        let mut b = run.app().await;
+        let other = b.attempt().await;
+        let http = b.http.clone();
+        let url = format!("{}/leases/{P}/{d}", b.base);
+        let task = tokio::spawn(async move {
+            http.put(url)
+                .header("Lease-Owner-Token", &other.token)
+                .header("Lease-Operation-Id", &other.op)
+                .json(&json!({ "ttlMs": 30_000, "waitMs": 20_000 }))
+                .send()
+                .await
+        });
+        b.until_waiters(1).await;
+        b.begin_shutdown();
+        let answered = task.await.expect("task").expect("answered at shutdown");
+        assert_eq!(answered.status(), reqwest::StatusCode::CONFLICT);
+        b.finished().await;
+    }
+    // The queue still lives (the first waiter beats for it): read it now,
+    // with the stopped instances' members in it if they stayed.
+    assert!(run.exists(&format!("queue:v2:{{{P}:{d}}}")));
+    let mut now = residue::Report::default();
+    residue::check_nodes(&[run.server.url()], &run.layout, &mut now).await;
+    now.assert_clean("instances stopped under contention, after three restarts");
+    assert_eq!(a.release(P, &d, &holder).await.outcome(), "released");
+    let got = waiting.await.expect("waiter");
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    assert_eq!(a.release(P, &d, &waiter).await.outcome(), "released");
+    run.judge("instances stopped under contention").await;
+}
