@@ -78,4 +78,4 @@ pub mod cli;
 #[cfg(feature = "client")]
 pub mod client;
 
-pub use startup::{build_store, run, run_with, shutdown_signal, RunError};
+pub use startup::{build_store, run, run_observed, run_with, shutdown_signal, RunError};
