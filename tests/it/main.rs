@@ -28,6 +28,7 @@ mod harness_selftest;
 mod history;
 mod history_api;
 mod honesty;
+mod http_diff;
 mod keep_alive;
 mod list;
 mod logs;

@@ -16,7 +16,7 @@ use crate::store::{EndedEarly, HoldEnd, StoreBreak, StoreError};
 pub(super) struct Tomb {
     owner_token: String,
     operation_id: String,
-    until: Instant,
+    pub(super) until: Instant,
     why: EndedEarly,
 }
 
