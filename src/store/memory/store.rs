@@ -236,7 +236,7 @@ impl MemoryStore {
             changes,
         });
         // The owner's expired permits go: coming back ends their delay.
-        entry.permits.retain(|p| !p.owned_by(owner) || p.live(now));
+        entry.permits.retain(|p| p.live(now) || !p.owned_by(owner));
         if entry.permits.iter().all(|p| !p.live(now)) {
             entry.limit = shape.limit;
             entry.mode = shape.mode;
