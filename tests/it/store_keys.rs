@@ -167,7 +167,7 @@ async fn thousands_of_lapsed_holders_do_not_block_the_next_acquire() {
     // What 9 000 acquires of a counting lease leave once their permits ran
     // out and Redis dropped the record: the sequence and an 'a' entry per
     // holder, the newest one counting them all live (the format of
-    // docs/storage-v2.md, "History"; writing them through the service
+    // docs/decisions/storage-v2.md, "History"; writing them through the service
     // would take minutes of a debug build).
     let at = server_now_ms(&server) - 60_000;
     let mut push = vec!["LPUSH".to_owned(), hist.clone()];
