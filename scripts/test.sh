@@ -85,6 +85,13 @@ if [[ $rc -ne 0 && $tf -eq 0 ]]; then FAILED=$((FAILED + 1)); FAILURES+=("cargo 
 [[ $tf -gt 0 ]] && FAILURES+=("$tf cargo tests")
 rm -f "$TEST_OUT"
 
+# The hand-written HTTP paths off (issue 39): hyper and the router serve every
+# request; the differential suite, the keep-alive tests and the lease
+# contract again that way (the run above had them on, the default).
+stage "HTTP fast paths off: differential suite, keep-alive, lease contract" \
+  env LEASEHOLD_HTTP_FAST_PATHS=false cargo test --all-features --locked --test it -- \
+  http_diff:: keep_alive:: contract::
+
 # ---------------------------------------------------- live scrape + deploy --
 log "live scrape for the deployment checks"
 SCRAPE="$(mktemp)"

@@ -18,15 +18,15 @@ use axum::Router;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::app::AppState;
 use super::auth::Role;
 use super::extract::{Headers, Problems};
 use super::problem::{respond_one, ApiError};
 use super::watch::{stream_bounds, StreamBounds};
 use super::watch_stream::{event_stream, KEEPALIVE};
-use super::AppState;
 use crate::domain::{Purpose, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     PurposeEventDoc, ServiceUnavailable, UnauthorizedProblem,
 };

@@ -15,7 +15,7 @@ mod watch;
 
 pub use self::purpose::{Next, PurposeHub, PurposeIo, PurposeWatcher, Start, RING, WATCHER_BUFFER};
 pub use self::purpose_event::{event_id, with_digest, PurposeChange, PurposeEvent};
-pub use self::waits::{Grant, ResourceWaiters, WaitGuard, WaitRegistry};
+pub use self::waits::{Grant, ResourceWaiters, Seat, WaitGuard, WaitRegistry};
 pub use self::watch::{
     newer, Admitted, Encode, Flush, Read, Sink, Snapshot, Socket, WatchHub, Watcher, REFRESH,
 };

@@ -11,9 +11,9 @@ use utoipa::ToSchema;
 
 use super::super::auth::{Reach, Role};
 use super::super::extract::Headers;
-use super::super::AppState;
+use crate::http::app::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{HeadersTooLargeProblem, UnauthorizedProblem};
+use crate::http::schemas::{HeadersTooLargeProblem, UnauthorizedProblem};
 
 /// The route (also its metric label).
 pub const ROUTE: &str = "/purposes";

@@ -13,7 +13,7 @@ use utoipa::openapi::schema::{
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::schemas::Inspected;
+use super::answers::Inspected;
 use crate::domain::Change;
 
 /// One event of a purpose's stream, as a server-sent events parser reads it.
