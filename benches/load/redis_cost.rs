@@ -64,6 +64,9 @@ enum Driver {
     Lease {
         http: Http,
         client: Client,
+        /// The attempt's operation id: a new one per acquire, kept for its
+        /// renews and release (owner token + operation id = the attempt).
+        op: String,
     },
 }
 
@@ -81,6 +84,7 @@ impl Driver {
         Ok(Self::Lease {
             http: Http::connect(service.addr).await?,
             client: Client::new(7)?,
+            op: String::new(),
         })
     }
 
@@ -98,11 +102,12 @@ impl Driver {
                     .map_err(|e| format!("SET NX PX: {e}"))?;
                 ok.map(drop).ok_or_else(|| "SET NX PX: not set".into())
             }
-            Self::Lease { http, client } => {
+            Self::Lease { http, client, op } => {
                 let body = Bytes::from(format!(
                     "{{\"ttlMs\":{LEASE_TTL_MS},\"holder\":\"{HOLDER}\"}}"
                 ));
-                lease_call(http, client, Method::PUT, digest, Some(&body), 201).await
+                *op = client.next_op();
+                lease_call(http, client, op, Method::PUT, digest, Some(&body), 201).await
             }
         }
     }
@@ -123,9 +128,9 @@ impl Driver {
                     .then_some(())
                     .ok_or_else(|| "renew: not held".into())
             }
-            Self::Lease { http, client } => {
+            Self::Lease { http, client, op } => {
                 let body = Bytes::from(format!("{{\"ttlMs\":{LEASE_TTL_MS}}}"));
-                lease_call(http, client, Method::PATCH, digest, Some(&body), 200).await
+                lease_call(http, client, op, Method::PATCH, digest, Some(&body), 200).await
             }
         }
     }
@@ -148,8 +153,8 @@ impl Driver {
                     .then_some(())
                     .ok_or_else(|| "release: not held".into())
             }
-            Self::Lease { http, client } => {
-                lease_call(http, client, Method::DELETE, digest, None, 200).await
+            Self::Lease { http, client, op } => {
+                lease_call(http, client, op, Method::DELETE, digest, None, 200).await
             }
         }
     }
@@ -171,16 +176,16 @@ fn min_key(digest: &str) -> String {
 
 async fn lease_call(
     http: &mut Http,
-    client: &mut Client,
+    client: &Client,
+    op: &str,
     method: Method,
     digest: &str,
     body: Option<&Bytes>,
     want: u16,
 ) -> Result<(), String> {
-    let op = client.next_op();
     let headers = [
         ("lease-owner-token", client.token.as_str()),
-        ("lease-operation-id", op.as_str()),
+        ("lease-operation-id", op),
     ];
     let path = lease_path(digest);
     match http.call(method.clone(), &path, &headers, body).await? {
@@ -193,9 +198,13 @@ async fn lease_call(
 }
 
 async fn connect(url: &str) -> Result<MultiplexedConnection, String> {
+    // Redis under callgrind answers some 50 times slower than usual.
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(10)))
+        .set_connection_timeout(Some(Duration::from_secs(10)));
     redis::Client::open(url)
         .map_err(|e| e.to_string())?
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(|e| format!("connect {url}: {e}"))
 }
