@@ -64,8 +64,8 @@ enum Driver {
     Lease {
         http: Http,
         client: Client,
-        /// The attempt's operation id: a new one per acquire, kept for its
-        /// renews and release (owner token + operation id = the attempt).
+        /// The attempt's operation id (owner token + operation id = the
+        /// attempt): one per resource, for its acquire, renews and release.
         op: String,
     },
 }
@@ -106,7 +106,7 @@ impl Driver {
                 let body = Bytes::from(format!(
                     "{{\"ttlMs\":{LEASE_TTL_MS},\"holder\":\"{HOLDER}\"}}"
                 ));
-                *op = client.next_op();
+                *op = op_of(digest);
                 lease_call(http, client, op, Method::PUT, digest, Some(&body), 201).await
             }
         }
@@ -129,6 +129,7 @@ impl Driver {
                     .ok_or_else(|| "renew: not held".into())
             }
             Self::Lease { http, client, op } => {
+                *op = op_of(digest);
                 let body = Bytes::from(format!("{{\"ttlMs\":{LEASE_TTL_MS}}}"));
                 lease_call(http, client, op, Method::PATCH, digest, Some(&body), 200).await
             }
@@ -154,6 +155,7 @@ impl Driver {
                     .ok_or_else(|| "release: not held".into())
             }
             Self::Lease { http, client, op } => {
+                *op = op_of(digest);
                 lease_call(http, client, op, Method::DELETE, digest, None, 200).await
             }
         }
@@ -167,6 +169,17 @@ impl Driver {
         }
         self.release(digest).await
     }
+}
+
+/// The operation id of the attempt on `digest` (see `digest()`'s layout:
+/// salt and worker, then the low digits of the counter).
+fn op_of(digest: &str) -> String {
+    let n = digest.len();
+    format!(
+        "op-{}-{}",
+        &digest[3..19.min(n)],
+        &digest[n.saturating_sub(12)..]
+    )
 }
 
 /// The minimal lock's key: the length and hash tag of leasehold's lease key.
