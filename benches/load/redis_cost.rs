@@ -64,9 +64,6 @@ enum Driver {
     Lease {
         http: Http,
         client: Client,
-        /// The attempt's operation id (owner token + operation id = the
-        /// attempt): one per resource, for its acquire, renews and release.
-        op: String,
     },
 }
 
@@ -84,7 +81,6 @@ impl Driver {
         Ok(Self::Lease {
             http: Http::connect(service.addr).await?,
             client: Client::new(7)?,
-            op: String::new(),
         })
     }
 
@@ -102,12 +98,11 @@ impl Driver {
                     .map_err(|e| format!("SET NX PX: {e}"))?;
                 ok.map(drop).ok_or_else(|| "SET NX PX: not set".into())
             }
-            Self::Lease { http, client, op } => {
+            Self::Lease { http, client } => {
                 let body = Bytes::from(format!(
                     "{{\"ttlMs\":{LEASE_TTL_MS},\"holder\":\"{HOLDER}\"}}"
                 ));
-                *op = op_of(digest);
-                lease_call(http, client, op, Method::PUT, digest, Some(&body), 201).await
+                lease_call(http, client, Method::PUT, digest, Some(&body), 201).await
             }
         }
     }
@@ -128,10 +123,9 @@ impl Driver {
                     .then_some(())
                     .ok_or_else(|| "renew: not held".into())
             }
-            Self::Lease { http, client, op } => {
-                *op = op_of(digest);
+            Self::Lease { http, client } => {
                 let body = Bytes::from(format!("{{\"ttlMs\":{LEASE_TTL_MS}}}"));
-                lease_call(http, client, op, Method::PATCH, digest, Some(&body), 200).await
+                lease_call(http, client, Method::PATCH, digest, Some(&body), 200).await
             }
         }
     }
@@ -154,9 +148,8 @@ impl Driver {
                     .then_some(())
                     .ok_or_else(|| "release: not held".into())
             }
-            Self::Lease { http, client, op } => {
-                *op = op_of(digest);
-                lease_call(http, client, op, Method::DELETE, digest, None, 200).await
+            Self::Lease { http, client } => {
+                lease_call(http, client, Method::DELETE, digest, None, 200).await
             }
         }
     }
@@ -190,15 +183,17 @@ fn min_key(digest: &str) -> String {
 async fn lease_call(
     http: &mut Http,
     client: &Client,
-    op: &str,
     method: Method,
     digest: &str,
     body: Option<&Bytes>,
     want: u16,
 ) -> Result<(), String> {
+    // The attempt (owner token + operation id): one per resource, for its
+    // acquire, renews and release.
+    let op = op_of(digest);
     let headers = [
         ("lease-owner-token", client.token.as_str()),
-        ("lease-operation-id", op),
+        ("lease-operation-id", op.as_str()),
     ];
     let path = lease_path(digest);
     match http.call(method.clone(), &path, &headers, body).await? {
@@ -309,19 +304,17 @@ impl CgRedis {
         }
     }
 
-    /// Dumps the counters and returns the dump's file and its total.
-    fn dump(&mut self) -> Result<(PathBuf, u64), String> {
+    /// Dumps the counters (to `cg.out.<n>`) and returns their total.
+    fn dump(&mut self) -> Result<u64, String> {
         self.control(&["-d"])?;
         self.dumps += 1;
         let path = self.dir.join(format!("cg.out.{}", self.dumps));
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
-        let total = text
-            .lines()
+        text.lines()
             .find_map(|l| l.strip_prefix("totals:").or(l.strip_prefix("summary:")))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .ok_or_else(|| format!("{}: no totals", path.display()))?;
-        Ok((path, total))
+            .ok_or_else(|| format!("{}: no totals", path.display()))
     }
 }
 
@@ -334,11 +327,10 @@ impl Drop for CgRedis {
     }
 }
 
-/// Instructions per cycle, measured cycles and their window, idle rate.
+/// Redis instructions per measured cycle, and the idle rate taken off.
 struct Counted {
     per_cycle: f64,
     idle_per_s: f64,
-    dump: PathBuf,
 }
 
 /// Runs `cycles` cycles with `renews` renews each between zero and dump,
@@ -360,18 +352,17 @@ async fn count(
         driver.cycle(&digest(salt, 1, n), renews).await?;
     }
     let window = t0.elapsed();
-    let (dump, total) = cg.dump()?;
+    let total = cg.dump()?;
     cg.control(&["-z"])?;
     let i0 = Instant::now();
     tokio::time::sleep(IDLE_WINDOW).await;
-    let (_, idle) = cg.dump()?;
+    let idle = cg.dump()?;
     let idle_per_s = idle as f64 / i0.elapsed().as_secs_f64();
     cg.control(&["-i", "off"])?;
     let busy = total as f64 - idle_per_s * window.as_secs_f64();
     Ok(Counted {
         per_cycle: busy / cycles as f64,
         idle_per_s,
-        dump,
     })
 }
 
@@ -569,11 +560,6 @@ pub(crate) async fn run(opts: &Opts) -> Result<(String, bool), String> {
         "\nidle Redis instructions taken off (per second of window): minimal lock {:.0}, {:.0}; leasehold {:.0}, {:.0}",
         min_i[0].idle_per_s, min_i[1].idle_per_s, lh_i[0].idle_per_s, lh_i[1].idle_per_s
     );
-    if std::env::var_os("LOAD_KEEP_LOGS").is_some() {
-        for c in min_i.iter().chain(&lh_i) {
-            let _ = writeln!(out, "callgrind dump: {}", c.dump.display());
-        }
-    }
 
     let _ = writeln!(out, "\n### Goals of issue 41 (§20)\n");
     let mut ok = true;
