@@ -410,7 +410,12 @@ local live, soonest, same_owner, latest = 0, nil, false, 0
 local stale, delay_end, returning
 -- Expired permits this run read whose expiry is not in the history yet
 -- (six items each): each is written once (the index remembers it), at
--- most SEEN_MAX a call (the rest stay due for later calls).
+-- most SEEN_MAX a call (the rest stay due for later calls), but all of
+-- them when the run reads the whole hash anyway (a rebuild): left due,
+-- more than INDEX_DUE of them would make the next call rebuild again, so
+-- 2 000 permits expiring at once cost 2 000 / SEEN_MAX whole reads in a
+-- row instead of one (each of the next calls blocked Redis for tens of
+-- ms while survivors acquired and released).
 local SEEN_MAX = 256
 local seen
 for i = 1, rec and #rec or 0, 2 do
@@ -477,7 +482,7 @@ for i = 1, rec and #rec or 0, 2 do
       -- most SEEN_MAX a call, and the caller's owner's own always: they
       -- go with the write). Only a noted permit is swept.
       local noted = recorded[field]
-      if not noted and (owned or not seen or #seen < SEEN_MAX * 6) then
+      if not noted and (owned or rebuild or not seen or #seen < SEEN_MAX * 6) then
         seen = seen or {}
         seen[#seen + 1] = fence
         seen[#seen + 1] = exp
@@ -486,6 +491,9 @@ for i = 1, rec and #rec or 0, 2 do
         seen[#seen + 1] = acq
         seen[#seen + 1] = field
         noted = true
+        -- A rebuild (below) indexes it as written already (or drops it
+        -- when its delay is over), in the index it writes anyway.
+        recorded[field] = rebuild or nil
       end
       if ends > now and owned then
         -- The caller's owner token let this permit expire: it may come
@@ -728,8 +736,9 @@ if seen then
     end
   end
   -- In slices of 200 (unpack's C stack): a rebuild reads every permit.
+  -- Only the newest HMAX: the trim below would drop any older at once.
   local n
-  for i = 1, #push, 200 do
+  for i = math.max(1, #push - HMAX + 1), #push, 200 do
     n = redis.pcall('LPUSH', H, unpack(push, i, math.min(i + 199, #push)))
   end
   if type(n) == 'number' and n > HMAX then
@@ -738,7 +747,7 @@ if seen then
   if n then
     redis.pcall('PEXPIRE', H, ARGV[7])
   end
-  if hashed then
+  if hashed and not rebuild then
     recorded_in(seen, 6)
   end
 end

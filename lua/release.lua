@@ -122,6 +122,8 @@ local extra, delayed, delayed_end = 0, 0, 0
 -- Permits whose expiry is in the history already: a negative index score,
 -- -(expiresAt + lockDelayMs) (see acquire.lua).
 local recorded = {}
+-- whole: the hash was read whole (HGETALL, below).
+local whole = false
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
@@ -182,7 +184,7 @@ elseif type(cur) == 'table' then
     end
   end
   if not rec then
-    extra, recorded = 0, {}
+    extra, recorded, whole = 0, {}, true
     rec = redis.call('HGETALL', KEYS[1])
     local neg = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, '-inf', '(0', 'WITHSCORES')
       or redis.call('ZRANGE', IDX, 0, 32, 'WITHSCORES')
@@ -221,10 +223,12 @@ for i = 1, #rec, 2 do
       live = live + 1
     end
     -- noted: its expiry is in the history or goes there in this run (at
-    -- most 256 a call; the rest stay due for later calls). Only a noted
-    -- permit is swept.
+    -- most 256 a call, the rest stay due for later calls; all of them
+    -- when the hash was read whole anyway, as acquire.lua does, so that
+    -- the next call does not read it whole again). Only a noted permit is
+    -- swept.
     local noted = exp <= now and recorded[field]
-    if exp <= now and not noted and (not seen or #seen < 768) then
+    if exp <= now and not noted and (whole or not seen or #seen < 768) then
       seen = seen or {}
       seen[#seen + 1] = rec[i + 1]
       seen[#seen + 1] = field
@@ -335,8 +339,9 @@ if seen then
     done_list[#done_list + 1] = seen[i + 1]
   end
   -- In slices of 200 (unpack's C stack): a whole read sees every permit.
+  -- Only the newest HMAX: the trim below would drop any older at once.
   local n
-  for i = 1, #push, 200 do
+  for i = math.max(1, #push - HMAX + 1), #push, 200 do
     n = redis.pcall('LPUSH', H, unpack(push, i, math.min(i + 199, #push)))
   end
   if type(n) == 'number' and n > HMAX then

@@ -124,7 +124,7 @@ type service struct {
 	cmd       *exec.Cmd
 }
 
-// leaseKey is the Redis key of a resource's lease record (docs/storage-v2.md).
+// leaseKey is the Redis key of a resource's lease record (docs/decisions/storage-v2.md).
 func (s *service) leaseKey(purpose, digest string) string {
 	return fmt.Sprintf("%s:lease:v2:{%s:%s}", s.namespace, purpose, digest)
 }

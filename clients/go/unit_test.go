@@ -257,3 +257,52 @@ func TestFenceSQLRefusesTableNamesThatAreNotPlain(t *testing.T) {
 		t.Fatal("accepted an injection")
 	}
 }
+
+// A stream line longer than an event may be (10 MiB of data, never ended)
+// ends the watch as an unexpected reply after about maxEventBytes: the
+// client neither buffers the whole line nor waits for its end.
+func TestAnOverlongStreamLineEndsTheWatchBounded(t *testing.T) {
+	const sent = 10 << 20
+	written := make(chan int, 1)
+	url := serveOnce(t, func(conn net.Conn) {
+		defer conn.Close()
+		readRequest(conn)
+		total := 0
+		defer func() { written <- total }()
+		head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: "
+		if _, err := conn.Write([]byte(head)); err != nil {
+			return
+		}
+		chunk := []byte(strings.Repeat("x", 64<<10))
+		for total < sent {
+			n, err := conn.Write(chunk)
+			total += n
+			if err != nil {
+				return
+			}
+		}
+		// The whole line was sent (the client kept reading): end the
+		// stream so an unbounded reader fails the test now, not at its
+		// idle timeout.
+	})
+	c, err := New(url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := NewResource("unit", "r")
+	w, err := c.Watch(context.Background(), res, WatchOptions{NoReconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	_, err = w.Next()
+	var le *Error
+	if !errors.Is(err, ErrIndeterminate) || !errors.As(err, &le) || le.Cause != "unexpected_reply" {
+		t.Fatalf("an overlong line: %v", err)
+	}
+	// The client left: the server's writes fail soon after the bound (the
+	// sockets' buffers hold a few MiB at most).
+	if total := <-written; total >= sent {
+		t.Fatalf("the client read the whole %d-byte line before refusing it", total)
+	}
+}

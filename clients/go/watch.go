@@ -162,7 +162,11 @@ func (w *Watcher) Next() (WatchEvent, error) {
 			}
 			w.connected, w.failures = true, 0
 		}
-		line, err := w.reader.ReadString('\n')
+		line, tooLong, err := readLine(w.reader)
+		if tooLong {
+			w.disconnect()
+			return WatchEvent{}, &Error{Kind: ErrIndeterminate, Op: "watch", Cause: "unexpected_reply"}
+		}
 		if err != nil {
 			w.disconnect()
 			if w.ctx.Err() != nil {
@@ -194,6 +198,23 @@ func (w *Watcher) Next() (WatchEvent, error) {
 			return WatchEvent{}, &Error{Kind: ErrIndeterminate, Op: "watch", Cause: "unexpected_reply"}
 		}
 		return WatchEvent{Event: raw.event, ID: raw.id, State: state}, nil
+	}
+}
+
+// readLine reads one line of the stream, its end included; tooLong (and
+// nothing more read) once it passes maxEventBytes: the bound holds for every
+// line, a comment's too, and before the line is buffered whole.
+func readLine(r *bufio.Reader) (line string, tooLong bool, err error) {
+	var buf []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(buf)+len(chunk) > maxEventBytes+len("data: \r\n") {
+			return "", true, nil
+		}
+		buf = append(buf, chunk...)
+		if err != bufio.ErrBufferFull {
+			return string(buf), false, err
+		}
 	}
 }
 

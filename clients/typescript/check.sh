@@ -64,7 +64,9 @@ npm run --silent build
 npm run --silent build:test
 
 step "node --test"
-node --test dist-test/test/*.test.js 2>&1 | tee /tmp/leasehold-ts-test.$$ | grep -E '^(not ok|# (tests|suites|pass|fail|cancelled|skipped|todo|duration_ms) |\s*# (holds|signalled|state|next leader|history))' || true
+# `{ grep || true; }` as the last stage: PIPESTATUS[0] is node's own status
+# (with `… | grep … || true` it was the `true`'s, and a failing test passed).
+node --test dist-test/test/*.test.js 2>&1 | tee /tmp/leasehold-ts-test.$$ | { grep -E '^(not ok|# (tests|suites|pass|fail|cancelled|skipped|todo|duration_ms) |\s*# (holds|signalled|state|next leader|history))' || true; }
 status=${PIPESTATUS[0]}
 if [ "$status" -ne 0 ]; then
   echo "tests failed (exit $status); full output:" >&2

@@ -56,8 +56,15 @@ pub const SEEN_PURPOSES: usize = 256;
 #[derive(Clone, Default)]
 pub struct PurposeHub {
     groups: Arc<Groups>,
-    /// The first `SEEN_PURPOSES` purposes a verb was served for.
-    seen: Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>,
+    /// The last `SEEN_PURPOSES` purposes a lease was acquired in.
+    seen: Arc<std::sync::RwLock<Seen>>,
+}
+
+/// Purposes in the order they were first seen, the oldest forgotten first.
+#[derive(Default)]
+struct Seen {
+    set: std::collections::BTreeSet<String>,
+    order: VecDeque<String>,
 }
 
 impl PurposeHub {
@@ -65,26 +72,39 @@ impl PurposeHub {
         lock(&self.groups)
     }
 
-    /// A verb was served for `purpose`: remembered, while fewer than
-    /// `SEEN_PURPOSES` are.
+    /// A lease was acquired in `purpose`: remembered, the oldest of
+    /// `SEEN_PURPOSES` forgotten to make room (so junk purposes cannot
+    /// freeze the list; a purpose seen again keeps its place).
     pub fn seen(&self, purpose: &Purpose) {
-        let known = |set: &std::collections::BTreeSet<String>| {
-            set.contains(purpose.as_str()) || set.len() >= SEEN_PURPOSES
-        };
-        if known(&self.seen.read().unwrap_or_else(|p| p.into_inner())) {
+        let name = purpose.as_str();
+        if self
+            .seen
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .set
+            .contains(name)
+        {
             return;
         }
-        let mut set = self.seen.write().unwrap_or_else(|p| p.into_inner());
-        if !known(&set) {
-            set.insert(purpose.as_str().to_owned());
+        let mut seen = self.seen.write().unwrap_or_else(|p| p.into_inner());
+        if seen.set.contains(name) {
+            return;
         }
+        while seen.order.len() >= SEEN_PURPOSES {
+            let Some(oldest) = seen.order.pop_front() else {
+                break;
+            };
+            seen.set.remove(&oldest);
+        }
+        seen.set.insert(name.to_owned());
+        seen.order.push_back(name.to_owned());
     }
 
-    /// The purposes this instance has served (at most `SEEN_PURPOSES`),
-    /// sorted.
+    /// The purposes this instance has seen a lease acquired in (the last
+    /// `SEEN_PURPOSES`), sorted.
     pub fn seen_purposes(&self) -> Vec<String> {
-        let set = self.seen.read().unwrap_or_else(|p| p.into_inner());
-        set.iter().cloned().collect()
+        let seen = self.seen.read().unwrap_or_else(|p| p.into_inner());
+        seen.set.iter().cloned().collect()
     }
 
     /// `change` (when known) happened to `tag` (`<purpose>:<digest>`).

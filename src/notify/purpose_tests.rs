@@ -21,3 +21,21 @@ fn the_digest_comes_first_in_the_data() {
     assert_eq!(value["digest"], digest.as_str());
     assert_eq!(value["held"], false);
 }
+
+#[test]
+fn the_seen_purposes_keep_the_newest_when_full() {
+    let hub = PurposeHub::default();
+    let purpose = |i: usize| Purpose::parse(&format!("p-{i}")).expect("purpose");
+    for i in 0..=SEEN_PURPOSES {
+        hub.seen(&purpose(i));
+    }
+    hub.seen(&purpose(SEEN_PURPOSES)); // seen again: no change
+    let seen = hub.seen_purposes();
+    assert_eq!(seen.len(), SEEN_PURPOSES);
+    assert!(!seen.contains(&"p-0".to_owned()), "the oldest is forgotten");
+    assert!(
+        seen.contains(&format!("p-{SEEN_PURPOSES}")),
+        "the newest is kept"
+    );
+    assert!(seen.contains(&"p-1".to_owned()));
+}

@@ -105,8 +105,11 @@ impl LeaseService {
             resource.purpose.as_str(),
             started.elapsed().as_secs_f64(),
         );
-        // For the console's overview (`GET /purposes`, `seen`).
-        self.waiters.purposes().seen(&resource.purpose);
+        // For the console's overview (`GET /purposes`, `seen`): only where a
+        // lease was taken, so inspecting made-up purposes fills nothing.
+        if result.outcome_name() == "acquired" {
+            self.waiters.purposes().seen(&resource.purpose);
+        }
     }
 
     pub(super) fn failure(&self, err: StoreError, attempt: Option<&Attempt>) -> Failure {

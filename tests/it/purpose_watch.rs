@@ -66,6 +66,21 @@ impl Stream {
         }
     }
 
+    async fn open_at(http: &reqwest::Client, base: &str, purpose: &str) -> Stream {
+        let resp = tokio::time::timeout(
+            BOUND,
+            http.get(format!("{base}/leases/{purpose}/events")).send(),
+        )
+        .await
+        .expect("stream opened in time")
+        .expect("open stream");
+        assert_eq!(resp.status(), StatusCode::OK);
+        Stream {
+            resp,
+            buf: String::new(),
+        }
+    }
+
     /// The next event (comment lines skipped); `None` when the stream ended.
     async fn next_or_end(&mut self) -> Option<Event> {
         loop {
@@ -723,4 +738,124 @@ async fn a_snapshot_is_read_when_the_stream_opens_and_renewals_are_events(backen
     }
     release(&a, &p, &d, &holder).await;
     assert_eq!(first.next().await.kind, "released");
+}
+
+/// VmRSS of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("the service's /proc status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
+/// A stream's snapshot is rendered a page at a time as the stream sends
+/// it, not all at once when it opens: 60 callers that open a stream of a
+/// purpose of 10 000 leases and never read cost the service (the real
+/// binary, its own process) well under the 60 x 4.8 MB the JSON of every
+/// lease weighs (an eager snapshot measured 487 MB for 100 such streams).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_that_never_read_a_large_snapshot_cost_no_copy_of_it_each() {
+    use std::process::Stdio;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const LEASES: usize = 10_000;
+    const STREAMS: usize = 60;
+    // (`unique` also installs the TLS provider reqwest needs.)
+    let p = unique("big");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn leasehold serve");
+    let pid = child.id().expect("pid");
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + BOUND;
+    while http.get(format!("{base}/livez")).send().await.is_err() {
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "leasehold exited"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not listening in time"
+        );
+        tokio::task::yield_now().await;
+    }
+    let op = unique("op-");
+    let attempt: Value = http
+        .post(format!("{base}/attempts"))
+        .json(&json!({ "operationId": op }))
+        .send()
+        .await
+        .expect("attempt")
+        .json()
+        .await
+        .expect("attempt JSON");
+    let token = attempt["ownerToken"].as_str().expect("token").to_owned();
+    futures_util::stream::iter(0..LEASES)
+        .map(|_| {
+            let rb = http
+                .put(format!("{base}/leases/{p}/{}", digest()))
+                .header("Lease-Owner-Token", &token)
+                .header("Lease-Operation-Id", &op)
+                .json(&json!({ "ttlMs": 600_000 }));
+            async move {
+                let r = rb.send().await.expect("acquire");
+                assert_eq!(r.status(), StatusCode::CREATED);
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    // The group loaded (one stream read whole), then the baseline.
+    let mut one = Stream::open_at(&http, &base, &p).await;
+    let (leases, _) = one.snapshot().await;
+    assert_eq!(leases.len(), LEASES);
+    let before = rss_kib(pid);
+    let mut silent = Vec::new();
+    for _ in 0..STREAMS {
+        // A small receive window: the kernel takes little of the stream.
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+        let mut s = socket
+            .connect(([127, 0, 0, 1], port).into())
+            .await
+            .expect("connect");
+        s.write_all(format!("GET /leases/{p}/events HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .expect("send the request");
+        silent.push(s);
+    }
+    // Every stream has opened (its head arrived): an eager snapshot is
+    // rendered whole by now; a lazy one only as far as the socket takes.
+    for s in &mut silent {
+        let mut head = [0u8; 12];
+        // Opening reads every lease afresh (two passes of 10 000 reads for
+        // these 60): patient on a loaded 2-core machine.
+        tokio::time::timeout(BOUND * 6, s.read_exact(&mut head))
+            .await
+            .expect("the stream opened in time")
+            .expect("read the head");
+        assert_eq!(&head, b"HTTP/1.1 200");
+    }
+    let grown = rss_kib(pid).saturating_sub(before);
+    assert!(
+        grown < 160 * 1024,
+        "{STREAMS} streams that read nothing grew the service by {} MiB",
+        grown / 1024
+    );
+    drop(silent);
+    drop(one);
+    let _ = child.kill().await;
 }

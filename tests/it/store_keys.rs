@@ -95,19 +95,25 @@ async fn tombstones_of_ended_permits_are_pruned() {
     let app = TestApp::spawn(&Backend::Redis(server.url())).await;
     let d = digest();
     let tomb = format!("{}:tomb:v2:{{{P}:{d}}}", app.namespace);
-    const TTL_MS: u64 = 40;
+    // Long enough that a break reaches the permit on a loaded machine;
+    // one that comes too late finds nothing (not counted).
+    const TTL_MS: u64 = 300;
     let started = Instant::now();
-    let mut breaks = 0u32;
-    // At least 200 breaks over at least 10 TTLs (bounded by 5 000).
+    let (mut breaks, mut tries) = (0u32, 0u32);
+    // At least 200 breaks over at least 10 TTLs (bounded by 5 000 tries).
     while breaks < 200 || started.elapsed() < Duration::from_millis(10 * TTL_MS) {
-        assert!(breaks < 5_000, "the loop is bounded");
+        assert!(tries < 5_000, "the loop is bounded ({breaks} breaks)");
+        tries += 1;
         let a = app.attempt().await;
         let got = app.acquire(P, &d, &a, TTL_MS).await;
         assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
         let url = format!("{}/leases/{P}/{d}/break", app.base);
         let broke = TestApp::reply(app.http.post(url).send().await.expect("send")).await;
-        assert_eq!(broke.body["outcome"], "broken", "{:?}", broke.body);
-        breaks += 1;
+        match broke.body["outcome"].as_str() {
+            Some("broken") => breaks += 1,
+            Some("nothing_to_break") => {}
+            _ => panic!("{:?}", broke.body),
+        }
     }
     let now = server_now_ms(&server);
     let fields = server.cli(&["HGETALL", &tomb]);
@@ -161,7 +167,7 @@ async fn thousands_of_lapsed_holders_do_not_block_the_next_acquire() {
     // What 9 000 acquires of a counting lease leave once their permits ran
     // out and Redis dropped the record: the sequence and an 'a' entry per
     // holder, the newest one counting them all live (the format of
-    // docs/storage-v2.md, "History"; writing them through the service
+    // docs/decisions/storage-v2.md, "History"; writing them through the service
     // would take minutes of a debug build).
     let at = server_now_ms(&server) - 60_000;
     let mut push = vec!["LPUSH".to_owned(), hist.clone()];

@@ -107,21 +107,23 @@ for (const store of ["embedded", "redis"] as const) {
     });
 
     it("a bounded hold: granted the time left, then renew lost/max_hold and release already_absent/max_hold", async () => {
+      const HOLD_MS = 3_000;
       const r = fresh();
       const a = await client.attempt();
       // A bound below the TTL is the TTL granted; the lease and inspect's permit carry it.
-      const got = await client.acquire(r, a, { ttlMs: 30_000, maxHoldMs: 500 });
+      // 3 s: room for the inspect and the renew on a loaded machine (500 ms was not).
+      const got = await client.acquire(r, a, { ttlMs: 30_000, maxHoldMs: HOLD_MS });
       assert.ok(got.outcome === "acquired");
-      assert.equal(got.lease.ttlMs, 500);
-      assert.equal(got.lease.maxHoldMs, 500);
+      assert.equal(got.lease.ttlMs, HOLD_MS);
+      assert.equal(got.lease.maxHoldMs, HOLD_MS);
       assert.ok(got.lease.holdEndsAt !== undefined);
-      assert.ok(got.handle.atHoldEnd && got.handle.validForMs <= 500);
+      assert.ok(got.handle.atHoldEnd && got.handle.validForMs <= HOLD_MS);
       const seen = await client.inspect(r);
-      assert.deepEqual(seen.permits?.map((p) => [p.maxHoldMs, p.holdEndsAt]), [[500, got.lease.holdEndsAt]]);
+      assert.deepEqual(seen.permits?.map((p) => [p.maxHoldMs, p.holdEndsAt]), [[HOLD_MS, got.lease.holdEndsAt]]);
       // The renew that would reach past the hold's end is granted the time left.
       const renewed = await got.handle.renew();
       assert.ok(renewed.outcome === "renewed", renewed.outcome);
-      assert.ok(renewed.lease.ttlMs < 30_000 && renewed.lease.remainingMs <= 500);
+      assert.ok(renewed.lease.ttlMs < 30_000 && renewed.lease.remainingMs <= HOLD_MS);
       assert.equal(renewed.lease.holdEndsAt, got.lease.holdEndsAt);
       // Once the hold has run out: lost / max_hold, already_absent / max_hold.
       assert.deepEqual(await renewPastTheHold(r, a, renewed), { outcome: "lost", reason: "max_hold" });

@@ -106,9 +106,9 @@ pub struct PurposesListed {
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub any_purpose: Option<AnyPurpose>,
-    /// With `anyPurpose` only: the purposes this instance has served a
-    /// verb for since it started, sorted (at most 256), so a key for every
-    /// purpose can be offered them.
+    /// With `anyPurpose` only: the purposes this instance has seen a lease
+    /// acquired in since it started, sorted (the last 256), so a key for
+    /// every purpose can be offered them.
     #[schema(nullable = false, max_items = 256)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seen: Option<Vec<String>>,
@@ -158,7 +158,7 @@ impl PurposesListed {
 ///
 /// The purposes the sent API key names, each with the key's scopes on it,
 /// and `anyPurpose` when it may use every purpose, with `seen`: the
-/// purposes this instance has served (at most 256). On an open API (no
+/// purposes this instance has seen a lease acquired in (the last 256). On an open API (no
 /// keys configured) no purpose is named and `anyPurpose` holds every
 /// scope. Also the service's `version`. Reads no store. The console (`/console`) uses it to offer purposes and
 /// to show the break button only where the key is `admin`.

@@ -21,16 +21,57 @@ pub fn history_key(namespace: &str, resource: &ResourceId) -> String {
     key(namespace, "hist", resource)
 }
 
-/// The claim key of `attempt`'s permit (lua/acquire.lua `KEYS[7]`):
-/// `<ns>:claim:v2:{<purpose>:<digest>}:p:<owner token>:<operation id>`.
-pub(super) fn claim_key(namespace: &str, resource: &ResourceId, attempt: &Attempt) -> String {
-    let (owner, op) = (attempt.owner_token.expose(), attempt.operation_id.as_str());
-    let mut claim = key(namespace, "claim", resource);
-    claim.reserve(owner.len() + op.len() + 4);
-    for part in [":p:", owner, ":", op] {
-        claim.push_str(part);
+/// The kind whose key in a [`KeyBuf`] is `attempt`'s claim key (lua/acquire.lua
+/// `KEYS[7]`): `<ns>:claim:v2:{<purpose>:<digest>}:p:<owner token>:<operation id>`.
+pub(super) const CLAIM: &str = "claim";
+
+/// The `KEYS` of one script call on a resource, built into one string: one
+/// allocation a call, not one a key (acquire passes 8 keys and release 9,
+/// since every key a script touches comes in `KEYS`; issue 39, item 11).
+pub(super) struct KeyBuf<const N: usize> {
+    text: String,
+    ends: [usize; N],
+}
+
+impl<const N: usize> KeyBuf<N> {
+    /// The keys of `kinds` of `resource`, in that order; the kind [`CLAIM`]
+    /// gets `attempt`'s claim key (without an attempt, the bare claim prefix).
+    pub(super) fn new(
+        namespace: &str,
+        resource: &ResourceId,
+        kinds: [&str; N],
+        attempt: Option<&Attempt>,
+    ) -> Self {
+        let (purpose, digest) = (resource.purpose.as_str(), resource.digest.as_str());
+        let claim = attempt.map(|a| (a.owner_token.expose(), a.operation_id.as_str()));
+        let each = namespace.len() + purpose.len() + digest.len() + 8;
+        let extra = claim.map_or(0, |(owner, op)| owner.len() + op.len() + 4);
+        let kinds_len: usize = kinds.iter().map(|k| k.len()).sum();
+        let mut text = String::with_capacity(each * N + kinds_len + extra);
+        let mut ends = [0; N];
+        for (kind, end) in kinds.iter().zip(ends.iter_mut()) {
+            for part in [namespace, ":", kind, ":v2:{", purpose, ":", digest, "}"] {
+                text.push_str(part);
+            }
+            if let (true, Some((owner, op))) = (*kind == CLAIM, claim) {
+                for part in [":p:", owner, ":", op] {
+                    text.push_str(part);
+                }
+            }
+            *end = text.len();
+        }
+        KeyBuf { text, ends }
     }
-    claim
+
+    /// The keys, as slices of the one string.
+    pub(super) fn get(&self) -> [&str; N] {
+        let mut start = 0;
+        self.ends.map(|end| {
+            let k = self.text.get(start..end).unwrap_or("");
+            start = end;
+            k
+        })
+    }
 }
 
 /// `<ns>:<kind>:v2:{<purpose>:<digest>}`, built in one allocation (keys are
@@ -61,4 +102,38 @@ pub(super) const QUEUE_HORIZON_MS: &str = "2000";
 /// inspect), as their headers name them: the record and its sequence.
 pub(super) fn record_keys<'a>(lease: &'a str, seq: &'a str) -> [(&'static str, &'a str); 2] {
     [("record", lease), ("sequence", seq)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{OperationId, OwnerToken, Purpose, ResourceDigest};
+
+    #[test]
+    fn a_key_buf_holds_each_kinds_key_and_the_attempts_claim() {
+        let resource = ResourceId {
+            purpose: Purpose::parse("invoice-export").expect("purpose"),
+            digest: ResourceDigest::of_raw_id("order-42"),
+        };
+        let attempt = Attempt {
+            owner_token: OwnerToken::generate().expect("token"),
+            operation_id: OperationId::parse("op-1").expect("operation id"),
+        };
+        let buf = KeyBuf::new("ns", &resource, ["lease", CLAIM, "seq"], Some(&attempt));
+        let claim = format!(
+            "{}:p:{}:op-1",
+            key("ns", CLAIM, &resource),
+            attempt.owner_token.expose()
+        );
+        assert_eq!(
+            buf.get(),
+            [
+                lease_key("ns", &resource).as_str(),
+                claim.as_str(),
+                seq_key("ns", &resource).as_str()
+            ]
+        );
+        let bare = KeyBuf::new("ns", &resource, [CLAIM], None);
+        assert_eq!(bare.get(), [key("ns", CLAIM, &resource).as_str()]);
+    }
 }

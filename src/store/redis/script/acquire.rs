@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{claim_key, key, QUEUE_HORIZON_MS};
+use super::super::keys::{KeyBuf, CLAIM, QUEUE_HORIZON_MS};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{
@@ -25,7 +25,7 @@ static SCRIPT: LazyLock<Script> =
 const WAITS_FOR_REPLICAS: bool = true;
 
 /// The script's `KEYS`, as its header names them: every key it touches.
-fn keys(k: &[String; 8]) -> Named<'_, 8> {
+fn keys<'a>(k: &[&'a str; 8]) -> Named<'a, 8> {
     let [record, seq, hist, index, queue, asks, claim, grants] = k;
     [
         ("record", record),
@@ -37,7 +37,7 @@ fn keys(k: &[String; 8]) -> Named<'_, 8> {
         ("claim", claim),
         ("grants", grants),
     ]
-    .map(|(name, key)| (name, key.as_str()))
+    .map(|(name, key)| (name, *key))
 }
 
 /// The script's `ARGV` (the nonce, last, is added per call).
@@ -246,16 +246,11 @@ impl RedisStore {
             purpose_watched: self.purpose_watched_arg(resource),
         };
         let ns = &self.namespace;
-        let all = [
-            key(ns, "lease", resource),
-            key(ns, "seq", resource),
-            key(ns, "hist", resource),
-            key(ns, "exp", resource),
-            key(ns, "queue", resource),
-            key(ns, "ask", resource),
-            claim_key(ns, resource, attempt),
-            key(ns, "granted", resource),
+        let kinds = [
+            "lease", "seq", "hist", "exp", "queue", "ask", CLAIM, "granted",
         ];
+        let buf = KeyBuf::new(ns, resource, kinds, Some(attempt));
+        let all = buf.get();
         let keys = keys(&all);
         let done = self
             .run_on_record(

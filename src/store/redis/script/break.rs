@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{key, SEQ_KEY_TTL_TEXT};
+use super::super::keys::{KeyBuf, SEQ_KEY_TTL_TEXT};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended_holds, int, STATUS};
@@ -21,7 +21,7 @@ static SCRIPT: LazyLock<Script> =
 const WAITS_FOR_REPLICAS: bool = true;
 
 /// The script's `KEYS`, as its header names them.
-fn keys(k: &[String; 5]) -> Named<'_, 5> {
+fn keys<'a>(k: &[&'a str; 5]) -> Named<'a, 5> {
     let [record, seq, tombs, index, hist] = k;
     [
         ("record", record),
@@ -30,7 +30,7 @@ fn keys(k: &[String; 5]) -> Named<'_, 5> {
         ("index", index),
         ("history", hist),
     ]
-    .map(|(name, key)| (name, key.as_str()))
+    .map(|(name, key)| (name, *key))
 }
 
 /// The script's `ARGV` (the nonce, last, is added per call).
@@ -93,7 +93,8 @@ impl RedisStore {
         revocation: &Revocation,
     ) -> Result<Replicated<StoreBreak>, StoreError> {
         let ns = &self.namespace;
-        let all = ["lease", "seq", "tomb", "exp", "hist"].map(|kind| key(ns, kind, resource));
+        let buf = KeyBuf::new(ns, resource, ["lease", "seq", "tomb", "exp", "hist"], None);
+        let all = buf.get();
         let tag = resource.tag();
         let token = fencing_token.map(|t| t.to_string()).unwrap_or_default();
         let args = Args {

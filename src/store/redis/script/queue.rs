@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{key, QUEUE_HORIZON_MS, SEQ_KEY_TTL_TEXT};
+use super::super::keys::{KeyBuf, QUEUE_HORIZON_MS, SEQ_KEY_TTL_TEXT};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::acquire::holder_arg;
@@ -23,7 +23,7 @@ static SCRIPT: LazyLock<Script> =
 const WAITS_FOR_REPLICAS: bool = false;
 
 /// The script's `KEYS`, as its header names them.
-fn keys(k: &[String; 5]) -> Named<'_, 5> {
+fn keys<'a>(k: &[&'a str; 5]) -> Named<'a, 5> {
     let [queue, seq, asks, grants, record] = k;
     [
         ("queue", queue),
@@ -32,7 +32,7 @@ fn keys(k: &[String; 5]) -> Named<'_, 5> {
         ("grants", grants),
         ("record", record),
     ]
-    .map(|(name, key)| (name, key.as_str()))
+    .map(|(name, key)| (name, *key))
 }
 
 /// The script's `ARGV` (the nonce, last, is added per call).
@@ -123,7 +123,13 @@ impl RedisStore {
         op: QueueOp<'_>,
     ) -> Result<Queued, StoreError> {
         let ns = &self.namespace;
-        let all = ["queue", "seq", "ask", "granted", "lease"].map(|kind| key(ns, kind, resource));
+        let buf = KeyBuf::new(
+            ns,
+            resource,
+            ["queue", "seq", "ask", "granted", "lease"],
+            None,
+        );
+        let all = buf.get();
         let tag = resource.tag();
         let (verb, member, ask) = verb_and_member(op);
         let ask = match op {

@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{claim_key, key};
+use super::super::keys::{KeyBuf, CLAIM};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended, ended_holds, int, non_negative, ENDED_EARLY, STATUS};
@@ -42,7 +42,7 @@ impl Mode {
 }
 
 /// The script's `KEYS`, as its header names them: every key it touches.
-fn keys(k: &[String; 9]) -> Named<'_, 9> {
+fn keys<'a>(k: &[&'a str; 9]) -> Named<'a, 9> {
     let [record, seq, tombs, hist, index, queue, asks, claim, grants] = k;
     [
         ("record", record),
@@ -55,7 +55,7 @@ fn keys(k: &[String; 9]) -> Named<'_, 9> {
         ("claim", claim),
         ("grants", grants),
     ]
-    .map(|(name, key)| (name, key.as_str()))
+    .map(|(name, key)| (name, *key))
 }
 
 /// The script's `ARGV` (the nonce, last, is added per call).
@@ -184,17 +184,11 @@ impl RedisStore {
             instance_id: &self.instance,
         };
         let ns = &self.namespace;
-        let all = [
-            key(ns, "lease", resource),
-            key(ns, "seq", resource),
-            key(ns, "tomb", resource),
-            key(ns, "hist", resource),
-            key(ns, "exp", resource),
-            key(ns, "queue", resource),
-            key(ns, "ask", resource),
-            claim_key(ns, resource, attempt),
-            key(ns, "granted", resource),
+        let kinds = [
+            "lease", "seq", "tomb", "hist", "exp", "queue", "ask", CLAIM, "granted",
         ];
+        let buf = KeyBuf::new(ns, resource, kinds, Some(attempt));
+        let all = buf.get();
         let keys = keys(&all);
         let done = self
             .run_on_record(

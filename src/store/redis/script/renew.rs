@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{key, SEQ_KEY_TTL_MS};
+use super::super::keys::{KeyBuf, SEQ_KEY_TTL_MS};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended, int, label, non_negative, store_time, token_of, ENDED_EARLY, STATUS};
@@ -22,7 +22,7 @@ static SCRIPT: LazyLock<Script> =
 const WAITS_FOR_REPLICAS: bool = true;
 
 /// The script's `KEYS`, as its header names them: every key it touches.
-fn keys(k: &[String; 5]) -> Named<'_, 5> {
+fn keys<'a>(k: &[&'a str; 5]) -> Named<'a, 5> {
     let [record, seq, tombs, index, hist] = k;
     [
         ("record", record),
@@ -31,7 +31,7 @@ fn keys(k: &[String; 5]) -> Named<'_, 5> {
         ("index", index),
         ("history", hist),
     ]
-    .map(|(name, key)| (name, key.as_str()))
+    .map(|(name, key)| (name, *key))
 }
 
 /// The script's `ARGV` (the nonce, last, is added per call).
@@ -135,7 +135,8 @@ impl RedisStore {
             purpose_watched: self.purpose_watched_arg(resource),
         };
         let ns = &self.namespace;
-        let all = ["lease", "seq", "tomb", "exp", "hist"].map(|kind| key(ns, kind, resource));
+        let buf = KeyBuf::new(ns, resource, ["lease", "seq", "tomb", "exp", "hist"], None);
+        let all = buf.get();
         let keys = keys(&all);
         let done = self
             .run_on_record(

@@ -267,7 +267,7 @@ final class Harness {
             return redis == null ? "memory" : "redis";
         }
 
-        /** The Redis key of a resource's lease record (docs/storage-v2.md). */
+        /** The Redis key of a resource's lease record (docs/decisions/storage-v2.md). */
         String leaseKey(String purpose, String digest) {
             return namespace + ":lease:v2:{" + purpose + ":" + digest + "}";
         }
