@@ -94,6 +94,9 @@ mod watch_reader;
 // The fan-out's floor: a server that only writes (issue 25).
 #[path = "load/raw_sse.rs"]
 mod raw_sse;
+// What a lease costs Redis against the minimal lock (issue 41, §20).
+#[path = "load/redis_cost.rs"]
+mod redis_cost;
 
 use env::Env;
 use http_client::Http;
@@ -209,6 +212,14 @@ async fn run(opts: Opts) -> Result<bool, String> {
         anchor = Some(ratio);
     }
 
+    // ---- redis-cost: Redis work and memory per lease (issue 41) ----
+    let mut cost_ok = true;
+    if opts.wants("redis-cost") {
+        let (text, ok) = redis_cost::run(&opts).await?;
+        summary.push_str(&text);
+        cost_ok = ok;
+    }
+
     let _ = writeln!(
         summary,
         "\nmachine load average after the phases: {}",
@@ -245,7 +256,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
             anchor,
         },
     );
-    let goals_ok = goals_ok && goals25_ok;
+    let goals_ok = goals_ok && goals25_ok && cost_ok;
     println!("{summary}");
     out.push_str(&summary);
     if let Ok(path) = std::env::var("LOAD_REPORT") {

@@ -28,6 +28,8 @@ pub(crate) struct Opts {
     pub(crate) watch_changes: usize,
     pub(crate) list_leases: usize,
     pub(crate) list_page: usize,
+    pub(crate) cost_cycles: u64,
+    pub(crate) cost_leases: u64,
 }
 
 pub(crate) const USAGE: &str = "\
@@ -49,8 +51,9 @@ usage: cargo bench --bench load -- [flags]   (each flag also as an env var)
                          (default: a quarter of the first round's service acquire ops/s)
   --scrape-every SECS    GET /metrics this often, as Prometheus would LOAD_SCRAPE_EVERY (0: never)
   --only LIST            comma list of acquire,cycle,contended,paced,handoff,
-                         permits,permits-many,fair,watch,list,anchor
-                         (anchor and watch start an etcd: apt-get install etcd-server)
+                         permits,permits-many,fair,watch,list,anchor,redis-cost
+                         (anchor and watch start an etcd: apt-get install etcd-server;
+                         redis-cost runs Redis under callgrind: apt-get install valgrind)
                                                               LOAD_ONLY          (all)
   --permits-limit N      limit of the permits scenario (against limit 1)
                                                               LOAD_PERMITS_LIMIT (16)
@@ -63,6 +66,9 @@ usage: cargo bench --bench load -- [flags]   (each flag also as an env var)
   --watch-changes N      releases timed to the last watcher   LOAD_WATCH_CHANGES (50)
   --list-leases N        leases held for the list scenario    LOAD_LIST_LEASES   (100000)
   --list-page N          limit per listing page               LOAD_LIST_PAGE     (100)
+  --cost-cycles N        cycles per callgrind figure of redis-cost LOAD_COST_CYCLES (300)
+  --cost-leases N        leases held, then released, for redis-cost's memory
+                                                              LOAD_COST_LEASES   (10000)
   LOAD_WRAP='valgrind --tool=callgrind ...'  prefix the leasehold command (profiling)
   LOAD_LEASEHOLD_BIN=path  run that leasehold binary instead of this build's
   LOAD_BASELINE_BIN=path   also run that binary (e.g. the previous release) in the
@@ -155,6 +161,8 @@ impl Opts {
             watch_changes: num("watch-changes", get("watch-changes"), 50usize)?.max(1),
             list_leases: num("list-leases", get("list-leases"), 100_000usize)?.max(1),
             list_page: num("list-page", get("list-page"), 100usize)?.clamp(1, 1000),
+            cost_cycles: num("cost-cycles", get("cost-cycles"), 300u64)?.clamp(1, 100_000),
+            cost_leases: num("cost-leases", get("cost-leases"), 10_000u64)?.clamp(1, 1_000_000),
         };
         if opts.duration.is_zero() {
             return Err("--duration must be greater than 0".into());

@@ -193,6 +193,18 @@ impl Service {
         bin: &Path,
         tag: &str,
     ) -> Result<Self, String> {
+        Self::start_with_env(opts, redis_url, bin, tag, &[]).await
+    }
+
+    /// [`Service::start`] with more environment variables (`redis-cost`'s
+    /// service waits longer for a Redis slowed down by callgrind).
+    pub(crate) async fn start_with_env(
+        opts: &Opts,
+        redis_url: &str,
+        bin: &Path,
+        tag: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Result<Self, String> {
         if !bin.is_file() {
             return Err(format!(
                 "{} is missing: run `cargo build --release --bin leasehold`",
@@ -229,6 +241,7 @@ impl Service {
                 "RUST_LOG",
                 std::env::var("LOAD_RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(extra_env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)

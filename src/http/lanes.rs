@@ -80,12 +80,20 @@ pub enum Lane {
 /// or the front's path and query). See the module's table.
 pub fn classify(method: &str, target: &str) -> Lane {
     let bytes = target.as_bytes();
-    if bytes.first() != Some(&b'/') || memchr::memchr2(b'#', b'%', bytes).is_some() {
+    if bytes.first() != Some(&b'/') {
         return Lane::Hyper;
     }
-    let (path, has_query) = match memchr::memchr(b'?', bytes) {
-        Some(end) => (&target[..end], true),
+    // One search for the three bytes that matter: a `#` or `%` anywhere
+    // sends the request to hyper, a `?` starts the query.
+    let (path, has_query) = match memchr::memchr3(b'#', b'%', b'?', bytes) {
         None => (target, false),
+        Some(at) if bytes[at] == b'?' => {
+            if memchr::memchr2(b'#', b'%', &bytes[at + 1..]).is_some() {
+                return Lane::Hyper;
+            }
+            (&target[..at], true)
+        }
+        Some(_) => return Lane::Hyper,
     };
     if has_dot_segment(path) {
         return Lane::Hyper;
@@ -100,15 +108,14 @@ pub fn classify(method: &str, target: &str) -> Lane {
     }
 }
 
-/// Whether a segment of `path` is `.` or `..`: only a segment that starts
-/// with a `.` can be, and a lease path has none (its digest's `.` is inside
-/// a segment), so this is one vectorised search for `/.` on the hot path.
+/// Whether a segment of `path` is `.` or `..`: only a `.` right after a
+/// `/` can start one, and a lease path has one `.`, inside its digest.
 fn has_dot_segment(path: &str) -> bool {
     let bytes = path.as_bytes();
-    memchr::memmem::find_iter(bytes, b"/.").any(|at| {
-        let rest = &bytes[at + 2..];
+    memchr::memchr_iter(b'.', bytes).any(|at| {
+        let rest = &bytes[at + 1..];
         let rest = rest.strip_prefix(b".").unwrap_or(rest);
-        rest.is_empty() || rest[0] == b'/'
+        at > 0 && bytes[at - 1] == b'/' && (rest.is_empty() || rest[0] == b'/')
     })
 }
 
