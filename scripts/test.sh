@@ -9,7 +9,7 @@
 # rustfmt, clippy, luacheck, every cargo test (the contract suite against the
 # embedded store and real redis-server processes it starts itself), the
 # deployment checks against a live scrape, the API checks (when present), the
-# Python and TypeScript clients' checks, and the mixed checked history.
+# Python, TypeScript and Java clients' checks, and the mixed checked history.
 # Ends with one line "summary: N passed, N failed".
 set -euo pipefail
 
@@ -59,6 +59,7 @@ stage() { # name cmd...
 stage "cargo fmt --check" cargo fmt --all -- --check
 stage "cargo clippy -D warnings" cargo clippy --all-targets --all-features --locked -- -D warnings
 stage "layout: no import circle, layers point down, files under 600 lines (scripts/check_layout.py)" python3 scripts/check_layout.py
+stage "layout check's own test (scripts/test_check_layout.py)" python3 scripts/test_check_layout.py
 stage "cargo doc without warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --locked
 stage "luacheck lua/" luacheck --no-color --std lua51 --read-globals redis KEYS ARGV -- lua/acquire.lua lua/renew.lua lua/release.lua lua/inspect.lua lua/queue.lua lua/break.lua lua/history.lua lua/purposes.lua
 
@@ -110,9 +111,13 @@ stage "TypeScript client (clients/typescript/check.sh)" bash clients/typescript/
 # Go (standard library only; apt's golang-go, lib/pq for the guard's tests);
 # it also builds clients/go/dist/mixed-worker for the mixed history.
 stage "Go client (clients/go/check.sh)" bash clients/go/check.sh
+# Java: Debian's JDK and jars (no Maven Central), javac -Xlint:all -Werror,
+# JUnit 5 and the conformance table; its build is what the mixed history runs.
+stage "Java client (clients/java/check.sh)" bash clients/java/check.sh
 # The mixed checked history (tests/it/mixed_history.rs, ignored in the run
-# above): Rust, Python and TypeScript workers on shared resources. It runs
-# the venv and the TypeScript build the two checks just made.
+# above): Rust, Python, TypeScript, Go and Java workers on shared resources.
+# It runs the venv, the TypeScript build, the Go worker and the Java build the
+# checks just made.
 stage "mixed checked history (tests/it/mixed_history.rs)" \
   cargo test --all-features --locked --test it mixed_history:: -- --ignored
 

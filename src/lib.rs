@@ -28,7 +28,14 @@
 //! Watches (`GET …?changedSince=V&waitMs=N` and `GET …/events`, in
 //! [`http::watch`]) join [`notify::WatchHub`]: one reader per watched
 //! resource per instance, woken by the same store events as waits, fans
-//! each change out to every watcher.
+//! each change out to every watcher. A purpose's stream
+//! (`GET /leases/{purpose}/events`, [`http::purpose_watch`]) joins
+//! [`notify::PurposeHub`] the same way, one reader per watched purpose.
+//!
+//! A resource's history (`GET …/history`, [`http::history`]) is the bounded
+//! list of its changes the store keeps beside the lease; a break
+//! (`POST …/break`, [`http::operator`], the `admin` scope) ends a lease
+//! for its holder.
 //!
 //! Underneath, [`http::server`] runs the listener loop (connection cap,
 //! header/idle timeout, graceful shutdown) and, with
@@ -44,8 +51,9 @@
 //!
 //! `client` (feature `client`) speaks this API over http or https, with a
 //! lease handle's closed state machine and a renewing watchdog; `cli`
-//! (feature `cli`, on by default) builds the binary's `lock`, `inspect` and
-//! `list` subcommands on it. Neither is on the server's request path.
+//! (feature `cli`, on by default) builds the binary's client subcommands on
+//! it (`lock`, `inspect`, `list`, `history`, `watch`, `acquire`, `renew`,
+//! `release`, `break`). Neither is on the server's request path.
 
 pub mod config;
 pub mod domain;

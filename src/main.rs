@@ -7,7 +7,7 @@ use leasehold::domain::ResourceDigest;
 
 /// mimalloc rather than glibc malloc: a request allocates ~100 small,
 /// short-lived blocks across threads, where glibc's arena locks and
-/// consolidation cost a fifth of the CPU (docs/performance.md).
+/// consolidation cost a fifth of the CPU (docs/perf-log/2026-12-02.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -127,7 +127,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     // writes each command on its own; the former runs woken tasks in order,
     // so the requests of one I/O wake-up are written to Redis together.
     // Measured at a fixed 10 000 acquires/s: about 10 % less CPU per request
-    // both in leasehold and in Redis (docs/performance.md).
+    // both in leasehold and in Redis (docs/perf-log/2026-12-03.md).
     let threads = match config.http.worker_threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,

@@ -1,5 +1,5 @@
-//! One timer per connection (issue 25, docs/performance.md "the request
-//! path, a fourth pass"): hyper's header-read timeout and the front's
+//! One timer per connection (issue 25, docs/perf-log/2026-12-05.md "the
+//! request path, a fourth pass"): hyper's header-read timeout and the front's
 //! request timeout take turns on one tokio timer that stays registered
 //! across requests. Each used to register a timer of its own per request
 //! and remove it again (the timer wheel's lock, twice, and a box for

@@ -1,5 +1,5 @@
-//! Event streams outside hyper (issue 25, docs/performance.md "Watchers
-//! outside hyper"). An idle watcher served by hyper costs about 22 KiB:
+//! Event streams outside hyper (issue 25, docs/perf-log/2026-12-04.md
+//! "Watchers outside hyper"). An idle watcher served by hyper costs about 22 KiB:
 //! the connection's 8 KiB read and write buffers and its task, kept for
 //! the stream's whole life. Here the accept loop looks at a plain
 //! connection's first bytes; when they are a complete

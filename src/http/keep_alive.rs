@@ -1,5 +1,5 @@
-//! The lease verbs outside hyper (issue 25, docs/performance.md "the
-//! request path, a fifth pass"): a plain connection's requests are read
+//! The lease verbs outside hyper (issue 25, docs/perf-log/2026-12-05.md
+//! "the lease verbs outside hyper"): a plain connection's requests are read
 //! here as long as each is a complete, plain HTTP/1.1 request of a lease
 //! verb (`PUT`, `PATCH`, `DELETE` or `GET` of `/leases/{purpose}/{digest}`,
 //! its body, if any, all there with a `content-length`). Each goes through

@@ -302,7 +302,7 @@ pub fn metrics_router(app: AppState) -> Router {
 /// - tracing: a DEBUG span per request (method, route template, request
 ///   id) and a DEBUG line per answer. DEBUG, not INFO: at the default level
 ///   a request then costs no log work (an INFO span and line were 28 % of
-///   the service's CPU per request; docs/performance.md). Store failures
+///   the service's CPU per request; docs/perf-log/2026-12-02.md). Store failures
 ///   behind a 5xx are logged at WARN by the service;
 /// - the per-request timeout: a lease verb that may have mutated (PUT,
 ///   PATCH, DELETE) and timed out is `indeterminate` with its operation id,

@@ -105,7 +105,7 @@ impl LeaseService {
     /// as its largest state, the wait's is several kilobytes, and every
     /// future is moved (copied whole) on its way into the HTTP stack's
     /// boxes; unboxed, that copy was an eighth of an uncontended acquire's
-    /// instructions (docs/performance.md).
+    /// instructions (docs/perf-log/2026-12-05.md, "the request path again").
     pub(super) async fn acquire_inner(
         &self,
         resource: &ResourceId,

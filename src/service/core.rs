@@ -137,7 +137,8 @@ impl LeaseService {
     /// Not an `async fn`: its future would keep `call` twice, as the
     /// argument and as the future it awaits (rustc does not overlap the
     /// two), and every future above it in a request is moved, so copied
-    /// whole, several times (docs/performance.md).
+    /// whole, several times (docs/perf-log/2026-12-05.md, "the request
+    /// path, a third pass").
     pub(super) fn admitted<'a, T, F>(
         &'a self,
         call: F,

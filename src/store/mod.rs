@@ -497,7 +497,7 @@ impl Store {
     }
 
     /// The newest `limit` entries of `resource`'s history, newest first,
-    /// within the age bound (docs/storage-v2.md, "History").
+    /// within the age bound (docs/decisions/storage-v2.md, "History").
     pub async fn history(
         &self,
         resource: &ResourceId,

@@ -22,7 +22,7 @@
 //! * `freeze_store`: `redis-server` gets SIGSTOP `afterMs` into the lease
 //!   and SIGCONT `forMs` later ([`RedisServer::freeze`]).
 //! * `delete_lease_key`: `redis-cli DEL <ns>:lease:v2:{<purpose>:<digest>}`
-//!   (docs/storage-v2.md).
+//!   (docs/decisions/storage-v2.md).
 //! * `kill_leader_process`: the leader is this test binary run again as a
 //!   child process ([`leader_process`], an ignored test that campaigns and
 //!   prints `leading <token>`), killed with SIGKILL.
@@ -349,7 +349,7 @@ async fn delete_lease_key(s: &Scenario, st: &Stack) -> Observed {
     let (resource, handle) = held(s, &st.app).await;
     let watchdog = Watchdog::new(1);
     let registration = watchdog.register(&handle).expect("register");
-    // docs/storage-v2.md: <ns>:lease:v2:{<purpose>:<digest>}.
+    // docs/decisions/storage-v2.md: <ns>:lease:v2:{<purpose>:<digest>}.
     let key = format!(
         "{}:lease:v2:{{{}:{}}}",
         st.app.namespace, resource.purpose, resource.digest

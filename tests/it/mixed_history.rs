@@ -12,6 +12,9 @@
 //!   compiled by `clients/typescript/check.sh` into `dist-test/`, on `node`.
 //!   Go: `clients/go/internal/cmd/mixed-worker`, as built by
 //!   `clients/go/check.sh` into `clients/go/dist/mixed-worker`.
+//!   Java: `clients/java/src/test/java/io/leasehold/client/MixedWorker.java`,
+//!   as compiled by `clients/java/check.sh` (its `build.sh`) into
+//!   `clients/java/build/`, on `java` with the classpath in `build/classpath`.
 //!   Rust: tasks in this test, with [`Client`], [`LeaseHandle`] and
 //!   [`Watchdog`]; an `indeterminate` acquire is retried with the same
 //!   attempt (the caller's job in Rust, as `Error::Indeterminate` says).
@@ -190,6 +193,40 @@ fn go_worker() -> PathBuf {
 
 fn node() -> PathBuf {
     common::redis::require_binary("node", "nodejs")
+}
+
+/// The Java worker: `java` and the arguments that run `MixedWorker` on
+/// the build `clients/java/check.sh` makes.
+fn java_worker() -> Command {
+    let package = Path::new(ROOT).join("clients/java");
+    let compiled = package.join("build/test-classes/io/leasehold/client/MixedWorker.class");
+    let source = package.join("src/test/java/io/leasehold/client/MixedWorker.java");
+    let classpath = package.join("build/classpath");
+    assert!(
+        compiled.is_file() && classpath.is_file(),
+        "the Java client's build is missing ({}): run `bash clients/java/check.sh` first (or \
+         `bash clients/java/build.sh`); scripts/test.sh runs it before this test",
+        compiled.display()
+    );
+    assert!(
+        modified(&compiled) >= modified(&source),
+        "{} is older than {}: rebuild with `bash clients/java/build.sh`",
+        compiled.display(),
+        source.display()
+    );
+    let classpath = std::fs::read_to_string(&classpath).expect("clients/java/build/classpath");
+    let mut java = Command::new(common::redis::require_binary(
+        "java",
+        "default-jdk-headless",
+    ));
+    java.args([
+        "-XX:TieredStopAtLevel=1",
+        "-XX:+UseSerialGC",
+        "-cp",
+        classpath.trim(),
+    ])
+    .arg("io.leasehold.client.MixedWorker");
+    java
 }
 
 // ---------------------------------------------------------------- instances --
@@ -704,6 +741,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     let ts_worker = typescript_worker();
     let go_worker = go_worker();
     let node = node();
+    let java = java_worker();
     let dir = std::env::temp_dir().join(unique("leasehold-mixed-"));
     std::fs::create_dir_all(&dir).expect("temp dir");
 
@@ -738,8 +776,9 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
         WorkerProcess::spawn("typescript", ts, &dir, &args("typescript")),
         WorkerProcess::spawn("go", Command::new(&go_worker), &dir, &args("go")),
     ];
-    // Every language with workers: Rust's tasks and one process per other.
-    let langs: Vec<&'static str> = std::iter::once("rust")
+    workers.push(WorkerProcess::spawn("java", java, &dir, &args("java")));
+    // Rust's tasks run in this process; every other language is a worker process.
+    let languages: Vec<&str> = std::iter::once("rust")
         .chain(workers.iter().map(|w| w.lang))
         .collect();
     let rust_count = Arc::new(Mutex::new(0usize));
@@ -758,7 +797,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     let mut faults: Vec<String> = Vec::new();
     progress
         .until("every language holds once", &mut workers, |n| {
-            n.values().all(|&c| c >= 1) && n.len() == langs.len()
+            n.values().all(|&c| c >= 1) && n.len() == languages.len()
         })
         .await;
     let (from, to) = tokio::task::block_in_place(|| redis_freeze(&redis));
@@ -837,7 +876,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
     );
     assert_eq!(
         summaries.len(),
-        langs.len() * TASKS,
+        languages.len() * TASKS,
         "every worker wrote its summary: {:?}",
         summaries.iter().map(|s| &s.worker).collect::<Vec<_>>()
     );
@@ -849,7 +888,7 @@ async fn rust_python_and_typescript_workers_never_believe_at_once() {
             s.worker
         );
     }
-    for lang in langs.iter().copied() {
+    for lang in languages.iter().copied() {
         assert!(
             per_lang.get(lang).copied().unwrap_or(0) >= 3,
             "{lang} workers held too rarely to be judged: {per_lang:?}"

@@ -916,7 +916,7 @@ fn command_calls(server: &common::redis::RedisServer, command: &str) -> u64 {
 
 /// With 1 000 live holders of one counting lease, acquires, renewals and
 /// releases read only what they need through the expiry index
-/// (`<ns>:exp:v2:T`, docs/storage-v2.md): not one `HGETALL` of the permit
+/// (`<ns>:exp:v2:T`, docs/decisions/storage-v2.md): not one `HGETALL` of the permit
 /// hash, so their work does not grow with the holders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verbs_on_a_lease_with_many_holders_never_read_the_whole_record() {

@@ -133,7 +133,7 @@ class Service:
         return "redis" if self.redis else "memory"
 
     def lease_key(self, purpose: str, digest: str) -> str:
-        """The Redis key of a resource's lease record (docs/storage-v2.md)."""
+        """The Redis key of a resource's lease record (docs/decisions/storage-v2.md)."""
         return f"{self.namespace}:lease:v2:{{{purpose}:{digest}}}"
 
     def stop(self) -> None:

@@ -1,262 +1,78 @@
-// Client: the HTTP calls, and the mapping of every reply (or its absence)
-// to a typed outcome or an error (mirrors src/client/api.rs and reply.rs).
+// Client: the verbs, each one request through the transport and its reply
+// decoded by wire.ts (mirrors src/client/api.rs), and what is built on
+// them: listing every page, watching, following a leader, `lock`.
+//
+//   options.ts    the options of the client and of each verb
+//   transport.ts  one request, its reply read within bounds, failures classified
+//   wire.ts       a reply's body as a typed outcome or error
+//   resource.ts   resources and the names the service accepts
 
 import {
   IndeterminateError,
-  InvalidRequestError,
   NotAcquiredError,
   OverloadedError,
   RejectedError,
   UnavailableError,
   type FieldError,
-  type LeaseholdError,
-  type LeaseLost,
 } from "./errors.js";
-import { isObject, linked, now, operationId as newOperationId, pause, type Json, type JsonObject } from "./internal.js";
-import { Lease, type LeaseOptions } from "./lease.js";
-import { sha256Hex } from "./sha256.js";
+import { isObject, linked, now, operationId as newOperationId, pause, type JsonObject } from "./internal.js";
+import { Lease } from "./lease.js";
+import {
+  defaultDriftBudgetMs,
+  type AcquireOptions,
+  type AcquireResult,
+  type ClientOptions,
+  type InspectOptions,
+  type ListOptions,
+  type LockOptions,
+  type ObserveOptions,
+  type RenewOptions,
+  type WatchOptions,
+} from "./options.js";
+import { OPERATION_ID, PURPOSE, DIGEST, resourceOf } from "./resource.js";
 import { parseEventStream } from "./sse.js";
-import type {
-  Attempt,
-  CallOptions,
-  ContendedReason,
-  HeldBy,
-  Inspection,
-  Leader,
-  LeaseRecord,
-  ListedLease,
-  Listing,
-  Mode,
-  PermitView,
-  ReleaseResult,
-  RenewResult,
-  Resource,
-  WatchEvent,
-} from "./types.js";
+import { neverConnected, Transport, type CallSpec } from "./transport.js";
+import type { Attempt, CallOptions, Inspection, Leader, ListedLease, Listing, ReleaseResult, RenewResult, Resource, WatchEvent } from "./types.js";
+import {
+  failure,
+  type Reply,
+  inspection,
+  inspectionOf,
+  leaderOf,
+  leaseRecord,
+  listedLease,
+  localInvalid,
+  num,
+  outcomeOf,
+  required,
+  str,
+  unexpected,
+} from "./wire.js";
 
-const OWNER_TOKEN_HEADER = "Lease-Owner-Token";
-const OPERATION_ID_HEADER = "Lease-Operation-Id";
-const PURPOSE = /^[a-z][a-z0-9-]{0,62}$/;
-const DIGEST = /^v1\.[0-9a-f]{64}$/;
-const OPERATION_ID = /^[A-Za-z0-9._~-]{1,128}$/;
+export { defaultDriftBudgetMs } from "./options.js";
+export { digestOf, resourceOf } from "./resource.js";
+export { leaderOf } from "./wire.js";
+export type {
+  AcquireOptions,
+  AcquireResult,
+  ClientOptions,
+  InspectOptions,
+  ListOptions,
+  LockOptions,
+  ObserveOptions,
+  RenewOptions,
+  WatchOptions,
+} from "./options.js";
+
 /** The pause before retrying an acquire whose answer was lost, with the same attempt. */
 const SAME_ATTEMPT_PAUSE_MS = 50;
-
-/** The resource digest of a raw id: `v1.` + SHA-256 hex. The service never sees raw ids. */
-export function digestOf(rawId: string): string {
-  return `v1.${sha256Hex(new TextEncoder().encode(rawId))}`;
-}
-
-/** A resource from a purpose and a raw id (the id is hashed here). */
-export function resourceOf(purpose: string, rawId: string): Resource {
-  return { purpose, digest: digestOf(rawId) };
-}
-
-/** The default drift budget for a TTL: max(10 ms, 1 % of the TTL) (DESIGN §14). */
-export function defaultDriftBudgetMs(ttlMs: number): number {
-  return Math.max(10, Math.ceil(ttlMs / 100));
-}
-
-/** How a Client talks to the service. */
-export interface ClientOptions {
-  /** Where the service listens, e.g. `http://127.0.0.1:8080`. */
-  readonly baseUrl: string;
-  /** Sent as `Authorization: Bearer <key>`. A secret. */
-  readonly apiKey?: string;
-  /** How long one request may take, reply included; an acquire adds its `waitMs`. Default 5000. */
-  readonly timeoutMs?: number;
-  /**
-   * A fixed drift budget in ms for every lease of this client. Default: per
-   * lease, max(10 ms, 1 % of its TTL). Local validity is
-   * `min(ttl, remainingMs) - drift` from the send.
-   */
-  readonly driftBudgetMs?: number;
-  /** Replies larger than this are not read (indeterminate). Default 64 KiB. */
-  readonly maxReplyBytes?: number;
-  /** The fetch to use (default: the global one). */
-  readonly fetch?: typeof globalThis.fetch;
-}
-
-/** What to ask an acquire for. */
-export interface AcquireOptions extends CallOptions {
-  readonly ttlMs: number;
-  /** Wait server-side up to this long while someone else holds it (0 or absent: try once). */
-  readonly waitMs?: number;
-  /** A public label (pod name, host:port); everyone who can inspect sees it. */
-  readonly holder?: string;
-  /** Counting lease: how many may hold it at once (default 1). */
-  readonly limit?: number;
-  readonly mode?: Mode;
-  /** When this lease expires (not released), nobody else acquires for this long. */
-  readonly lockDelayMs?: number;
-  /**
-   * Bounds the hold (20 ms to 30 days): renewals never extend the lease past
-   * acquisition + `maxHoldMs` (below `ttlMs`, it is the TTL granted); then
-   * renew answers `lost` with `reason: "max_hold"`.
-   */
-  readonly maxHoldMs?: number;
-  /** Options of the returned handle (drift budget, margin). */
-  readonly lease?: LeaseOptions;
-}
-
-/** An acquire's own outcomes; the held ones carry a `Lease` handle. */
-export type AcquireResult =
-  | { readonly outcome: "acquired"; readonly lease: LeaseRecord; readonly handle: Lease; readonly waitedMs?: number }
-  | { readonly outcome: "replayed_same_operation"; readonly lease: LeaseRecord; readonly handle: Lease }
-  | { readonly outcome: "owner_operation_conflict"; readonly retryAfterMs: number }
-  | {
-      readonly outcome: "contended";
-      readonly retryAfterMs: number;
-      readonly waitedMs?: number;
-      readonly reason?: ContendedReason;
-    }
-  | { readonly outcome: "limit_mismatch"; readonly limit: number };
-
-export interface RenewOptions extends CallOptions {
-  readonly ttlMs: number;
-  /** A new public holder label (etcd's Proclaim); the fencing token stays. */
-  readonly holder?: string;
-}
-
-export interface InspectOptions extends CallOptions {
-  /** Sent in the attempt headers: the answer then says `heldBy`. */
-  readonly attempt?: Attempt;
-  /** Long-poll: answer as soon as the version differs from this one. */
-  readonly changedSince?: string;
-  /** Long-poll: how long to wait for a change (with `changedSince`). */
-  readonly waitMs?: number;
-}
-
-export interface ListOptions extends CallOptions {
-  /** 1-1000 resources per page (the service's default, 100, when absent). */
-  readonly limit?: number;
-  readonly cursor?: string;
-}
-
-export interface WatchOptions {
-  /** Stop watching (the iterator then ends). */
-  readonly signal?: AbortSignal;
-  /** Resume after this event id (the first `state` event is sent only if it changed since). */
-  readonly lastEventId?: string;
-  /** Reconnect after a cut, with `Last-Event-ID`. Default true. */
-  readonly reconnect?: boolean;
-  /** Pause before reconnecting when the service gave no hint. Default 250 ms. */
-  readonly reconnectDelayMs?: number;
-}
-
-export interface ObserveOptions {
-  readonly signal?: AbortSignal;
-  /** The long-poll's server-side wait. Default 10 000 ms (at most the service's max wait). */
-  readonly waitMs?: number;
-  /** The pause after a failure without a retry hint. Default 1000 ms. */
-  readonly retryPeriodMs?: number;
-}
-
-/** Options of `lock` and `withLock`. */
-export interface LockOptions {
-  readonly ttlMs: number;
-  /** Wait server-side up to this long for the lease. Default 0: try once. */
-  readonly waitMs?: number;
-  readonly holder?: string;
-  readonly limit?: number;
-  readonly mode?: Mode;
-  readonly lockDelayMs?: number;
-  /** Bounds the hold: the signal aborts (`serverReason: "max_hold"`) `marginMs` before its end. */
-  readonly maxHoldMs?: number;
-  /** The attempt's operation id (default: generated). */
-  readonly operationId?: string;
-  /**
-   * How long to keep retrying an acquire that failed without a definite
-   * answer (indeterminate, a connection lost after sending, unavailable,
-   * overloaded), always with the same attempt. Default 5000 ms (plus `waitMs`).
-   */
-  readonly retryBudgetMs?: number;
-  /** Called once when the lease is lost, unknown or expiring (not on release). */
-  readonly onLost?: (error: LeaseLost) => void;
-  /** Called when a background renew failed without ending the lease (unavailable, overloaded). */
-  readonly onRenewFailed?: (error: LeaseholdError) => void;
-  /** Stop trying to acquire. */
-  readonly signal?: AbortSignal;
-  /** Drift budget and margin of the handle. */
-  readonly lease?: LeaseOptions;
-}
-
-/** A reply that arrived. */
-interface Reply {
-  readonly status: number;
-  readonly body: JsonObject | undefined;
-  readonly headers: Headers;
-}
-
-interface CallSpec {
-  readonly method: string;
-  readonly url: string;
-  readonly op: string;
-  readonly attempt?: Attempt | undefined;
-  readonly body?: JsonObject | undefined;
-  readonly timeoutMs: number;
-  readonly signal?: AbortSignal | undefined;
-  readonly headers?: Record<string, string>;
-}
-
-class Timeout extends Error {}
-
-/** Error codes of a connection that was never made: nothing was sent. */
-const CONNECT_CODES = new Set([
-  "ECONNREFUSED",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "EADDRNOTAVAIL",
-  "UND_ERR_CONNECT_TIMEOUT",
-  "CERT_HAS_EXPIRED",
-  "DEPTH_ZERO_SELF_SIGNED_CERT",
-  "SELF_SIGNED_CERT_IN_CHAIN",
-  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
-  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
-  "ERR_TLS_CERT_ALTNAME_INVALID",
-]);
-
-function errorCode(e: unknown): string | undefined {
-  if (isObjectLike(e) && typeof e["code"] === "string") return e["code"];
-  return undefined;
-}
-
-function isObjectLike(e: unknown): e is Record<string, unknown> {
-  return typeof e === "object" && e !== null;
-}
-
-/** Whether a fetch failure says no connection was made (so nothing was sent). */
-function neverConnected(e: unknown): boolean {
-  const cause = isObjectLike(e) ? e["cause"] : undefined;
-  // fetch refused the URL itself (a blocked port): nothing was sent.
-  if (cause instanceof Error && cause.message === "bad port") return true;
-  const code = errorCode(cause);
-  if (code !== undefined) return CONNECT_CODES.has(code);
-  // Happy eyeballs: every address refused.
-  if (isObjectLike(cause) && Array.isArray(cause["errors"]) && cause["errors"].length > 0) {
-    return cause["errors"].every((inner: unknown) => CONNECT_CODES.has(errorCode(inner) ?? ""));
-  }
-  return false;
-}
-
-function num(v: Json | undefined): number | undefined {
-  return typeof v === "number" && Number.isFinite(v) ? v : undefined;
-}
-
-function str(v: Json | undefined): string | undefined {
-  return typeof v === "string" ? v : undefined;
-}
 
 /** A leasehold client. Cheap to share; it keeps no connection state of its own. */
 export class Client {
   readonly baseUrl: string;
   readonly timeoutMs: number;
-  readonly #apiKey: string | undefined;
   readonly #driftBudgetMs: number | undefined;
-  readonly #maxReplyBytes: number;
-  readonly #fetch: typeof globalThis.fetch;
+  readonly #transport: Transport;
 
   constructor(options: ClientOptions | string) {
     const o: ClientOptions = typeof options === "string" ? { baseUrl: options } : options;
@@ -274,12 +90,15 @@ export class Client {
     }
     this.baseUrl = url.href.replace(/\/+$/, "");
     this.timeoutMs = o.timeoutMs ?? 5000;
-    this.#apiKey = o.apiKey;
     this.#driftBudgetMs = o.driftBudgetMs;
-    this.#maxReplyBytes = o.maxReplyBytes ?? 64 * 1024;
     const f = o.fetch ?? globalThis.fetch;
     if (typeof f !== "function") throw new TypeError("no fetch: pass one in ClientOptions.fetch");
-    this.#fetch = f;
+    this.#transport = new Transport({
+      baseUrl: this.baseUrl,
+      apiKey: o.apiKey,
+      maxReplyBytes: o.maxReplyBytes ?? 64 * 1024,
+      fetch: f,
+    });
   }
 
   /** The drift budget a lease of `ttlMs` gets from this client. */
@@ -300,62 +119,9 @@ export class Client {
     return `${this.baseUrl}/leases/${resource.purpose}/${resource.digest}`;
   }
 
-  /**
-   * Sends one request and reads its reply, classifying transport failures:
-   * never connected: `unavailable`; sent (or possibly sent): `indeterminate`.
-   */
-  async #call(spec: CallSpec): Promise<Reply> {
-    if (spec.signal?.aborted) throw spec.signal.reason;
-    const headers: Record<string, string> = { accept: "application/json", ...spec.headers };
-    if (this.#apiKey !== undefined) headers["authorization"] = `Bearer ${this.#apiKey}`;
-    if (spec.attempt !== undefined) {
-      headers[OWNER_TOKEN_HEADER] = spec.attempt.ownerToken;
-      headers[OPERATION_ID_HEADER] = spec.attempt.operationId;
-    }
-    if (spec.body !== undefined) headers["content-type"] = "application/json";
-    const timeout = new AbortController();
-    const { controller, dispose } = linked(spec.signal, timeout.signal);
-    const timer = setTimeout(() => timeout.abort(new Timeout("timeout")), Math.max(0, spec.timeoutMs));
-    const why = (e: unknown): LeaseholdError => {
-      if (timeout.signal.aborted) return new IndeterminateError(spec.op, "timeout", undefined, { cause: e });
-      if (spec.signal?.aborted) return new IndeterminateError(spec.op, "aborted", undefined, { cause: e });
-      return new IndeterminateError(spec.op, "connection_lost", undefined, { cause: e });
-    };
-    try {
-      let response: Response;
-      try {
-        response = await this.#fetch(spec.url, {
-          method: spec.method,
-          headers,
-          body: spec.body === undefined ? null : JSON.stringify(spec.body),
-          signal: controller.signal,
-          redirect: "manual",
-        });
-      } catch (e) {
-        if (!controller.signal.aborted && neverConnected(e)) {
-          throw new UnavailableError("connect", undefined, { cause: e });
-        }
-        throw why(e);
-      }
-      let text: string;
-      try {
-        text = await readLimited(response, this.#maxReplyBytes);
-      } catch (e) {
-        if (e instanceof TooLarge) throw new IndeterminateError(spec.op, "unexpected_reply", response.status);
-        throw why(e);
-      }
-      let body: JsonObject | undefined;
-      try {
-        const parsed: unknown = JSON.parse(text);
-        body = isObject(parsed) ? parsed : undefined;
-      } catch {
-        body = undefined;
-      }
-      return { status: response.status, body, headers: response.headers };
-    } finally {
-      clearTimeout(timer);
-      dispose();
-    }
+  /** One request through the transport. */
+  #call(spec: CallSpec): Promise<Reply> {
+    return this.#transport.call(spec);
   }
 
   /**
@@ -582,13 +348,10 @@ export class Client {
       if (outer?.aborted) return;
       pauseMs = delay;
       const { controller, dispose } = linked(outer);
-      const headers: Record<string, string> = { accept: "text/event-stream" };
-      if (this.#apiKey !== undefined) headers["authorization"] = `Bearer ${this.#apiKey}`;
-      if (lastEventId !== undefined) headers["last-event-id"] = lastEventId;
       try {
         let response: Response;
         try {
-          response = await this.#fetch(url, { method: "GET", headers, signal: controller.signal, redirect: "manual" });
+          response = await this.#transport.openStream(url, lastEventId, controller.signal);
         } catch (e) {
           if (controller.signal.aborted) return;
           if (!reconnect) {
@@ -599,19 +362,7 @@ export class Client {
           continue;
         }
         if (response.status !== 200 || response.body === null) {
-          let text = "";
-          try {
-            text = await readLimited(response, this.#maxReplyBytes);
-          } catch {
-            // the status says enough
-          }
-          let body: JsonObject | undefined;
-          try {
-            const parsed: unknown = JSON.parse(text);
-            body = isObject(parsed) ? parsed : undefined;
-          } catch {
-            body = undefined;
-          }
+          const body = await this.#transport.readJson(response);
           const error = failure({ status: response.status, body, headers: response.headers }, "watch");
           if (reconnect && (error instanceof UnavailableError || error instanceof OverloadedError)) {
             pauseMs = error.retryAfterMs ?? delay;
@@ -802,238 +553,4 @@ function isTransient(e: unknown): boolean {
 
 function retryHint(e: unknown): number | undefined {
   return e instanceof UnavailableError || e instanceof OverloadedError ? e.retryAfterMs : undefined;
-}
-
-function localInvalid(errors: FieldError[]): InvalidRequestError {
-  return new InvalidRequestError(0, errors.map((e) => `${e.field}: ${e.message}`).join("; "), errors);
-}
-
-function outcomeOf(reply: Reply): string {
-  return str(reply.body?.["outcome"]) ?? "";
-}
-
-function unexpected(reply: Reply, op: string): IndeterminateError {
-  return new IndeterminateError(op, "unexpected_reply", reply.status);
-}
-
-function required<T>(v: T | undefined, reply: Reply, op: string): T {
-  if (v === undefined) throw unexpected(reply, op);
-  return v;
-}
-
-function retryAfterOf(reply: Reply): number | undefined {
-  const ms = num(reply.body?.["retryAfterMs"]);
-  if (ms !== undefined) return ms;
-  const header = reply.headers.get("retry-after");
-  if (header !== null && /^\d+$/.test(header.trim())) return Number(header.trim()) * 1000;
-  return undefined;
-}
-
-/** The shared failures, a rejection, or (anything else) an unexpected reply. */
-function failure(reply: Reply, op: string): LeaseholdError {
-  const outcome = outcomeOf(reply);
-  switch (outcome) {
-    case "unavailable":
-      return new UnavailableError("service", retryAfterOf(reply));
-    case "overloaded":
-      return new OverloadedError(retryAfterOf(reply));
-    // A request that overran the service's own request timeout may have
-    // reached the store: as ambiguous as `indeterminate`.
-    case "indeterminate":
-    case "request_timeout":
-      return new IndeterminateError(op, "service", reply.status);
-  }
-  if (reply.status >= 400 && reply.status < 500) {
-    const detail = str(reply.body?.["detail"]) ?? "";
-    const raw = reply.body?.["errors"];
-    const errors: FieldError[] = [];
-    if (Array.isArray(raw)) {
-      for (const e of raw) {
-        if (isObject(e) && typeof e["field"] === "string" && typeof e["message"] === "string") {
-          errors.push({ field: e["field"], message: e["message"] });
-        }
-      }
-    }
-    if (outcome === "invalid_request") return new InvalidRequestError(reply.status, detail, errors);
-    return new RejectedError(reply.status, outcome === "" ? "<none>" : outcome, detail, errors);
-  }
-  return unexpected(reply, op);
-}
-
-function leaseRecord(reply: Reply, resource: Resource, op: string): LeaseRecord {
-  const l = reply.body?.["lease"];
-  if (!isObject(l)) throw unexpected(reply, op);
-  const fencingToken = num(l["fencingToken"]);
-  const ttlMs = num(l["ttlMs"]);
-  const remainingMs = num(l["remainingMs"]);
-  const acquiredAt = str(l["acquiredAt"]);
-  const renewedAt = str(l["renewedAt"]);
-  if (
-    l["purpose"] !== resource.purpose ||
-    l["digest"] !== resource.digest ||
-    l["guarantee"] !== "fenced" ||
-    fencingToken === undefined ||
-    ttlMs === undefined ||
-    remainingMs === undefined ||
-    acquiredAt === undefined ||
-    renewedAt === undefined
-  ) {
-    throw unexpected(reply, op);
-  }
-  const holder = str(l["holder"]);
-  const rep = l["replication"];
-  const bound = holdBound(l);
-  return {
-    purpose: resource.purpose,
-    digest: resource.digest,
-    fencingToken,
-    ttlMs,
-    remainingMs,
-    ...(holder === undefined ? {} : { holder }),
-    acquiredAt,
-    renewedAt,
-    guarantee: "fenced",
-    ...(isObject(rep) && num(rep["acknowledged"]) !== undefined && num(rep["required"]) !== undefined
-      ? { replication: { acknowledged: num(rep["acknowledged"])!, required: num(rep["required"])! } }
-      : {}),
-    ...bound,
-  };
-}
-
-/** `maxHoldMs` and `holdEndsAt`, present only on a bounded hold. */
-function holdBound(o: JsonObject): { maxHoldMs?: number; holdEndsAt?: string } {
-  const maxHoldMs = num(o["maxHoldMs"]);
-  const holdEndsAt = str(o["holdEndsAt"]);
-  return { ...(maxHoldMs === undefined ? {} : { maxHoldMs }), ...(holdEndsAt === undefined ? {} : { holdEndsAt }) };
-}
-
-function permits(v: Json | undefined): PermitView[] | undefined {
-  if (!Array.isArray(v)) return undefined;
-  const out: PermitView[] = [];
-  for (const p of v) {
-    if (!isObject(p)) continue;
-    const fencingToken = num(p["fencingToken"]);
-    const remainingMs = num(p["remainingMs"]);
-    const ttlMs = num(p["ttlMs"]);
-    const acquiredAt = str(p["acquiredAt"]);
-    const renewedAt = str(p["renewedAt"]);
-    if (fencingToken === undefined || remainingMs === undefined || ttlMs === undefined || acquiredAt === undefined || renewedAt === undefined) continue;
-    const holder = str(p["holder"]);
-    out.push({ ...(holder === undefined ? {} : { holder }), fencingToken, remainingMs, ttlMs, acquiredAt, renewedAt, ...holdBound(p) });
-  }
-  return out;
-}
-
-/** An `inspected` body, checked; undefined when it is not one. */
-function inspectionOf(b: JsonObject | undefined): Inspection | undefined {
-  if (b === undefined || b["outcome"] !== "inspected") return undefined;
-  const held = b["held"];
-  const version = str(b["version"]);
-  if (typeof held !== "boolean" || version === undefined) return undefined;
-  const heldBy = str(b["heldBy"]);
-  if (heldBy !== undefined && heldBy !== "caller" && heldBy !== "caller_other_operation" && heldBy !== "other") return undefined;
-  const mode = str(b["mode"]);
-  const out: { -readonly [K in keyof Inspection]: Inspection[K] } = {
-    outcome: "inspected",
-    held,
-    version,
-    holders: num(b["holders"]) ?? 0,
-  };
-  const copyNum = (k: "remainingMs" | "fencingToken" | "ttlMs" | "limit" | "lockDelayRemainingMs"): void => {
-    const v = num(b[k]);
-    if (v !== undefined) out[k] = v;
-  };
-  copyNum("remainingMs");
-  copyNum("fencingToken");
-  copyNum("ttlMs");
-  copyNum("limit");
-  copyNum("lockDelayRemainingMs");
-  if (heldBy !== undefined) out.heldBy = heldBy as HeldBy;
-  const holder = str(b["holder"]);
-  if (holder !== undefined) out.holder = holder;
-  const acquiredAt = str(b["acquiredAt"]);
-  if (acquiredAt !== undefined) out.acquiredAt = acquiredAt;
-  const renewedAt = str(b["renewedAt"]);
-  if (renewedAt !== undefined) out.renewedAt = renewedAt;
-  if (mode === "exclusive" || mode === "shared") out.mode = mode;
-  const p = permits(b["permits"]);
-  if (p !== undefined) out.permits = p;
-  return out;
-}
-
-function inspection(reply: Reply, op: string): Inspection {
-  if (outcomeOf(reply) !== "inspected") throw failure(reply, op);
-  const i = inspectionOf(reply.body);
-  if (i === undefined) throw unexpected(reply, op);
-  return i;
-}
-
-function listedLease(l: Json, reply: Reply, op: string): ListedLease {
-  if (!isObject(l)) throw unexpected(reply, op);
-  const digest = str(l["digest"]);
-  const fencingToken = num(l["fencingToken"]);
-  const remainingMs = num(l["remainingMs"]);
-  const ttlMs = num(l["ttlMs"]);
-  const acquiredAt = str(l["acquiredAt"]);
-  const renewedAt = str(l["renewedAt"]);
-  const holders = num(l["holders"]);
-  const limit = num(l["limit"]);
-  const mode = str(l["mode"]);
-  if (
-    digest === undefined || !DIGEST.test(digest) || fencingToken === undefined || remainingMs === undefined ||
-    ttlMs === undefined || acquiredAt === undefined || renewedAt === undefined || holders === undefined ||
-    limit === undefined || (mode !== "exclusive" && mode !== "shared")
-  ) {
-    throw unexpected(reply, op);
-  }
-  const holder = str(l["holder"]);
-  const p = permits(l["permits"]);
-  return {
-    digest,
-    ...(holder === undefined ? {} : { holder }),
-    fencingToken,
-    remainingMs,
-    ttlMs,
-    acquiredAt,
-    renewedAt,
-    holders,
-    limit,
-    mode,
-    ...(p === undefined ? {} : { permits: p }),
-  };
-}
-
-/** The leader an inspect answer shows. */
-export function leaderOf(i: Inspection): Leader {
-  if (!i.held) return { holder: undefined, fencingToken: undefined };
-  return { holder: i.holder, fencingToken: i.fencingToken };
-}
-
-class TooLarge extends Error {}
-
-/** Reads a reply body as text, refusing more than `limit` bytes. */
-async function readLimited(response: Response, limit: number): Promise<string> {
-  if (response.body === null) return "";
-  const reader = response.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      size += value.byteLength;
-      if (size > limit) throw new TooLarge("reply too large");
-      chunks.push(value);
-    }
-  } catch (e) {
-    await reader.cancel().catch(() => undefined);
-    throw e;
-  }
-  const all = new Uint8Array(size);
-  let off = 0;
-  for (const c of chunks) {
-    all.set(c, off);
-    off += c.byteLength;
-  }
-  return new TextDecoder().decode(all);
 }

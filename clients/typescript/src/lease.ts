@@ -4,7 +4,6 @@
 // protecting the work (mirrors src/client/handle.rs and watchdog.rs).
 
 import "./dispose.js";
-import type { Client } from "./client.js";
 import {
   IndeterminateError,
   LeaseLost,
@@ -15,6 +14,19 @@ import {
 import { now, pause, unref } from "./internal.js";
 import { HandleCore, type LeaseState, type ReleaseReply, type RenewReply } from "./machine.js";
 import type { Attempt, CallOptions, LeaseRecord, LostReason, ReleaseResult, RenewResult, Resource } from "./types.js";
+
+/**
+ * The calls a `Lease` makes, and all it knows of the client that made it
+ * (`Client` is one; a test may pass its own).
+ */
+export interface LeaseCalls {
+  /** The default timeout of one call. */
+  readonly timeoutMs: number;
+  /** The drift budget of a lease of `ttlMs`, unless its options set one. */
+  driftBudgetFor(ttlMs: number): number;
+  renew(resource: Resource, attempt: Attempt, options: CallOptions & { readonly ttlMs: number; readonly holder?: string }): Promise<RenewResult>;
+  release(resource: Resource, attempt: Attempt, options?: CallOptions): Promise<ReleaseResult>;
+}
 
 /** The shortest pause between two renew attempts. */
 const MIN_PAUSE_MS = 5;
@@ -59,7 +71,7 @@ export class Lease implements AsyncDisposable {
   readonly record: LeaseRecord;
   /** The acquire outcome that granted it: `replayed_same_operation` after a retry that found the first send had applied. */
   readonly acquiredBy: "acquired" | "replayed_same_operation";
-  readonly #client: Client;
+  readonly #client: LeaseCalls;
   readonly #attempt: Attempt;
   readonly #core: HandleCore;
   readonly #marginMs: number;
@@ -72,7 +84,7 @@ export class Lease implements AsyncDisposable {
 
   /** @internal Made by `Client.acquire`. */
   constructor(
-    client: Client,
+    client: LeaseCalls,
     resource: Resource,
     attempt: Attempt,
     record: LeaseRecord,

@@ -120,7 +120,7 @@ const runners: Record<string, Runner> = {
     const r = resourceOf("conformance", raw);
     const lease = await client.lock("conformance", raw, { ttlMs: s.lease.ttlMs });
     const signalled = watchSignal(lease);
-    // The key layout of docs/storage-v2.md: <ns>:lease:v2:{<purpose>:<digest>}.
+    // The key layout of docs/decisions/storage-v2.md: <ns>:lease:v2:{<purpose>:<digest>}.
     const key = `leasehold:lease:v2:{${r.purpose}:${r.digest}}`;
     assert.equal(st.redis.cli("DEL", key), "1", `the lease key ${key} existed`);
     const seen = await signalled;

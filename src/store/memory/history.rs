@@ -1,5 +1,5 @@
 //! The embedded store's history of each resource: the same entries the
-//! Redis scripts write (docs/storage-v2.md, "History"), kept in a map
+//! Redis scripts write (docs/decisions/storage-v2.md, "History"), kept in a map
 //! beside the leases, bounded per resource and in the number of resources.
 
 use std::collections::{HashMap, VecDeque};

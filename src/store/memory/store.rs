@@ -44,7 +44,7 @@ struct State {
     /// Broken permits' tombstones by resource, until each would have
     /// expired (see [`operator`]).
     tombs: HashMap<String, Vec<operator::Tomb>>,
-    /// Each resource's history (docs/storage-v2.md, "History").
+    /// Each resource's history (docs/decisions/storage-v2.md, "History").
     history: Histories,
 }
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
+use super::evalsha::Script;
 use super::exec::RunError;
 use super::pool::Conn;
-use super::script::Script;
 use crate::store::Replication;
 
 /// Replica acknowledgement settings as a call uses them.

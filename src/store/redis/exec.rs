@@ -13,12 +13,12 @@
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::time::{timeout_at, Instant};
 
+use super::evalsha::Script;
 use super::pool::Conn;
 use super::reply::{
     self, Nonce, Opened, CLUSTER_DOWN, CONNECTION_LOST, CONNECT_FAILED, DESYNC, MASTER_DOWN,
     NOT_MASTER, READONLY, TRY_AGAIN,
 };
-use super::script::Script;
 use crate::store::StoreError;
 
 /// A command handed to a connection did not produce a value.

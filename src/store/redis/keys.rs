@@ -1,6 +1,6 @@
 //! The key layout: every key of a resource shares its hash tag
 //! (`{<purpose>:<digest>}`), so one script touches one Cluster slot
-//! (docs/storage-v2.md), and the lifetimes the scripts are given.
+//! (docs/decisions/storage-v2.md), and the lifetimes the scripts are given.
 
 use crate::domain::ResourceId;
 
@@ -22,7 +22,7 @@ pub fn tomb_key(namespace: &str, resource: &ResourceId) -> String {
 
 /// The key of a resource's history: `<ns>:hist:v2:{<purpose>:<digest>}`, a
 /// list the record scripts write (and derive from the lease key, as they
-/// do the queue and expiry index keys; docs/storage-v2.md, "History").
+/// do the queue and expiry index keys; docs/decisions/storage-v2.md, "History").
 pub fn history_key(namespace: &str, resource: &ResourceId) -> String {
     key(namespace, "hist", resource)
 }

@@ -11,9 +11,15 @@
 //! certificate) and ACL credentials apply to every data node. With replica
 //! acknowledgements configured, a mutating script is followed by `WAIT` on
 //! the same connection and the answer says how many replicas have the write.
+//!
+//! Imports point one way: `script/` (the verbs, as `impl RedisStore`) uses
+//! `store.rs`, which runs a `Call` through `call.rs` and `exec.rs`;
+//! those use `evalsha.rs` (a script, its SHA and its `EVALSHA`), which uses
+//! nothing of the store.
 
 mod call;
 mod cluster;
+mod evalsha;
 mod exec;
 mod keys;
 mod list;

@@ -13,7 +13,8 @@
 * ``leasehold.fencing``: the PostgreSQL guard and the ``FencedStore`` recipe.
 """
 
-from ._client import AsyncClient, Client
+from ._async_client import AsyncClient
+from ._client import Client
 from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import AsyncLockContext, LockContext
 from ._types import (

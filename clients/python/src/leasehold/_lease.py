@@ -10,7 +10,7 @@ import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import Callable, Optional, Protocol, Union
 
 from ._machine import HandleCore, ReleaseReply, RenewReply
 from ._types import (
@@ -29,8 +29,38 @@ from ._types import (
     RenewOutcome,
 )
 
-if TYPE_CHECKING:
-    from ._client import AsyncClient, Client
+
+class LeaseCalls(Protocol):
+    """The calls a ``Lease`` makes, all it knows of the ``Client`` that made it."""
+
+    def renew(
+        self,
+        purpose: str,
+        *,
+        attempt: Attempt,
+        ttl: float,
+        holder: Optional[str] = None,
+        digest: str,
+    ) -> RenewOutcome: ...
+
+    def release(self, purpose: str, *, attempt: Attempt, digest: str) -> ReleaseOutcome: ...
+
+
+class AsyncLeaseCalls(Protocol):
+    """The calls an ``AsyncLease`` makes, all it knows of the ``AsyncClient`` that made it."""
+
+    async def renew(
+        self,
+        purpose: str,
+        *,
+        attempt: Attempt,
+        ttl: float,
+        holder: Optional[str] = None,
+        digest: str,
+    ) -> RenewOutcome: ...
+
+    async def release(self, purpose: str, *, attempt: Attempt, digest: str) -> ReleaseOutcome: ...
+
 
 log = logging.getLogger("leasehold")
 
@@ -275,7 +305,7 @@ class Lease(LeaseBase):
 
     def __init__(
         self,
-        client: Client,
+        client: LeaseCalls,
         attempt: Attempt,
         record: LeaseRecord,
         sent: float,
@@ -324,7 +354,7 @@ class AsyncLease(LeaseBase):
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncLeaseCalls,
         attempt: Attempt,
         record: LeaseRecord,
         sent: float,

@@ -27,7 +27,8 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
-    from ._client import AsyncClient, Client
+    from ._async_client import AsyncClient
+    from ._client import Client
 
 #: The pause before asking again with the same attempt after an uncertain answer.
 SAME_ATTEMPT_PAUSE = 0.05

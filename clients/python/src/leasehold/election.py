@@ -26,7 +26,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
-from ._client import AsyncClient, _resource
+from ._async_client import AsyncClient
+from ._base import resource_of
 from ._lease import AsyncKeeper, AsyncLease
 from ._types import (
     Acquired,
@@ -186,7 +187,7 @@ def observe(
 ) -> AsyncGenerator[Leader, None]:
     """Follows the leader of an election without campaigning (the Rust ``Observer``):
     ``async for leader in observe(client, "leader-demo", "cron"): ...``."""
-    purpose, digest = _resource(purpose, raw_id, digest)
+    purpose, digest = resource_of(purpose, raw_id, digest)
     return _follow(client, purpose, digest, wait, retry_period)
 
 
@@ -227,7 +228,7 @@ class Election:
         on_new_leader: Optional[Callback] = None,
     ) -> None:
         self._client = client
-        self.purpose, self.digest = _resource(purpose, raw_id, digest)
+        self.purpose, self.digest = resource_of(purpose, raw_id, digest)
         self._holder = check_holder(holder)
         self.ttl = ttl
         self.wait = wait

@@ -4,13 +4,13 @@
 
 use std::sync::LazyLock;
 
+use super::super::evalsha::{values, Named, Script};
 use super::super::keys::QUEUE_HORIZON_MS;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{
     ended_holds, int, label, non_negative, store_time, token_of, HOLD_MARK, STATUS,
 };
-use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, HolderLabel, ResourceId};
 use crate::store::{
     AcquireSpec, Contention, HoldEnd, InQueue, Moved, Replicated, StoreAcquire, StoreError,
@@ -84,7 +84,7 @@ fn shape_arg(spec: &AcquireSpec<'_>) -> String {
 
 /// The `holder label` argument: the label, or `''`; with a hold bound,
 /// `"\x1e<maxHoldMs>|<label>"`, which the permit keeps in its label slot
-/// (docs/storage-v2.md, "Bounded holds": renew.lua reads the bound there,
+/// (docs/decisions/storage-v2.md, "Bounded holds": renew.lua reads the bound there,
 /// and every reader takes it off the label).
 pub(super) fn holder_arg<'a>(spec: &AcquireSpec<'a>) -> std::borrow::Cow<'a, str> {
     let label = spec.holder.map_or("", HolderLabel::as_str);
@@ -258,8 +258,8 @@ impl RedisStore {
 mod tests {
     use redis::Value;
 
+    use super::super::super::evalsha::names;
     use super::super::super::keys::record_keys;
-    use super::super::evalsha::names;
     use super::super::header;
     use super::*;
     use crate::domain::Bounds;

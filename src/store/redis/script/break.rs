@@ -5,11 +5,11 @@
 use std::sync::LazyLock;
 
 use super::super::call::Call;
+use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{lease_key, seq_key, tomb_key, SEQ_KEY_TTL_TEXT};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended_holds, int, STATUS};
-use super::evalsha::{values, Named, Script};
 use crate::domain::{ResourceId, Revocation};
 use crate::store::{HoldEnd, Replicated, StoreBreak, StoreError};
 
@@ -128,7 +128,7 @@ impl RedisStore {
 mod tests {
     use redis::Value;
 
-    use super::super::evalsha::names;
+    use super::super::super::evalsha::names;
     use super::super::header;
     use super::*;
 

@@ -45,7 +45,7 @@ pub fn ended(items: &[Value]) -> Result<EndedEarly, StoreError> {
 /// The first byte of a permit's holder slot when the permit has a hold
 /// bound: the slot is then `"\x1e<maxHoldMs>|<label>"` (a label has no
 /// control characters, so the mark cannot be a label's; see
-/// docs/storage-v2.md, "Bounded holds").
+/// docs/decisions/storage-v2.md, "Bounded holds").
 pub const HOLD_MARK: char = '\u{1e}';
 
 /// A permit's holder slot as the scripts store it: the label, and the hold

@@ -48,7 +48,7 @@ pub fn names(source: &str, kind: &str) -> Vec<String> {
 /// order: each script module's test of its argument list.
 pub fn assert_lists(source: &str, keys: Vec<String>, mut argv: Vec<String>) {
     assert_eq!(names(source, "KEYS"), keys, "KEYS in the header vs Rust");
-    argv.push(super::evalsha::NONCE_ARG.to_owned());
+    argv.push(super::super::evalsha::NONCE_ARG.to_owned());
     assert_eq!(names(source, "ARGV"), argv, "ARGV in the header vs Rust");
 }
 

@@ -5,11 +5,11 @@
 use std::sync::LazyLock;
 
 use super::super::call::Call;
+use super::super::evalsha::{values, Named, Script};
 use super::super::keys::history_key;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{holder_slot, int, store_time, STATUS};
-use super::evalsha::{values, Named, Script};
 use crate::domain::{HistoryEntry, HistoryEvent, ResourceId, StoreTime};
 use crate::store::StoreError;
 
@@ -139,7 +139,7 @@ fn decode(
 
 #[cfg(test)]
 mod tests {
-    use super::super::evalsha::names;
+    use super::super::super::evalsha::names;
     use super::super::header;
     use super::*;
     use crate::domain::HistoryBound;

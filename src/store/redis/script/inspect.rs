@@ -7,11 +7,11 @@ use std::sync::LazyLock;
 
 use redis::Value;
 
+use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{SEQ_KEY_TTL_TEXT, WATCH_MARK_MS};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, label, non_negative, store_time, token_of, STATUS};
-use super::evalsha::{values, Named, Script};
 use crate::domain::{HeldBy, Mode, ResourceId};
 use crate::store::{Probe, StoreError, StoreInspect, StoreLease, PERMITS_SHOWN};
 
@@ -181,8 +181,8 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::evalsha::names;
     use super::super::super::keys::record_keys;
-    use super::super::evalsha::names;
     use super::super::header;
     use super::*;
 

@@ -8,7 +8,6 @@ mod acquire;
 #[path = "break.rs"]
 mod breaking;
 mod decode;
-mod evalsha;
 #[cfg(test)]
 mod header;
 mod history;
@@ -18,9 +17,8 @@ mod queue;
 mod release;
 mod renew;
 
-pub use self::evalsha::Script;
-
 use super::call::{Call, Executed};
+use super::evalsha::{self, Script};
 use super::keys::{lease_key, record_keys, seq_key};
 use super::store::RedisStore;
 use crate::domain::ResourceId;

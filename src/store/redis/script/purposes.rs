@@ -13,11 +13,11 @@ use redis::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::super::call::Call;
+use super::super::evalsha::{values, Named, Script};
 use super::super::keys::WATCH_MARK_MS;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, STATUS};
-use super::evalsha::{values, Named, Script};
 use crate::domain::Purpose;
 use crate::store::StoreError;
 
@@ -127,7 +127,7 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::evalsha::names;
+    use super::super::super::evalsha::names;
     use super::super::header;
     use super::*;
 

@@ -6,12 +6,12 @@ use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 
 use super::super::call::Call;
+use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{key, seq_key, QUEUE_HORIZON_MS, SEQ_KEY_TTL_TEXT};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::acquire::holder_arg;
 use super::decode::{int, non_negative, STATUS};
-use super::evalsha::{values, Named, Script};
 use crate::domain::{Mode, ResourceId};
 use crate::store::{Ask, QueueOp, Queued, StoreError};
 
@@ -161,7 +161,7 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::evalsha::names;
+    use super::super::super::evalsha::names;
     use super::super::header;
     use super::*;
 

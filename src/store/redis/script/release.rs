@@ -5,10 +5,10 @@
 
 use std::sync::LazyLock;
 
+use super::super::evalsha::{values, Named, Script};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended, ended_holds, int, non_negative, ENDED_EARLY, STATUS};
-use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, ResourceId};
 #[cfg(test)]
 use crate::store::EndedEarly;
@@ -184,8 +184,8 @@ impl RedisStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::evalsha::names;
     use super::super::super::keys::record_keys;
-    use super::super::evalsha::names;
     use super::super::header;
     use super::*;
 

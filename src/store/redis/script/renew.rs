@@ -4,11 +4,11 @@
 
 use std::sync::LazyLock;
 
+use super::super::evalsha::{values, Named, Script};
 use super::super::keys::SEQ_KEY_TTL_MS;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended, int, label, non_negative, store_time, token_of, ENDED_EARLY, STATUS};
-use super::evalsha::{values, Named, Script};
 use crate::domain::{Attempt, HolderLabel, ResourceId, Ttl};
 #[cfg(test)]
 use crate::store::EndedEarly;
@@ -142,8 +142,8 @@ impl RedisStore {
 mod tests {
     use redis::Value;
 
+    use super::super::super::evalsha::names;
     use super::super::super::keys::record_keys;
-    use super::super::evalsha::names;
     use super::super::header;
     use super::*;
     use crate::domain::Bounds;
