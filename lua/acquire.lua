@@ -1,11 +1,17 @@
 -- acquire: take a permit of the resource if one is free, in one script run
--- (storage v2, docs/storage-v2.md).
+-- (storage v2, docs/decisions/storage-v2.md).
 -- KEYS[1] record    <ns>:lease:v2:{<purpose>:<digest>}  string or hash (below)
 -- KEYS[2] sequence  <ns>:seq:v2:{<purpose>:<digest>}    "<last fence>:<changes>:<watched until>:<queue until>"
--- The queue <ns>:queue:v2:{<purpose>:<digest>} (sorted set, see queue.lua),
--- the event channel <ns>:wake:v2 and the resource tag are derived from
--- KEYS[1] (same hash tag, so the same slot), and only when a queue exists or
--- an event is due: every argument costs Redis and Lua on every call.
+-- KEYS[3] history   <ns>:hist:v2:{<purpose>:<digest>}   list (below, "History")
+-- KEYS[4] index     <ns>:exp:v2:{<purpose>:<digest>}    sorted set (below, the expiry index)
+-- KEYS[5] queue     <ns>:queue:v2:{<purpose>:<digest>}  sorted set (queue.lua)
+-- KEYS[6] asks      <ns>:ask:v2:{<purpose>:<digest>}    hash (queue.lua)
+-- KEYS[7] claim     <ns>:claim:v2:{<purpose>:<digest>}:<the caller's permit field>
+-- KEYS[8] grants    <ns>:granted:v2:{<purpose>:<digest>}  hash (release.lua, "Hand-off")
+-- Every key the script touches is named here (all in one slot: one hash
+-- tag), so that a Cluster redirects the call before anything runs while
+-- the slot moves. The event channel <ns>:wake:v2 and the resource tag are
+-- derived from KEYS[1], and only when an event is due.
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms  ARGV[4] holder label or ''
 -- ARGV[5] shape: '' for a plain lease (limit 1, exclusive, no lock-delay)
 --         asked by a caller not queued; "+<heartbeat horizon ms>:<member>"
@@ -42,8 +48,8 @@
 -- PTTL is the latest expiresAt + lockDelayMs of its permits, so Redis deletes
 -- it when the last permit and delay are over, with nobody's help.
 --
--- History (docs/storage-v2.md, "History"): the list
--- <ns>:hist:v2:{<purpose>:<digest>} (derived from KEYS[1]), newest entry
+-- History (docs/decisions/storage-v2.md, "History"): the list
+-- KEYS[3], newest entry
 -- first, "<kind>|<at ms>|<fence>|<version>|[<extra>|]<holder>": this
 -- script writes 'a' (acquired) and the expiries it notices: 'x' (expired,
 -- at = the permit's expiresAt, read from the record), 'd' (its lock-delay
@@ -55,7 +61,7 @@
 --   {tag(2), remaining, fence, acquiredAt, renewedAt, ttlMs, holder, granted}
 --     the same attempt already holds a permit (TTL not extended); granted
 --     1: the caller waits and a release granted it that permit (its grant
---     mark <ns>:granted:v2:{...}:<permit field> is set), so this is its
+--     mark, field <permit field> of KEYS[8], names it), so this is its
 --     acquisition, else 0
 --   {tag(3), remaining}   the same owner token holds the plain lease for
 --                         another operation
@@ -74,6 +80,19 @@
 -- "expired"); none on the fast path, a replay or a refusal.
 -- Every answer of integers only (all but statuses 2 and -9) is packed into
 -- one string, "<tag> <item> ..." (see `answer`).
+-- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
+-- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
+-- through a pod of the previous release, which knows no bound, moves its
+-- expiresAt past it, and every script of this release still ends it there
+-- (called only when the slot at `at` starts with \30; acquire.lua,
+-- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
+local function capped(value, at, acq, exp)
+  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
+  if bound and tonumber(acq) + bound < exp then
+    return tonumber(acq) + bound
+  end
+  return exp
+end
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local secs, micros = tonumber(t[1]), tonumber(t[2])
@@ -91,7 +110,7 @@ if seq0 then
   -- ('X'), for every acquire or holder change nothing closed. One LINDEX
   -- on the fast path; the rest only then. (No sequence: nothing was
   -- acquired here for 7 days, so no holder is left to close.)
-  H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  H = KEYS[3]
   local head = redis.call('LINDEX', H, 0)
   local left = head and string.match(head, '^%a|%d+|%d+|%d+%.(%d+)|')
   if left and left ~= '0' then
@@ -117,9 +136,19 @@ if seq0 then
         open[order[i]] = false
       end
     end
-    local n = #push > 0 and redis.pcall('LPUSH', H, unpack(push))
+    -- In slices of 200: unpack puts every element on Lua's C stack (about
+    -- 8 000 at most), and a counting lease may leave up to HMAX open.
+    local n
+    for i = 1, #push, 200 do
+      n = redis.pcall('LPUSH', H, unpack(push, i, math.min(i + 199, #push)))
+    end
     if type(n) == 'number' and n > HMAX then
       redis.pcall('LTRIM', H, 0, HMAX - 1)
+    end
+    -- Every path below may return before writing the history again: the
+    -- TTL is set here, with the write (a key without one would never go).
+    if n then
+      redis.pcall('PEXPIRE', H, ARGV[7])
     end
   end
 end
@@ -127,7 +156,7 @@ if not cur and (ARGV[5] == '' or string.byte(ARGV[5], 1) == 43) then -- '+'
   -- The fast path: a plain lease asked for a free resource that nobody
   -- queues for. It writes what the general path below writes in that case,
   -- in the fewest Lua steps: on the uncontended acquire every bytecode and
-  -- every new string is paid by Redis per call (docs/storage-v2.md).
+  -- every new string is paid by Redis per call (docs/decisions/storage-v2.md).
   local seq = seq0
   local last, changes, watched, marks = 0, 0, 0, ':0:0'
   if seq then
@@ -165,7 +194,7 @@ if not cur and (ARGV[5] == '' or string.byte(ARGV[5], 1) == 43) then -- '+'
     if type(done) == 'table' and done.err then
       return {tag - 9, done.err}
     end
-    H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+    H = H or KEYS[3]
     done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[4])
     if type(done) == 'number' and done > HMAX then
       redis.pcall('LTRIM', H, 0, HMAX - 1)
@@ -211,7 +240,7 @@ end
 -- every string, table and closure made here is Lua garbage, and collecting
 -- it is paid per call.)
 local rec, hashed = nil, false
--- A hash record's expiry index (docs/storage-v2.md, "The expiry index"):
+-- A hash record's expiry index (docs/decisions/storage-v2.md, "The expiry index"):
 -- the sorted set <ns>:exp:v2:T, one member per permit field, scored by its
 -- expiresAt. With it a call reads only the permits due (expired by their
 -- score, at most INDEX_DUE), the caller's own, and counts, so its work does
@@ -220,17 +249,30 @@ local rec, hashed = nil, false
 -- due than INDEX_DUE, or it disagrees with the hash: written by a v2
 -- script, evicted): the whole hash is read, as before, and the index
 -- written anew from it.
+-- Once a run wrote a permit's expiry to the history, the permit's score
+-- becomes -(expiresAt + lockDelayMs) (`recorded`, below): never due again,
+-- so each expiry is written once, and a long lock-delay of many permits
+-- is not read by every call. Below -now: its delay runs (`delays`);
+-- from -now to 0: over, swept like a long-expired permit.
 local IDX, INDEX_DUE = nil, 256
 -- Records of at most this many fields are read whole (below).
 local SMALL_RECORD = 32
+-- Most long-expired permits one call deletes (see the sweep below).
+local STALE_SWEEP = 256
 local extra, extra_soonest, extra_latest, rebuild = 0, nil, 0, false
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+-- recorded: permit fields whose expiry is in the history already (a
+-- negative index score). delays: "<field>, <ends>" of recorded permits in
+-- their lock-delay that the loop below does not read; delays_top: the
+-- latest end of them all when there are too many to read, with
+-- delays_others set when some are not the caller's owner's.
+local recorded, delays, delays_top, delays_others = {}, nil, nil, false
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif cur then
   hashed = true
-  IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+  IDX = KEYS[4]
   local fields = redis.call('HLEN', KEYS[1])
   local own = fields > SMALL_RECORD and redis.call('HGET', KEYS[1], mine)
   if fields <= SMALL_RECORD then
@@ -244,13 +286,30 @@ elseif cur then
         permits = permits + 1
       end
     end
-    rebuild = redis.call('ZCARD', IDX) ~= permits
-  elseif own and tonumber(string.match(own, '^%d+|(%d+)|')) > now then
+    local scores = redis.call('ZRANGE', IDX, 0, SMALL_RECORD, 'WITHSCORES')
+    for i = 1, #scores, 2 do
+      if string.byte(scores[i + 1], 1) == 45 then -- '-': recorded
+        recorded[scores[i]] = true
+      end
+    end
+    rebuild = #scores / 2 ~= permits
+  elseif own and (function()
+    local e, a, at = string.match(own, '^%d+|(%d+)|(%d+)|%d+|%d+|%d+|()')
+    e = tonumber(e)
+    return (string.byte(own, at) == 30 and capped(own, at, a, e) or e) > now
+  end)() then
     -- The same attempt holds a permit: the loop answers the replay.
     rec = {mine, own}
   else
-    local due = redis.call('ZRANGEBYSCORE', IDX, '-inf', now, 'LIMIT', 0, INDEX_DUE + 1)
+    local due = redis.call('ZRANGEBYSCORE', IDX, 0, now, 'LIMIT', 0, INDEX_DUE + 1)
     if #due <= INDEX_DUE then
+      -- Recorded permits whose delay is over are read as due ones (and
+      -- swept by the loop), without writing their expiry again.
+      local over = redis.call('ZRANGEBYSCORE', IDX, -now, '(0', 'LIMIT', 0, STALE_SWEEP)
+      for i = 1, #over do
+        recorded[over[i]] = true
+        due[#due + 1] = over[i]
+      end
       local lm = redis.call('HMGET', KEYS[1], 'l', 'm')
       rec = {}
       if lm[1] then
@@ -297,22 +356,62 @@ elseif cur then
           extra_latest = now + redis.call('PTTL', KEYS[1])
         end
       end
+      -- Recorded permits in their lock-delay: read when few; when many,
+      -- the latest end stands for them all and only the caller's owner's
+      -- are looked for (a scan of the index in C, no Lua per member).
+      local top = not rebuild and redis.call('ZRANGE', IDX, 0, 0, 'WITHSCORES')
+      if top and top[2] and -tonumber(top[2]) > now then
+        local n = redis.call('ZCOUNT', IDX, '-inf', '(' .. -now)
+        delays = {}
+        if n <= INDEX_DUE then
+          local d = redis.call('ZRANGEBYSCORE', IDX, '-inf', '(' .. -now, 'WITHSCORES')
+          for i = 1, #d, 2 do
+            delays[#delays + 1] = d[i]
+            delays[#delays + 1] = -tonumber(d[i + 1])
+          end
+        else
+          delays_top = -tonumber(top[2])
+          local cursor, own_n, met = '0', 0, {}
+          repeat
+            local r = redis.call('ZSCAN', IDX, cursor, 'MATCH', 'p:' .. ARGV[1] .. ':*', 'COUNT', 1000)
+            cursor = r[1]
+            for i = 1, #r[2], 2 do
+              local ends = -tonumber(r[2][i + 1])
+              if ends > now and not met[r[2][i]] then
+                met[r[2][i]] = true
+                own_n = own_n + 1
+                delays[#delays + 1] = r[2][i]
+                delays[#delays + 1] = ends
+              end
+            end
+          until cursor == '0'
+          delays_others = n > own_n
+        end
+      end
     else
       rebuild = true
     end
   end
-  if rebuild and fields > SMALL_RECORD then
-    rec = redis.call('HGETALL', KEYS[1])
+  if rebuild then
+    if fields > SMALL_RECORD then
+      rec = redis.call('HGETALL', KEYS[1])
+    end
+    -- Whatever the index holds of recorded expiries stays known.
+    recorded, delays, delays_top = {}, nil, nil
+    local neg = redis.call('ZRANGEBYSCORE', IDX, '-inf', '(0')
+    for i = 1, #neg do
+      recorded[neg[i]] = true
+    end
   end
 end
 local owner = rec and string.sub(mine, 1, #ARGV[1] + 3)
--- Most long-expired permits one call deletes (see the sweep below).
-local STALE_SWEEP = 256
 local l, m = 1, 'x'
 local live, soonest, same_owner, latest = 0, nil, false, 0
 local stale, delay_end, returning
--- Expired permits this run read (at most SEEN_MAX): their history entries.
-local SEEN_MAX = 64
+-- Expired permits this run read whose expiry is not in the history yet
+-- (six items each): each is written once (the index remembers it), at
+-- most SEEN_MAX a call (the rest stay due for later calls).
+local SEEN_MAX = 256
 local seen
 for i = 1, rec and #rec or 0, 2 do
   local field = rec[i]
@@ -321,24 +420,42 @@ for i = 1, rec and #rec or 0, 2 do
     local v = rec[i + 1]
     local fence, exp, acq, ren, granted, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
     exp = tonumber(exp)
+    if string.byte(v, at) == 30 then
+      exp = capped(v, at, acq, exp)
+    end
     if exp > now then
       if field == mine then
-        -- A replay tells its caller that it holds this permit: mark the
-        -- permit claimed for as long as it lives, so that the clean-up
-        -- release of a waiter that left (release.lua, mode 'a') leaves it
-        -- alone (docs/design.md §14). Refused, the replay is not answered: without
-        -- the mark a clean-up could take the permit from a caller told it
-        -- holds it. (v2 scripts ignore the key: an additive change.)
-        local claimed = redis.pcall('SET', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1))
-          .. ':' .. mine, '1', 'PX', exp - now)
-        if type(claimed) == 'table' and claimed.err then
-          return {tag - 9, claimed.err}
-        end
         -- 1 when the caller waits and a release granted its entry this
         -- permit (release.lua sets the grant mark to the granted member):
         -- its acquisition.
-        local handed = member ~= '' and redis.call('GET',
-          (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':' .. mine) == member and 1 or 0
+        local handed = 0
+        if member ~= '' then
+          local until_ms, to = string.match(redis.call('HGET', KEYS[8], mine) or '', '^(%d+)|(.*)$')
+          handed = (to == member and tonumber(until_ms) > now) and 1 or 0
+        end
+        -- A replay tells its caller that it holds this permit: the permit
+        -- is marked claimed for as long as it lives, so that the clean-up
+        -- release of a waiter of the same attempt that left (release.lua,
+        -- mode 'a') leaves it alone (docs/design.md §14). The answer is
+        -- decided first; the mark is written only when it is needed, so a
+        -- Redis that refuses writes (full, NOREPLICAS, READONLY) refuses
+        -- only that replay: not when the permit was renewed (the clean-up
+        -- keeps it anyway) or is claimed already, and not for a waiter's
+        -- look at its own grant (`handed`): should that waiter have gone,
+        -- its own clean-up must find the grant unclaimed (the mark names
+        -- this entry: no other entry's clean-up takes it). Refused when
+        -- needed, the replay is not answered: without the mark a clean-up
+        -- could take the permit from a caller told it holds it. (v2
+        -- scripts ignore the key: an additive change.)
+        if handed == 0 and acq == ren then
+          local C = KEYS[7]
+          if redis.call('EXISTS', C) == 0 then
+            local claimed = redis.pcall('SET', C, '1', 'PX', exp - now)
+            if type(claimed) == 'table' and claimed.err then
+              return {tag - 9, claimed.err}
+            end
+          end
+        end
         return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(granted),
           string.sub(v, at), handed}
       end
@@ -354,16 +471,23 @@ for i = 1, rec and #rec or 0, 2 do
         latest = ends
       end
     else
-      if not seen or #seen < SEEN_MAX * 5 then
+      local ends = exp + tonumber(ld)
+      local owned = string.sub(field, 1, #owner) == owner
+      -- noted: its expiry is in the history, or goes there in this run (at
+      -- most SEEN_MAX a call, and the caller's owner's own always: they
+      -- go with the write). Only a noted permit is swept.
+      local noted = recorded[field]
+      if not noted and (owned or not seen or #seen < SEEN_MAX * 6) then
         seen = seen or {}
         seen[#seen + 1] = fence
         seen[#seen + 1] = exp
         seen[#seen + 1] = ld
         seen[#seen + 1] = string.sub(v, at)
         seen[#seen + 1] = acq
+        seen[#seen + 1] = field
+        noted = true
       end
-      local ends = exp + tonumber(ld)
-      if ends > now and string.sub(field, 1, #owner) == owner then
+      if ends > now and owned then
         -- The caller's owner token let this permit expire: it may come
         -- back at once (ahead of any queue), and coming back ends the
         -- delay its expiry started (the old permit goes with the write).
@@ -378,7 +502,7 @@ for i = 1, rec and #rec or 0, 2 do
         if not delay_end or ends > delay_end then
           delay_end = ends
         end
-      elseif not stale or #stale < STALE_SWEEP then
+      elseif noted and (not stale or #stale < STALE_SWEEP) then
         -- Long expired: swept, at most STALE_SWEEP a call (the rest by
         -- later calls), so that no call's deletes grow with the holders.
         stale = stale or {}
@@ -391,6 +515,31 @@ for i = 1, rec and #rec or 0, 2 do
     m = rec[i + 1]
   end
 end
+-- The recorded lock-delays the loop did not read: the caller's owner's
+-- may come back (and end), another owner's hold the resource.
+for i = 1, delays and #delays or 0, 2 do
+  local ends = delays[i + 1]
+  if string.sub(delays[i], 1, #owner) == owner then
+    returning = true
+    stale = stale or {}
+    stale[#stale + 1] = delays[i]
+  else
+    if ends > latest then
+      latest = ends
+    end
+    if not delay_end or ends > delay_end then
+      delay_end = ends
+    end
+  end
+end
+if delays_top then
+  if delays_top > latest then
+    latest = delays_top
+  end
+  if delays_others and (not delay_end or delays_top > delay_end) then
+    delay_end = delays_top -- at most this: one of them ends last
+  end
+end
 live = live + extra
 if extra_soonest and (not soonest or extra_soonest < soonest) then
   soonest = extra_soonest
@@ -400,14 +549,20 @@ if extra_latest > latest then
 end
 if rebuild then
   -- The index anew from the whole hash: every permit not long expired
-  -- (those go now, all of them, so that the next call finds few due).
+  -- (those whose expiry is written go now, all of them, so that the next
+  -- call finds few due).
   redis.pcall('DEL', IDX)
   local add, gone = {}, {}
   for i = 1, #rec, 2 do
     if string.byte(rec[i], 1) == 112 then -- 'p'
-      local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
-      if tonumber(exp) + tonumber(ld) > now then
-        add[#add + 1] = exp
+      local exp, acq, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
+      if string.byte(rec[i + 1], at) == 30 then
+        exp = string.format('%d', capped(rec[i + 1], at, acq, tonumber(exp)))
+      end
+      if tonumber(exp) + tonumber(ld) > now or not recorded[rec[i]] then
+        -- (a long-expired permit whose expiry is not written yet stays,
+        -- due: this run or a later one writes it, then sweeps it)
+        add[#add + 1] = recorded[rec[i]] and string.format('%d', -(tonumber(exp) + tonumber(ld))) or exp
         add[#add + 1] = rec[i]
         if #add == 200 then
           redis.pcall('ZADD', IDX, unpack(add))
@@ -431,6 +586,32 @@ if rebuild then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl > 0 then
     redis.pcall('PEXPIRE', IDX, pttl)
+  end
+end
+-- The permits of `list` (every `step` items: fence, expiresAt, lock-delay
+-- ms, ..., the field last) whose expiries were just written: each scored
+-- -(expiresAt + lockDelayMs) in the index, never due again; one whose delay
+-- is over too goes now (release.lua keeps the same function).
+local function recorded_in(list, step)
+  local add, gone = {}, {}
+  for i = 1, #list, step do
+    local ends = tonumber(list[i + 1]) + tonumber(list[i + 2])
+    if ends > now then
+      add[#add + 1] = string.format('%d', -ends)
+      add[#add + 1] = list[i + step - 1]
+    else
+      gone[#gone + 1] = list[i + step - 1]
+    end
+    if #add == 200 or #gone == 100 or i + step > #list then
+      if #add > 0 then
+        redis.pcall('ZADD', IDX, unpack(add))
+      end
+      if #gone > 0 then
+        redis.pcall('HDEL', KEYS[1], unpack(gone))
+        redis.pcall('ZREM', IDX, unpack(gone))
+      end
+      add, gone = {}, {}
+    end
   end
 end
 -- How long each permit whose expiry this run writes was held (expiresAt -
@@ -464,11 +645,11 @@ local function refused(retry, why)
     -- The last look of a waiter: its entry and ask go in this run, so no
     -- release grants the attempt after it was told 'contended' (as
     -- queue.lua's 'leave'; the next waiter may go now). why + 8: left.
-    local done = redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
+    local done = redis.pcall('ZREM', KEYS[5], member)
     if type(done) == 'table' and done.err then
       return answer({tag, retry, why})
     end
-    redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member)
+    redis.pcall('HDEL', KEYS[6], member)
     redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
       string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
     return answer({tag, retry, why + 8})
@@ -476,8 +657,8 @@ local function refused(retry, why)
   if not enter_as then
     return answer({tag, retry, why})
   end
-  local QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
-  local ASK = (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1))
+  local QUEUE = KEYS[5]
+  local ASK = KEYS[6]
   local deadline = now + horizon
   local done = redis.pcall('ZADD', QUEUE, 'NX', secs * 1000000 + micros, enter_as)
   if type(done) == 'table' and done.err then
@@ -519,9 +700,11 @@ local function refused(retry, why)
 end
 if seen then
   -- The expiries this run read, each written once: 'x' at its expiresAt,
-  -- then 'd' when a lock-delay followed; an entry already among the last
-  -- 64 is not written again (a delay is read by every call while it runs).
-  H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  -- then 'd' when a lock-delay followed. The index remembers them (a
+  -- hash record's: `recorded`, above); an entry already among the last 64
+  -- is not written again either (a string record read expired twice, an
+  -- index a v2 script rebuilt).
+  H = H or KEYS[3]
   local recent = redis.call('LRANGE', H, 0, 63)
   local known = {}
   for i = 1, #recent do
@@ -533,7 +716,7 @@ if seen then
   local seq1 = redis.call('GET', KEYS[2])
   local version = ((seq1 and string.match(seq1, '^%d+:(%d+):')) or '0') .. '.' .. live
   local push = {}
-  for i = 1, #seen, 5 do
+  for i = 1, #seen, 6 do
     local f, exp_at, ld, who = seen[i], string.format('%d', seen[i + 1]), seen[i + 2], seen[i + 3]
     if not known['x' .. f] then
       push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. who
@@ -544,12 +727,19 @@ if seen then
       push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. who
     end
   end
-  if #push > 0 then
-    local n = redis.pcall('LPUSH', H, unpack(push))
-    if type(n) == 'number' and n > HMAX then
-      redis.pcall('LTRIM', H, 0, HMAX - 1)
-    end
+  -- In slices of 200 (unpack's C stack): a rebuild reads every permit.
+  local n
+  for i = 1, #push, 200 do
+    n = redis.pcall('LPUSH', H, unpack(push, i, math.min(i + 199, #push)))
+  end
+  if type(n) == 'number' and n > HMAX then
+    redis.pcall('LTRIM', H, 0, HMAX - 1)
+  end
+  if n then
     redis.pcall('PEXPIRE', H, ARGV[7])
+  end
+  if hashed then
+    recorded_in(seen, 6)
   end
 end
 if delay_end then
@@ -589,7 +779,7 @@ end
 -- exclusive one is ahead. An owner back within its own lock-delay skips it.
 local wake_next = false
 if queued > now and not returning then
-  local QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
+  local QUEUE = KEYS[5]
   local free = (mode == 'x') and (limit - live) or 10000
   local entries = redis.call('ZRANGEBYSCORE', QUEUE, 0, '+inf', 'LIMIT', 0, 64)
   local alive, dead = {}, nil
@@ -628,8 +818,10 @@ if queued > now and not returning then
   end
   if dead then
     -- At most 64 entries plus as many heartbeat members were read above, so
-    -- this unpack is bounded (Lua's C stack holds about 8 000).
+    -- this unpack is bounded (Lua's C stack holds about 8 000). Their asks
+    -- go with them (queue.lua keeps one per entry that asked).
     redis.pcall('ZREM', QUEUE, unpack(dead))
+    redis.pcall('HDEL', KEYS[6], unpack(dead))
   end
   if member ~= '' and not found and not redis.call('ZSCORE', QUEUE, member) then
     return refused(1, 3)
@@ -715,10 +907,10 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
     return {tag - 9, done.err}
   end
   if member ~= '' then
-    redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
-    redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member)
+    redis.pcall('ZREM', KEYS[5], member)
+    redis.pcall('HDEL', KEYS[6], member)
   end
-  H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  H = H or KEYS[3]
   done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[4])
   if type(done) == 'number' and done > HMAX then
     redis.pcall('LTRIM', H, 0, HMAX - 1)
@@ -743,7 +935,7 @@ if not hashed and rec then
   redis.pcall('DEL', KEYS[1])
   stale = nil
 end
-IDX = IDX or (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+IDX = IDX or KEYS[4]
 if not hashed then
   -- A new hash record: no index left over from an evicted one.
   redis.pcall('DEL', IDX)
@@ -784,11 +976,11 @@ end
 redis.pcall('ZADD', IDX, exp_text, mine)
 redis.pcall('PEXPIRE', IDX, ends - now)
 if member ~= '' then
-  redis.pcall('ZREM', (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1)), member)
+  redis.pcall('ZREM', KEYS[5], member)
   -- Its ask (queue.lua) goes with it: no release grants it again.
-  redis.pcall('HDEL', (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1)), member)
+  redis.pcall('HDEL', KEYS[6], member)
 end
-H = H or (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+H = H or KEYS[3]
 done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.'
   .. (live + 1) .. '|' .. ARGV[4])
 if type(done) == 'number' and done > HMAX then

@@ -1,6 +1,7 @@
 -- break: an operator removes every live permit of a resource, or the one
 -- with a given fencing token (docs/design.md §17), in one script run.
 -- KEYS[1] record  KEYS[2] sequence (see acquire.lua)  KEYS[3] tombstones
+-- KEYS[4] index  KEYS[5] history (see acquire.lua)
 -- ARGV[1] fencing token or '' (every permit)  ARGV[2] sequence key ttl ms
 -- ARGV[3] event channel  ARGV[4] resource tag ("<purpose>:<digest>")
 -- ARGV[5] reason or ''  ARGV[6] key name or ''
@@ -22,6 +23,52 @@
 -- counts as a change (the version moves, as for an acquire) and publishes
 -- "<tag>\t<version>\trevoked\t<key name>\t<reason>" (neither holds a tab:
 -- no control characters), which wakes waiters as a release does.
+-- Tombstones that would have ended by now go: each write that adds some
+-- looks at the next slice of the hash (HSCAN from the cursor kept in its
+-- field 'c', 64 + twice the fields written), so the hash holds about its
+-- live tombstones, at most twice as many (docs/storage.md; renew.lua and
+-- break.lua keep the same function).
+local function prune_tombstones(T, now, written)
+  -- (pcall: this runs after the write it follows, and must not turn a
+  -- write that was applied into an error answer, e.g. under an ACL
+  -- written before HSCAN was needed; the next write prunes then)
+  local cursor = redis.pcall('HGET', T, 'c')
+  cursor = type(cursor) == 'string' and cursor or '0'
+  local scan = redis.pcall('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
+  if type(scan) ~= 'table' or scan.err then
+    return
+  end
+  local kv, gone = scan[2], {}
+  for i = 1, #kv, 2 do
+    local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
+    if ends and tonumber(ends) <= now then
+      gone[#gone + 1] = kv[i]
+      if #gone == 200 then -- unpack's C stack (about 8 000)
+        redis.pcall('HDEL', T, unpack(gone))
+        gone = {}
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.pcall('HDEL', T, unpack(gone))
+  end
+  if scan[1] ~= cursor then
+    redis.pcall('HSET', T, 'c', scan[1])
+  end
+end
+-- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
+-- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
+-- through a pod of the previous release, which knows no bound, moves its
+-- expiresAt past it, and every script of this release still ends it there
+-- (called only when the slot at `at` starts with \30; acquire.lua,
+-- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
+local function capped(value, at, acq, exp)
+  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
+  if bound and tonumber(acq) + bound < exp then
+    return tonumber(acq) + bound
+  end
+  return exp
+end
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -47,6 +94,9 @@ for i = 1, #rec, 2 do
   if string.byte(field, 1) == 112 then -- 'p'
     local fence, exp, acq, ld, at = string.match(rec[i + 1], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
     exp = tonumber(exp)
+    if string.byte(rec[i + 1], at) == 30 then
+      exp = capped(rec[i + 1], at, acq, exp)
+    end
     if exp > now and (ARGV[1] == '' or fence == ARGV[1]) then
       victims[#victims + 1] = field
       held[#held + 1] = now - tonumber(acq)
@@ -92,6 +142,7 @@ end
 if redis.call('PTTL', KEYS[3]) < last_end - now then
   redis.pcall('PEXPIRE', KEYS[3], last_end - now)
 end
+prune_tombstones(KEYS[3], now, #tombs / 2)
 -- A break is a change: the counter moves, so the version does.
 local last, changes, watched, queued = string.format('%d', top), 0, '0', '0'
 local seq = redis.call('GET', KEYS[2])
@@ -104,7 +155,7 @@ end
 changes = changes + 1
 local changes_text = string.format('%d', changes)
 redis.pcall('SET', KEYS[2], last .. ':' .. changes_text .. ':' .. watched .. ':' .. queued, 'PX', ARGV[2])
-local IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+local IDX = KEYS[4]
 if not hashed or rest == 0 then
   redis.pcall('DEL', KEYS[1])
   if hashed then
@@ -123,7 +174,7 @@ else
 end
 redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes_text .. '.' .. live
   .. '\trevoked\t' .. ARGV[6] .. '\t' .. ARGV[5])
-local H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+local H = KEYS[5]
 local head = 'b|' .. string.format('%d', now) .. '|'
 local tail = '|' .. changes_text .. '.' .. live .. '|' .. ARGV[6] .. '|' .. #ARGV[5] .. '|' .. ARGV[5]
 for i = 1, #gone, 400 do

@@ -18,6 +18,19 @@
 -- status 0 free (no live permit), 1 held. held_by: 0 not asked, 1 caller,
 -- 2 caller other operation (or the caller's token, when no operation was
 -- sent), 3 other. The version is "<changes>.<live>".
+-- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
+-- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
+-- through a pod of the previous release, which knows no bound, moves its
+-- expiresAt past it, and every script of this release still ends it there
+-- (called only when the slot at `at` starts with \30; acquire.lua,
+-- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
+local function capped(value, at, acq, exp)
+  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
+  if bound and tonumber(acq) + bound < exp then
+    return tonumber(acq) + bound
+  end
+  return exp
+end
 local tag = tonumber(ARGV[5]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -62,6 +75,9 @@ for i = 1, #rec, 2 do
     local v = rec[i + 1]
     local fence, exp, acq, ren, ttl, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
     exp = tonumber(exp)
+    if string.byte(v, at) == 30 then
+      exp = capped(v, at, acq, exp)
+    end
     if exp > now then
       live = live + 1
       fence = tonumber(fence)

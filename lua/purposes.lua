@@ -19,6 +19,11 @@ if ARGV[1] ~= '' then
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}
   end
+  -- The registry lives as long as its latest mark: a key every write
+  -- extends, never one without a TTL.
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.pcall('PEXPIRE', KEYS[1], ARGV[2])
+  end
 end
 -- Nothing marked (the usual case): no HGETALL, which would cost a read
 -- every second and look like a whole-record read to INFO commandstats.

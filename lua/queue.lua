@@ -2,6 +2,7 @@
 -- while some instance has waiters for it.
 -- KEYS[1] queue     <ns>:queue:v2:{<purpose>:<digest>}  sorted set
 -- KEYS[2] sequence  <ns>:seq:v2:{<purpose>:<digest>}    (see acquire.lua)
+-- KEYS[3] asks  KEYS[4] grants  KEYS[5] record (see acquire.lua)
 -- ARGV[1] verb: 'enter', 'front', 'beat' or 'leave'. 'front' enters like
 --         'enter' but ahead of this instance's own first entry among the
 --         first 64 (a turn holder whose place lapsed must not wait behind
@@ -16,12 +17,12 @@
 --         grant it the lease in its own run (release.lua, "Hand-off"):
 --         "<ttl ms>|<owner token>|<operation id>|<holder label>" (the label
 --         as acquire.lua's ARGV[4], last: it may contain '|'). Kept in the
---         hash <ns>:ask:v2:{<purpose>:<digest>} (derived from KEYS[1]),
---         field = the member, for as long as the queue lives; a release
---         that grants the entry deletes it and sets the grant mark
---         <ns>:granted:v2:{<purpose>:<digest>}:p:<owner token>:<operation id>
---         to the granted member (release.lua). For leave: '' or the asking attempt's permit
---         field "p:<owner token>:<operation id>" (its grant mark is read).
+--         hash KEYS[3], field = the member, for as long as the queue
+--         lives; a release that grants the entry deletes it and sets the
+--         grant mark, field "p:<owner token>:<operation id>" of KEYS[4] =
+--         "<end ms>|<granted member>" (release.lua). For leave: '' or the
+--         asking attempt's permit field "p:<owner token>:<operation id>"
+--         (its grant mark is read).
 -- ARGV[9] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Members: each waiter '<mode>:<instance>:<n>' with score = the server
@@ -43,7 +44,7 @@
 -- {tag(-9), error} Redis refused a write.
 local tag = tonumber(ARGV[9]) * 16 + 9
 local verb = ARGV[1]
-local ASK = (string.gsub(KEYS[1], ':queue:v2:{', ':ask:v2:{', 1))
+local ASK = KEYS[3]
 if verb == 'leave' then
   redis.pcall('ZREM', KEYS[1], ARGV[7])
   -- The grant mark: a release granted this entry (release.lua); nothing
@@ -53,10 +54,12 @@ if verb == 'leave' then
   -- (its caller retried on another instance) was granted nothing.
   local granted = false
   if ARGV[8] ~= '' then
-    local G = (string.gsub(KEYS[1], ':queue:v2:{', ':granted:v2:{', 1)) .. ':' .. ARGV[8]
-    granted = redis.call('GET', G) == ARGV[7]
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local until_ms, to = string.match(redis.call('HGET', KEYS[4], ARGV[8]) or '', '^(%d+)|(.*)$')
+    granted = to == ARGV[7] and tonumber(until_ms) > now
     if granted then
-      redis.pcall('DEL', G)
+      redis.pcall('HDEL', KEYS[4], ARGV[8])
     end
   end
   redis.pcall('HDEL', ASK, ARGV[7])
@@ -115,6 +118,11 @@ done = redis.pcall('ZADD', KEYS[1], -deadline, '~' .. ARGV[2])
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
+-- Heartbeats that have lapsed go (score -deadline in [-now, 0)): a cleanly
+-- stopped instance left its own behind, one per restart under a queue
+-- that never empties. Its entries, if any, are dead either way (acquire.lua
+-- reads a missing heartbeat as lapsed) and go with the next look.
+redis.pcall('ZREMRANGEBYSCORE', KEYS[1], -now, '(0')
 redis.pcall('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
 redis.pcall('PEXPIRE', ASK, tonumber(ARGV[3]) + 1000)
 -- Tell acquire the queue exists until this deadline.
@@ -140,7 +148,7 @@ end
 if verb == 'beat' then
   return {tag + 1, 1}
 end
-local pttl = redis.call('PTTL', (string.gsub(KEYS[1], ':queue:v2:{', ':lease:v2:{', 1)))
+local pttl = redis.call('PTTL', KEYS[5])
 if pttl < 0 then
   -- Free: the waiter looks now if it is the first entry or the first's
   -- instance has died; else the first goes, and announces its TTL to those

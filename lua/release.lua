@@ -1,5 +1,8 @@
 -- release: delete the caller's own permit and wake the resource's waiters.
 -- KEYS[1] record  KEYS[2] sequence (see acquire.lua)
+-- KEYS[3] tombstones  <ns>:tomb:v2:{<purpose>:<digest>} (break.lua)
+-- KEYS[4] history  KEYS[5] index  KEYS[6] queue  KEYS[7] asks
+-- KEYS[8] claim  KEYS[9] grants (see acquire.lua; the claim of the caller's permit)
 -- ARGV[1] owner token  ARGV[2] operation id
 -- ARGV[3] event channel  ARGV[4] resource tag ("<purpose>:<digest>")
 -- ARGV[5] mode: '' the caller's release; 'a' the clean-up of an acquisition
@@ -28,9 +31,10 @@
 -- grants that waiter the lease: the
 -- permit written as acquire.lua writes it (its attempt, a new fencing token,
 -- its TTL and label; 'a' in the history), its entry and ask gone, the grant
--- mark <ns>:granted:v2:{<purpose>:<digest>}:<its permit field> set to the
--- granted member for the permit's TTL, at most 60 s (read by that entry's
--- leave and its next look; gone with the permit's release), and
+-- mark set: field <its permit field> of KEYS[9] = "<end ms>|<granted
+-- member>", for the permit's TTL, at most 60 s (read by that entry's
+-- leave and its next look; gone with the permit's release; ended marks
+-- are pruned as tombstones are), and
 -- "<tag>\t<version>\tgranted\t<member>\t<fence>\t<acquiredAt>" published
 -- instead of 'released' (after the writes: nobody hears of a grant that was
 -- not written). The waiter's instance answers it from that message, without
@@ -48,6 +52,52 @@
 -- A release changes no counter: the version "<changes>.<live permits>" moves
 -- because the live count falls (and for one change count it only falls). A
 -- release never starts a lock-delay: only an expiry does.
+-- Fields "<end ms>|..." of the hash T that have ended by now go: each
+-- write that adds some looks at the next slice of the hash (HSCAN from the
+-- cursor kept in its field 'c', 64 + twice the fields written), so the
+-- hash holds about its live fields, at most twice as many (as renew.lua's
+-- and break.lua's prune_tombstones, for the grant marks here).
+local function prune_ended(T, now, written)
+  -- (pcall: this runs after the write it follows, and must not turn a
+  -- write that was applied into an error answer, e.g. under an ACL
+  -- written before HSCAN was needed; the next write prunes then)
+  local cursor = redis.pcall('HGET', T, 'c')
+  cursor = type(cursor) == 'string' and cursor or '0'
+  local scan = redis.pcall('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
+  if type(scan) ~= 'table' or scan.err then
+    return
+  end
+  local kv, gone = scan[2], {}
+  for i = 1, #kv, 2 do
+    local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
+    if ends and tonumber(ends) <= now then
+      gone[#gone + 1] = kv[i]
+      if #gone == 200 then -- unpack's C stack (about 8 000)
+        redis.pcall('HDEL', T, unpack(gone))
+        gone = {}
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.pcall('HDEL', T, unpack(gone))
+  end
+  if scan[1] ~= cursor then
+    redis.pcall('HSET', T, 'c', scan[1])
+  end
+end
+-- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
+-- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
+-- through a pod of the previous release, which knows no bound, moves its
+-- expiresAt past it, and every script of this release still ends it there
+-- (called only when the slot at `at` starts with \30; acquire.lua,
+-- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
+local function capped(value, at, acq, exp)
+  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
+  if bound and tonumber(acq) + bound < exp then
+    return tonumber(acq) + bound
+  end
+  return exp
+end
 local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -55,7 +105,7 @@ local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- Only when the caller's permit is not found: its tombstone, if an
 -- operator broke it (break.lua), until it would have expired.
 local function tombstone()
-  local tomb = redis.call('HGET', (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1)), mine)
+  local tomb = redis.call('HGET', KEYS[3], mine)
   local ends, why = string.match(tomb or '', '^(%d+)|(.*)$')
   if ends and tonumber(ends) > now then
     return why
@@ -68,17 +118,26 @@ local rec, IDX
 -- expiry index, see acquire.lua); the whole hash is read only when the
 -- index cannot be trusted (more than 256 permits due, or it disagrees with
 -- the hash).
-local extra = 0
+local extra, delayed, delayed_end = 0, 0, 0
+-- Permits whose expiry is in the history already: a negative index score,
+-- -(expiresAt + lockDelayMs) (see acquire.lua).
+local recorded = {}
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif type(cur) == 'table' then
-  IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+  IDX = KEYS[5]
   -- A small record (32 fields at most) is read whole, as acquire.lua does:
   -- one read costs Redis less than the index's reads.
   local fields = redis.call('HLEN', KEYS[1])
-  local due = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, '-inf', now, 'LIMIT', 0, 257)
+  local due = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, 0, now, 'LIMIT', 0, 257)
   if due and #due <= 256 then
+    -- Recorded permits whose delay is over: read (and swept) as due ones.
+    local over = redis.call('ZRANGEBYSCORE', IDX, -now, '(0', 'LIMIT', 0, 256)
+    for i = 1, #over do
+      recorded[over[i]] = true
+      due[#due + 1] = over[i]
+    end
     local lm = redis.call('HMGET', KEYS[1], 'l', 'm')
     local part, found, has_mine = {}, 0, false
     for i = 1, #due do
@@ -102,18 +161,36 @@ elseif type(cur) == 'table' then
           part[#part + 1] = mine
           part[#part + 1] = own
           extra = extra - 1
+        elseif score and tonumber(score) < -now then
+          -- Expired, recorded, in its lock-delay: read, not counted.
+          recorded[mine] = true
+          part[#part + 1] = mine
+          part[#part + 1] = own
         else
           extra = nil -- the permit is not where the index says
         end
       end
       if extra then
         rec = part
+        -- Recorded permits in their lock-delay: counted (the record stays
+        -- for them) and the latest end read, not each of them.
+        delayed = redis.call('ZCOUNT', IDX, '-inf', '(' .. -now)
+        if delayed > 0 then
+          delayed_end = -tonumber(redis.call('ZRANGE', IDX, 0, 0, 'WITHSCORES')[2])
+        end
       end
     end
   end
   if not rec then
-    extra = 0
+    extra, recorded = 0, {}
     rec = redis.call('HGETALL', KEYS[1])
+    local neg = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, '-inf', '(0', 'WITHSCORES')
+      or redis.call('ZRANGE', IDX, 0, 32, 'WITHSCORES')
+    for i = 1, #neg, 2 do
+      if string.byte(neg[i + 1], 1) == 45 then -- '-'
+        recorded[neg[i]] = true
+      end
+    end
   end
 else
   local why = tombstone()
@@ -122,24 +199,37 @@ else
   end
   return {tag}
 end
-local held, live, rest, latest, renewed = false, extra, extra, 0, false
+local held, live, rest, latest, renewed = false, extra, extra + delayed, delayed_end, false
 -- Long-expired permits (expiry and lock-delay over) go with the release, at
 -- most STALE_SWEEP a call, as in acquire.lua.
 local STALE_SWEEP = 256
 local stale
 local acquired_at = now -- the caller's permit's acquiredAt, read below
 local own_value -- the caller's permit, for its history entry
-local seen -- expired permits read (at most 64): their history entries
+-- Expired permits read whose expiry is not in the history yet (value,
+-- field, end): each written once.
+local seen
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local exp, acq, ren, ld = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|(%d+)|%d+|(%d+)|')
+    local exp, acq, ren, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|(%d+)|%d+|(%d+)|()')
     exp = tonumber(exp)
+    if string.byte(rec[i + 1], at) == 30 then
+      exp = capped(rec[i + 1], at, acq, exp)
+    end
     if exp > now then
       live = live + 1
-    elseif not seen or #seen < 64 then
+    end
+    -- noted: its expiry is in the history or goes there in this run (at
+    -- most 256 a call; the rest stay due for later calls). Only a noted
+    -- permit is swept.
+    local noted = exp <= now and recorded[field]
+    if exp <= now and not noted and (not seen or #seen < 768) then
       seen = seen or {}
       seen[#seen + 1] = rec[i + 1]
+      seen[#seen + 1] = field
+      seen[#seen + 1] = string.format('%d', exp) -- its end (a bound caps it)
+      noted = true
     end
     if field == mine then
       own_value = rec[i + 1]
@@ -153,14 +243,14 @@ for i = 1, #rec, 2 do
         if ends > latest then
           latest = ends
         end
-      elseif not stale or #stale < STALE_SWEEP then
+      elseif noted and (not stale or #stale < STALE_SWEEP) then
         stale = stale or {}
         stale[#stale + 1] = field
       end
     end
   end
 end
-local H, HMAX = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1)), tonumber(ARGV[6])
+local H, HMAX = KEYS[4], tonumber(ARGV[6])
 local changes = '0'
 local seq = redis.call('GET', KEYS[2])
 local last, watched, queued = '0', '0', '0'
@@ -190,6 +280,32 @@ local function answer(reply)
   end
   return table.concat(packed, ' ')
 end
+-- The permits of `list` (every `step` items: fence, expiresAt, lock-delay
+-- ms, ..., the field last) whose expiries were just written: each scored
+-- -(expiresAt + lockDelayMs) in the index, never due again; one whose delay
+-- is over too goes now (acquire.lua keeps the same function).
+local function recorded_in(list, step)
+  local add, gone = {}, {}
+  for i = 1, #list, step do
+    local ends = tonumber(list[i + 1]) + tonumber(list[i + 2])
+    if ends > now then
+      add[#add + 1] = string.format('%d', -ends)
+      add[#add + 1] = list[i + step - 1]
+    else
+      gone[#gone + 1] = list[i + step - 1]
+    end
+    if #add == 200 or #gone == 100 or i + step > #list then
+      if #add > 0 then
+        redis.pcall('ZADD', IDX, unpack(add))
+      end
+      if #gone > 0 then
+        redis.pcall('HDEL', KEYS[1], unpack(gone))
+        redis.pcall('ZREM', IDX, unpack(gone))
+      end
+      add, gone = {}, {}
+    end
+  end
+end
 if seen then
   -- As acquire.lua: each expiry once ('x', then 'd' for a lock-delay).
   local recent = redis.call('LRANGE', H, 0, 63)
@@ -201,9 +317,10 @@ if seen then
     end
   end
   local version = changes .. '.' .. (held and live - 1 or live)
-  local push = {}
-  for i = 1, #seen do
-    local f, exp_at, acq, ld, at = string.match(seen[i], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
+  local push, done_list = {}, {}
+  for i = 1, #seen, 3 do
+    local f, _, acq, ld, at = string.match(seen[i], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
+    local exp_at = seen[i + 2]
     if not known['x' .. f] then
       push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. string.sub(seen[i], at)
       holds = holds or {}
@@ -212,10 +329,26 @@ if seen then
     if ld ~= '0' and not known['d' .. f] then
       push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. string.sub(seen[i], at)
     end
+    done_list[#done_list + 1] = f
+    done_list[#done_list + 1] = exp_at
+    done_list[#done_list + 1] = ld
+    done_list[#done_list + 1] = seen[i + 1]
   end
-  local n = #push > 0 and redis.pcall('LPUSH', H, unpack(push))
+  -- In slices of 200 (unpack's C stack): a whole read sees every permit.
+  local n
+  for i = 1, #push, 200 do
+    n = redis.pcall('LPUSH', H, unpack(push, i, math.min(i + 199, #push)))
+  end
   if type(n) == 'number' and n > HMAX then
     redis.pcall('LTRIM', H, 0, HMAX - 1)
+  end
+  -- The TTL with the write: the answers below may return before the
+  -- release's own entry (a key without one would never go).
+  if n then
+    redis.pcall('PEXPIRE', H, ARGV[7])
+  end
+  if IDX then
+    recorded_in(done_list, 4)
   end
 end
 if not held then
@@ -229,20 +362,20 @@ if not held then
   return answer({tag})
 end
 if ARGV[5] == 'a' and (renewed
-    or redis.call('EXISTS', (string.gsub(KEYS[1], ':lease:v2:{', ':claim:v2:{', 1)) .. ':' .. mine) == 1) then
+    or redis.call('EXISTS', KEYS[8]) == 1) then
   return answer({tag + 2})
 end
 -- A grant mark of this permit (a release granted it to a waiter) goes
 -- with it; only while a queue exists, when grants are made (a mark left
 -- behind ends with its PTTL).
 if tonumber(queued) > now then
-  redis.pcall('DEL', (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':' .. mine)
+  redis.pcall('HDEL', KEYS[9], mine)
 end
 -- Hand-off: the queue's first live entry, when the released permit was a
 -- plain lease's (a string record: no other permit, no lock-delay).
 local QUEUE, ASK, head, ask, head_lapse
 if type(cur) == 'string' and tonumber(queued) > now then
-  QUEUE = (string.gsub(KEYS[1], ':lease:v2:{', ':queue:v2:{', 1))
+  QUEUE = KEYS[6]
   local entries = redis.call('ZRANGEBYSCORE', QUEUE, 0, '+inf', 'LIMIT', 0, 64)
   local alive = {}
   for i = 1, #entries do
@@ -259,7 +392,7 @@ if type(cur) == 'string' and tonumber(queued) > now then
     end
   end
   if head and string.match(head, '^x:([^:]+):') == ARGV[8] then
-    ASK = (string.gsub(KEYS[1], ':lease:v2:{', ':ask:v2:{', 1))
+    ASK = KEYS[7]
     ask = redis.call('HGET', ASK, head)
   end
 end
@@ -345,8 +478,12 @@ if ask then
       -- member: the same attempt may wait in two entries (its caller
       -- left one instance and retried on another), and only the granted
       -- entry's leave may take the grant for its own.
-      redis.pcall('SET', (string.gsub(KEYS[1], ':lease:v2:{', ':granted:v2:{', 1)) .. ':p:' .. owner .. ':'
-        .. op, head, 'PX', ttl > 60000 and '60000' or ttl_text)
+      local mark_end = now + (ttl > 60000 and 60000 or ttl)
+      redis.pcall('HSET', KEYS[9], 'p:' .. owner .. ':' .. op, string.format('%d', mark_end) .. '|' .. head)
+      if redis.call('PTTL', KEYS[9]) < mark_end - now then
+        redis.pcall('PEXPIRE', KEYS[9], mark_end - now)
+      end
+      prune_ended(KEYS[9], now, 1)
       done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. label)
       if type(done) == 'number' and done > HMAX then
         redis.pcall('LTRIM', H, 0, HMAX - 1)

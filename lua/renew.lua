@@ -5,6 +5,7 @@
 -- the label); a full Redis must not end every lease early (README, "full
 -- Redis": renewals, releases and reads are still served).
 -- KEYS[1] record  KEYS[2] sequence (see acquire.lua)
+-- KEYS[3] tombstones (see break.lua)  KEYS[4] index  KEYS[5] history (see acquire.lua)
 -- ARGV[1] owner token  ARGV[2] operation id  ARGV[3] ttl ms
 -- ARGV[4] new holder label or '' (keep)  ARGV[5] sequence key ttl ms
 -- ARGV[6] event channel  ARGV[7] resource tag
@@ -15,7 +16,7 @@
 -- (see acquire.lua).
 -- History (see acquire.lua): 'h' when the label changes; a plain renew
 -- writes none.
--- Bounded holds (docs/storage-v2.md, "Bounded holds"): a permit acquired
+-- Bounded holds (docs/decisions/storage-v2.md, "Bounded holds"): a permit acquired
 -- with maxHoldMs keeps "\30<maxHoldMs>|" before its label. No renewal
 -- reaches past acquiredAt + maxHoldMs: the renew that would is granted the
 -- time left (its TTL is capped), and leaves a tombstone "<end>|max_hold"
@@ -28,6 +29,52 @@
 -- break.lua, 'max_hold': above), {tag(-9), error} Redis
 -- refused (nothing applied: the permit's own expiresAt is what counts, and
 -- it is written last).
+-- Tombstones that would have ended by now go: each write that adds some
+-- looks at the next slice of the hash (HSCAN from the cursor kept in its
+-- field 'c', 64 + twice the fields written), so the hash holds about its
+-- live tombstones, at most twice as many (docs/storage.md; renew.lua and
+-- break.lua keep the same function).
+local function prune_tombstones(T, now, written)
+  -- (pcall: this runs after the write it follows, and must not turn a
+  -- write that was applied into an error answer, e.g. under an ACL
+  -- written before HSCAN was needed; the next write prunes then)
+  local cursor = redis.pcall('HGET', T, 'c')
+  cursor = type(cursor) == 'string' and cursor or '0'
+  local scan = redis.pcall('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
+  if type(scan) ~= 'table' or scan.err then
+    return
+  end
+  local kv, gone = scan[2], {}
+  for i = 1, #kv, 2 do
+    local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
+    if ends and tonumber(ends) <= now then
+      gone[#gone + 1] = kv[i]
+      if #gone == 200 then -- unpack's C stack (about 8 000)
+        redis.pcall('HDEL', T, unpack(gone))
+        gone = {}
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.pcall('HDEL', T, unpack(gone))
+  end
+  if scan[1] ~= cursor then
+    redis.pcall('HSET', T, 'c', scan[1])
+  end
+end
+-- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
+-- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
+-- through a pod of the previous release, which knows no bound, moves its
+-- expiresAt past it, and every script of this release still ends it there
+-- (called only when the slot at `at` starts with \30; acquire.lua,
+-- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
+local function capped(value, at, acq, exp)
+  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
+  if bound and tonumber(acq) + bound < exp then
+    return tonumber(acq) + bound
+  end
+  return exp
+end
 local tag = tonumber(ARGV[11]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -40,11 +87,12 @@ local v, others, latest = nil, 0, 0
 -- STALE_SWEEP a call, as in acquire.lua (the one-HGET path finds none).
 local STALE_SWEEP = 256
 local stale
+local recorded = {}
 local relabel_asked = ARGV[4] ~= ''
 -- Only when the caller's permit is not found: its tombstone, if an
 -- operator broke it (break.lua), until it would have expired.
 local function tombstone()
-  local tomb = redis.call('HGET', (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1)), mine)
+  local tomb = redis.call('HGET', KEYS[3], mine)
   local ends, why = string.match(tomb or '', '^(%d+)|(.*)$')
   if ends and tonumber(ends) > now then
     return why
@@ -71,14 +119,25 @@ elseif type(cur) == 'table' then
   -- permit that is gone (absent or someone else's?).
   local own = redis.call('HGET', KEYS[1], mine)
   if own then
-    local exp, at = string.match(own, '^%d+|(%d+)|%d+|%d+|%d+|%d+|()')
-    if tonumber(exp) > now and (not relabel_asked or string.sub(own, select(2, slot(own, at))) == ARGV[4]) then
+    local exp, acq, at = string.match(own, '^%d+|(%d+)|(%d+)|%d+|%d+|%d+|()')
+    exp = tonumber(exp)
+    if string.byte(own, at) == 30 then
+      exp = capped(own, at, acq, exp)
+    end
+    if exp > now and (not relabel_asked or string.sub(own, select(2, slot(own, at))) == ARGV[4]) then
       v = own
       rec = {}
     end
   end
   if not rec then
     rec = redis.call('HGETALL', KEYS[1])
+    -- The permits whose expiry is in the history (a negative index score,
+    -- see acquire.lua): only those are swept here; a renew writes no
+    -- expiry, so the others wait for a call that writes theirs.
+    local neg = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(0')
+    for i = 1, #neg do
+      recorded[neg[i]] = true
+    end
   end
 else
   local why = tombstone()
@@ -90,8 +149,11 @@ end
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local exp, ld = string.match(rec[i + 1], '^%d+|(%d+)|%d+|%d+|%d+|(%d+)|')
+    local exp, acq, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
     exp = tonumber(exp)
+    if string.byte(rec[i + 1], at) == 30 then
+      exp = capped(rec[i + 1], at, acq, exp)
+    end
     if field == mine then
       if exp > now then
         v = rec[i + 1]
@@ -104,7 +166,7 @@ for i = 1, #rec, 2 do
       if ends > latest then
         latest = ends
       end
-      if ends <= now and (not stale or #stale < STALE_SWEEP) then
+      if ends <= now and recorded[field] and (not stale or #stale < STALE_SWEEP) then
         stale = stale or {}
         stale[#stale + 1] = field
       end
@@ -172,7 +234,7 @@ else
   end
   -- The expiry index (see acquire.lua) learns the new expiry, and lives as
   -- long as the record (also when this ZADD created it).
-  local IDX = (string.gsub(KEYS[1], ':lease:v2:{', ':exp:v2:{', 1))
+  local IDX = KEYS[4]
   local added = redis.pcall('ZADD', IDX, string.format('%d', now + ttl), mine)
   if extend then
     redis.pcall('PEXPIRE', IDX, ends - now)
@@ -189,12 +251,13 @@ end
 if hold_end then
   -- Capped at the hold bound: the tombstone that tells the holder why its
   -- lease ends there, kept one asked TTL past the bound.
-  local T = (string.gsub(KEYS[1], ':lease:v2:{', ':tomb:v2:{', 1))
+  local T = KEYS[3]
   local tomb_end = hold_end + tonumber(ARGV[3])
   redis.pcall('HSET', T, mine, string.format('%d', tomb_end) .. '|max_hold')
   if redis.call('PTTL', T) < tomb_end - now then
     redis.pcall('PEXPIRE', T, tomb_end - now)
   end
+  prune_tombstones(T, now, 1)
 end
 if relabel then
   -- A new label is a change watchers see: bump the change counter.
@@ -212,7 +275,7 @@ if relabel then
   if tonumber(watched) > now or ARGV[10] ~= '' then
     redis.pcall('PUBLISH', ARGV[6], ARGV[7] .. '\t' .. changes_text .. '.' .. (others + 1) .. '\tholder_changed')
   end
-  local H = (string.gsub(KEYS[1], ':lease:v2:{', ':hist:v2:{', 1))
+  local H = KEYS[5]
   local n = redis.pcall('LPUSH', H, 'h|' .. now_text .. '|' .. fence .. '|' .. changes_text .. '.'
     .. (others + 1) .. '|' .. holder)
   if type(n) == 'number' and n > tonumber(ARGV[8]) then

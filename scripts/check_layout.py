@@ -51,19 +51,6 @@ CLIENT_SKIP = {"package-lock.json"}
 # A circle is let through only when its nodes are exactly (or a part of) an
 # entry's; any other circle, in that directory or elsewhere, fails.
 KNOWN_CIRCLES: dict[str, tuple[str, set[str]]] = {
-    # http/mod.rs names every handler's ROUTE (and `extract::`, `watch::`)
-    # while the handlers import `super::AppState`; openapi/ imports the
-    # handlers, which import its problem schemas. Helper http's part of
-    # issue 40 (one enum of lease verbs, the routing moved out of mod.rs).
-    "src/http/": (
-        "issue 40, src/http",
-        {
-            "attempts.rs", "console/", "direct.rs", "docs.rs", "extract.rs", "health.rs",
-            "history.rs", "keep_alive.rs", "leases.rs", "list.rs", "mod.rs", "openapi/",
-            "operator.rs", "problems.rs", "purpose_watch.rs", "server.rs", "watch.rs",
-            "watch_stream.rs",
-        },
-    ),
     # store/mod.rs defines the store's types (StoreError, Readiness, ...)
     # that memory/ and redis/ import, and the `Store` enum over both.
     "src/store/": ("issue 40, found by its check: the `Store` enum to its own file",

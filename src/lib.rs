@@ -6,8 +6,16 @@
 //!
 //! ## A request's way through
 //!
-//! 1. [`http::router`] matches the route; [`http::extract`] parses path,
-//!    attempt headers and JSON body into the validating newtypes of
+//! 1. [`http::lanes`], the front door, decides which path serves it: on a
+//!    plain connection a lease verb is read and answered by the service's
+//!    own HTTP/1.1 loop ([`http::keep_alive`]) and an opened lease event
+//!    stream written by [`http::direct`]; anything else (TLS,
+//!    `LEASEHOLD_HTTP_FAST_PATHS=false`, another route, a target or head
+//!    the front door does not take) by hyper. Either way the request goes
+//!    through [`http::Front`] (request id, timeout, metrics), which calls
+//!    the lease verbs' handlers itself and hands anything else to
+//!    [`http::router`], which matches the route. [`http::extract`] parses
+//!    path, attempt headers and JSON body into the validating newtypes of
 //!    [`domain`] (bad input → `400/422` problem+json naming each field).
 //! 2. [`service::LeaseService`] admits the call (or sheds it as
 //!    `overloaded`), runs it on the [`store::Store`], and for a waiting
@@ -70,4 +78,4 @@ pub mod cli;
 #[cfg(feature = "client")]
 pub mod client;
 
-pub use startup::{build_store, run, run_with, shutdown_signal, RunError};
+pub use startup::{build_store, run, run_observed, run_with, shutdown_signal, RunError};

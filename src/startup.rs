@@ -132,6 +132,18 @@ pub async fn run_with(
     config: ValidConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
+    run_observed(listener, metrics_listener, config, |_| {}, shutdown).await
+}
+
+/// Like [`run_with`], handing `observe` the store once it is built (the
+/// tests read what the embedded store keeps through it: issue 39).
+pub async fn run_observed(
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    config: ValidConfig,
+    observe: impl FnOnce(&Store),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
     // First: metric handles created from here on (and cached) are live ones.
     let metrics = telemetry::install_metrics();
     let api_keys = read_api_keys(&config.auth)?;
@@ -148,6 +160,7 @@ pub async fn run_with(
     let token = CancellationToken::new();
     let waiters = Arc::new(WaitRegistry::new(config.limits.max_waiters));
     let store = build_store(&config.store, Arc::clone(&waiters))?;
+    observe(&store);
     store.start_background(token.clone());
     let service = LeaseService::new(
         store,
@@ -195,7 +208,11 @@ pub async fn run_with(
         );
         tls.acceptor
     });
-    let router = http::service(Arc::clone(&app), metrics_listener.is_none());
+    let router = http::service(
+        Arc::clone(&app),
+        metrics_listener.is_none(),
+        config.http.http_fast_paths,
+    );
     let limits = server_limits(&config.http);
     // Awaited at shutdown with the API's server, so `run` returns with
     // neither listener bound.
@@ -321,6 +338,7 @@ fn server_limits(http: &HttpArgs) -> http::server::Limits {
     http::server::Limits {
         max_connections: http.max_connections,
         idle_timeout: Duration::from_millis(http.idle_timeout_ms),
+        fast_paths: http.http_fast_paths,
     }
 }
 

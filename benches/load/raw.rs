@@ -24,15 +24,24 @@ const RAW_INSTANCE: &str = "bench-raw";
 /// How many `ARGV` the raw calls below pass to each script.
 const ACQUIRE_ARGS: usize = 9;
 const RELEASE_ARGS: usize = 9;
+/// The keys each script takes after the record and the sequence, in its
+/// header's order (lua/acquire.lua and lua/release.lua `KEYS[3]` on).
+const ACQUIRE_KEYS: &[&str] = &["hist", "exp", "queue", "ask", "claim", "granted"];
+const RELEASE_KEYS: &[&str] = &["tomb", "hist", "exp", "queue", "ask", "claim", "granted"];
 
 /// The highest `ARGV[n]` the header comment of `source` names: a script
 /// that grew an argument fails the bench at once, rather than every raw
 /// call failing as a Redis error counted among the phase's errors.
 fn header_args(source: &str) -> usize {
+    header_count(source, "ARGV[")
+}
+
+/// The highest `<open>n]` the header comment of `source` names.
+fn header_count(source: &str, open: &str) -> usize {
     source
         .lines()
         .take_while(|l| l.starts_with("--"))
-        .flat_map(|l| l.split("ARGV[").skip(1))
+        .flat_map(|l| l.split(open).skip(1))
         .filter_map(|rest| rest.split(']').next()?.parse::<usize>().ok())
         .max()
         .unwrap_or(0)
@@ -46,14 +55,21 @@ pub(crate) struct Raw {
 impl Raw {
     /// Loads the two scripts (they stay loaded across `FLUSHALL`).
     pub(crate) async fn load(admin: &mut MultiplexedConnection) -> Result<Self, String> {
-        for (name, source, passed) in [
-            ("acquire", ACQUIRE_LUA, ACQUIRE_ARGS),
-            ("release", RELEASE_LUA, RELEASE_ARGS),
+        for (name, source, passed, keys) in [
+            ("acquire", ACQUIRE_LUA, ACQUIRE_ARGS, ACQUIRE_KEYS),
+            ("release", RELEASE_LUA, RELEASE_ARGS, RELEASE_KEYS),
         ] {
             let wanted = header_args(source);
             if wanted != passed {
                 return Err(format!(
                     "lua/{name}.lua takes {wanted} ARGV, benches/load/raw.rs passes {passed}: update the raw call"
+                ));
+            }
+            let wanted = header_count(source, "KEYS[");
+            if wanted != 2 + keys.len() {
+                return Err(format!(
+                    "lua/{name}.lua takes {wanted} KEYS, benches/load/raw.rs passes {}: update the raw call",
+                    2 + keys.len()
                 ));
             }
         }
@@ -69,6 +85,20 @@ impl Raw {
     /// The record and sequence keys of a resource of `PURPOSE`.
     pub(crate) fn keys(digest: &str) -> [String; 2] {
         ["lease", "seq"].map(|k| format!("{NAMESPACE}:{k}:v2:{{{PURPOSE}:{digest}}}"))
+    }
+
+    /// Every key `lua/<script>.lua` touches after the record and the
+    /// sequence (its header's `KEYS[3]` on), as the service passes them:
+    /// `kinds` of the resource, the claim key of the attempt where the
+    /// header names one, as `"claim"`.
+    fn more_keys(digest: &str, kinds: &[&str], token: &str, op: &str) -> Vec<String> {
+        kinds
+            .iter()
+            .map(|k| match *k {
+                "claim" => format!("{NAMESPACE}:claim:v2:{{{PURPOSE}:{digest}}}:p:{token}:{op}"),
+                k => format!("{NAMESPACE}:{k}:v2:{{{PURPOSE}:{digest}}}"),
+            })
+            .collect()
     }
 
     pub(crate) async fn acquire(
@@ -95,11 +125,13 @@ impl Raw {
     ) -> Result<i64, String> {
         SENT.fetch_add(1, Ordering::Relaxed);
         let [lease, seq] = Self::keys(digest);
+        let more = Self::more_keys(digest, ACQUIRE_KEYS, token, op);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.acquire_sha)
-            .arg(2)
+            .arg(2 + more.len())
             .arg(&lease)
             .arg(&seq)
+            .arg(&more)
             .arg(token)
             .arg(op)
             .arg(ttl_ms)
@@ -123,12 +155,14 @@ impl Raw {
     ) -> Result<i64, String> {
         SENT.fetch_add(1, Ordering::Relaxed);
         let [lease, seq] = Self::keys(digest);
+        let more = Self::more_keys(digest, RELEASE_KEYS, token, op);
         let mut cmd = redis::cmd("EVALSHA");
         let tag = format!("{PURPOSE}:{digest}");
         cmd.arg(&self.release_sha)
-            .arg(2)
+            .arg(2 + more.len())
             .arg(&lease)
             .arg(&seq)
+            .arg(&more)
             .arg(token)
             .arg(op)
             .arg(RAW_WAKE_CHANNEL)

@@ -42,6 +42,12 @@ pub struct HttpArgs {
         display_order = 270
     )]
     pub idle_timeout_ms: u64,
+    /// Serve plain HTTP connections' lease verbs and event streams with the
+    /// service's own hand-written HTTP/1.1 paths (faster, less memory per
+    /// watcher); `false`: hyper (and the router) serves every request, one
+    /// HTTP implementation.
+    #[arg(long, env = "LEASEHOLD_HTTP_FAST_PATHS", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL", display_order = 275)]
+    pub http_fast_paths: bool,
     /// Runtime worker threads; 0 = one per CPU the process may use (cgroup
     /// CPU limits included, so a 1-CPU container gets one).
     #[arg(

@@ -8,12 +8,12 @@ use axum::Router;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::app::AppState;
 use super::extract::{self, HeadersAndBody, Problems};
 use super::problem::ApiError;
-use super::AppState;
 use crate::domain::{OperationId, OwnerToken};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     HeadersTooLargeProblem, InvalidRequestProblem, PayloadTooLargeProblem, UnauthorizedProblem,
     UnsupportedMediaTypeProblem,
 };

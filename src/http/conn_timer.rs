@@ -54,6 +54,10 @@ struct Lazy {
     /// same task, it need only be asked whether it fired (tokio's own
     /// poll of a timer costs about 400 instructions).
     waker: Option<std::task::Waker>,
+    /// The deadline of the head being read when hyper took the
+    /// connection ([`ConnTimer::carry_head`]): hyper's first head timer
+    /// ends there at the latest.
+    carried: Option<Instant>,
 }
 
 impl ConnTimer {
@@ -79,6 +83,24 @@ impl ConnTimer {
             deadline,
             generation,
         }
+    }
+
+    /// One head deadline per connection, whichever path reads the head
+    /// (issue 39 item 2): the first head hyper waits for on this
+    /// connection must come by `deadline`, the deadline the accept loop or
+    /// the keep-alive loop had already set for it, not a fresh idle
+    /// timeout from when hyper starts reading.
+    pub fn carry_head(&self, deadline: Instant) {
+        self.lock().carried = Some(deadline);
+    }
+
+    /// hyper's head deadline: `deadline`, or the carried one if earlier
+    /// (taken: it applies to one head).
+    fn head_deadline(&self, deadline: Instant) -> Instant {
+        self.lock()
+            .carried
+            .take()
+            .map_or(deadline, |carried| carried.min(deadline))
     }
 
     /// Runs `future` until `deadline`: `Err(())` when the deadline came first.
@@ -178,15 +200,13 @@ impl hyper::rt::Sleep for ConnSleep {}
 /// hyper's timer on a connection: its only use is the header-read timeout.
 impl hyper::rt::Timer for ConnTimer {
     fn sleep(&self, duration: std::time::Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        Box::pin(self.sleep_until(Slot::Head, Instant::now() + duration))
+        let deadline = self.head_deadline(Instant::now() + duration);
+        Box::pin(self.sleep_until(Slot::Head, deadline))
     }
 
     fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        Box::pin(ConnTimer::sleep_until(
-            self,
-            Slot::Head,
-            Instant::from_std(deadline),
-        ))
+        let deadline = self.head_deadline(Instant::from_std(deadline));
+        Box::pin(ConnTimer::sleep_until(self, Slot::Head, deadline))
     }
 }
 
@@ -235,6 +255,20 @@ mod tests {
             .sleep_until(Slot::Head, start + Duration::from_secs(20))
             .await;
         assert_eq!(Instant::now() - start, Duration::from_secs(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hyper_s_first_head_ends_at_the_carried_deadline() {
+        use hyper::rt::Timer as _;
+        let timer = ConnTimer::new();
+        let start = Instant::now();
+        timer.carry_head(start + Duration::from_secs(3));
+        // hyper asks for its own idle timeout: the carried deadline wins.
+        hyper::rt::Timer::sleep(&timer, Duration::from_secs(10)).await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(3));
+        // It applied to one head: the next gets hyper's whole timeout.
+        timer.sleep(Duration::from_secs(10)).await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(13));
     }
 
     #[tokio::test(start_paused = true)]

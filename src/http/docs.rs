@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use super::AppState;
+use super::app::AppState;
 
 /// The route (also its metric label).
 pub const ROUTE: &str = "/docs";

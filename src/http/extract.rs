@@ -70,7 +70,7 @@ pub struct HeadersAndBody {
     pub body: Result<Bytes, BodyError>,
 }
 
-impl FromRequest<super::AppState> for HeadersAndBody {
+impl FromRequest<super::app::AppState> for HeadersAndBody {
     type Rejection = axum::response::Response;
 
     /// A body still arriving half a second before the request timeout is
@@ -80,7 +80,7 @@ impl FromRequest<super::AppState> for HeadersAndBody {
     /// with the head), so the common request reads no clock for it.
     async fn from_request(
         req: Request,
-        state: &super::AppState,
+        state: &super::app::AppState,
     ) -> Result<Self, axum::response::Response> {
         let (parts, body) = req.into_parts();
         let headers = parts.headers;
@@ -378,8 +378,8 @@ fn is_json(headers: &HeaderMap) -> bool {
 pub enum RawPath {
     /// From the router.
     Routed(Result<RawPathParams, RawPathParamsRejection>),
-    /// `/leases/{purpose}/{digest}` with no `%` in it (the front's
-    /// `route_label` matched it).
+    /// `/leases/{purpose}/{digest}` with no `%` in it (the front door's
+    /// classifier, `lanes::classify`, put it in a verb's lane).
     Plain(Uri),
 }
 

@@ -9,11 +9,11 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::app::AppState;
 use super::problem::problem_response;
 use super::problem_table::{ProblemType, Words};
-use super::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
+use crate::http::schemas::{ForbiddenProblem, NotReadyProblem, UnauthorizedProblem};
 use crate::telemetry::POOL_CONNECTIONS;
 
 /// The liveness route (also its metric label).

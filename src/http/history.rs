@@ -8,14 +8,14 @@ use axum::Router;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::app::AppState;
 use super::auth::Role;
 use super::extract::{path_resource, Headers, Problems, RawPath};
 use super::list::percent_decode;
 use super::problem::{respond, Answer, ApiError};
-use super::AppState;
 use crate::domain::{History, HistoryBound, HistoryItem, HistoryLimit};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };

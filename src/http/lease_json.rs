@@ -5,11 +5,24 @@
 //! below hold the two together, member for member), for about a third of
 //! its cost: serde_json escapes every member name and value byte by byte.
 
+use super::verb::Verb;
 use crate::domain::{AcquireOutcome, Guarantee, Lease, RenewOutcome, StoreTime};
+
+/// Whether a verb's answer is written here (a new verb must decide: the
+/// match is exhaustive). The others' answers are serde's.
+pub(super) const fn written_here(verb: Verb) -> bool {
+    match verb {
+        Verb::Acquire | Verb::Renew => true,
+        Verb::Release | Verb::Inspect => false,
+    }
+}
 
 /// Writes an acquire's answer when it carries a lease; `Ok(false)` leaves
 /// the other outcomes to serde.
 pub(super) fn acquire(outcome: &AcquireOutcome, out: &mut Vec<u8>) -> serde_json::Result<bool> {
+    if !written_here(Verb::Acquire) {
+        return Ok(false);
+    }
     match outcome {
         AcquireOutcome::Acquired { lease, waited_ms } => {
             out.extend_from_slice(br#"{"outcome":"acquired","lease":"#);
@@ -34,6 +47,9 @@ pub(super) fn acquire(outcome: &AcquireOutcome, out: &mut Vec<u8>) -> serde_json
 /// Writes a renew's answer when it carries a lease; `Ok(false)` leaves
 /// `lost` to serde.
 pub(super) fn renew(outcome: &RenewOutcome, out: &mut Vec<u8>) -> serde_json::Result<bool> {
+    if !written_here(Verb::Renew) {
+        return Ok(false);
+    }
     match outcome {
         RenewOutcome::Renewed { lease } => {
             out.extend_from_slice(br#"{"outcome":"renewed","lease":"#);

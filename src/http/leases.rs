@@ -3,21 +3,23 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest as _, RawQuery, Request, State};
-use axum::http::{HeaderMap, Method};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::put;
 use axum::Router;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::app::AppState;
 use super::auth::Role;
 use super::extract::{self, Headers, HeadersAndBody, Problems};
 use super::extract::{path_resource, RawPath};
 use super::problem::{respond, ApiError};
-use super::{watch, AppState};
+use super::verb::Verb;
+use super::watch;
 use crate::domain::{Attempt, HolderLabel, LeaseShape, Mode, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
     IndeterminateProblem, Inspected, InvalidRequestProblem, LeaseNotFound, LostNotOwnerProblem,
     NotFoundProblem, NotOwnerProblem, PayloadTooLargeProblem, ReleaseSuccess, Renewed,
@@ -37,32 +39,31 @@ pub(super) fn routes() -> Router<AppState> {
 }
 
 /// The four lease verbs without the router. The front sends a request
-/// here when `route_label` gave [`ROUTE`], the method is one of the four
-/// and the path has no `%` (anything else goes through the router, which
-/// percent-decodes): the same handlers, given what the router's extractors
-/// would give them, without the router's per-request work (matching, the
-/// path parameters' extension, a boxed future per route and per layer).
-pub(super) async fn serve(app: AppState, req: Request) -> Response {
+/// here when the front door's classifier (`lanes::classify`) put it in a
+/// verb's lane (the lease route, no `%`, which the router would decode):
+/// the same handlers, given what the router's extractors would give them,
+/// without the router's per-request work (matching, the path parameters'
+/// extension, a boxed future per route and per layer).
+pub(super) async fn serve(app: AppState, verb: Verb, req: Request) -> Response {
     let path = RawPath::Plain(req.uri().clone());
-    match *req.method() {
-        Method::GET => {
+    match verb {
+        Verb::Inspect => {
             let query = req.uri().query().map(ToOwned::to_owned);
             let headers = req.into_parts().0.headers;
             inspect(State(app), path, RawQuery(query), Headers(headers)).await
         }
-        Method::DELETE => {
+        Verb::Release => {
             let headers = req.into_parts().0.headers;
             release(State(app), path, Headers(headers)).await
         }
-        Method::PUT | Method::PATCH => {
-            let renewing = req.method() == Method::PATCH;
-            match HeadersAndBody::from_request(req, &app).await {
-                Ok(parts) if renewing => renew(State(app), path, parts).await,
-                Ok(parts) => acquire(State(app), path, parts).await,
-                Err(refused) => refused,
-            }
-        }
-        _ => ApiError::MethodNotAllowed.into_response(),
+        Verb::Acquire => match HeadersAndBody::from_request(req, &app).await {
+            Ok(parts) => acquire(State(app), path, parts).await,
+            Err(refused) => refused,
+        },
+        Verb::Renew => match HeadersAndBody::from_request(req, &app).await {
+            Ok(parts) => renew(State(app), path, parts).await,
+            Err(refused) => refused,
+        },
     }
 }
 

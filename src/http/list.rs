@@ -8,13 +8,13 @@ use axum::Router;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::app::AppState;
 use super::auth::Role;
 use super::extract::{Headers, Problems};
 use super::problem::{respond, Answer, ApiError};
-use super::AppState;
 use crate::domain::{ListCursor, ListLimit, ListedLease, Listing, Purpose};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };

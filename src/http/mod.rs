@@ -1,8 +1,26 @@
-//! The HTTP surface: [`router`] merges every resource module's routes
-//! (each module's `routes()` and its route template consts) and adds the
-//! problem+json fallbacks; [`Front`] adds request ids, tracing, HTTP metrics, the
-//! per-request timeout and the panic guard; [`service`] is the two together.
+//! The HTTP surface. Which path a request takes:
+//!
+//! 1. [`server`] accepts the connection (cap, one head deadline, TLS).
+//! 2. The front door, [`lanes`], reads a plain connection's heads and puts
+//!    each request in its lane (its opening comment tables them): a lease
+//!    verb is served by [`keep_alive`] outside hyper, an opened lease event
+//!    stream is written by [`direct`], and at the first request of any
+//!    other lane hyper takes the connection. TLS connections, and all of
+//!    them with `LEASEHOLD_HTTP_FAST_PATHS=false`, are hyper's from the
+//!    start.
+//! 3. Whichever path read it, the request goes through [`Front`] (request
+//!    ids, tracing, HTTP metrics, the per-request timeout, the panic
+//!    guard). The front calls the lease verbs' handlers itself
+//!    (`leases::serve`, by the same classifier) and hands everything else
+//!    to [`router`], which merges every resource module's routes (each
+//!    module's `routes()` and its route template consts) and adds the
+//!    problem+json fallbacks. [`service`] is the front around the router.
+//!
+//! Module imports point one way: this file names the resource modules;
+//! they import what they share from [`app`] (the handlers' state), never
+//! from here.
 
+pub mod app;
 pub mod attempts;
 pub mod auth;
 pub mod conn_timer;
@@ -13,6 +31,7 @@ pub mod extract;
 pub mod health;
 pub mod history;
 pub mod keep_alive;
+pub mod lanes;
 mod lease_json;
 pub mod leases;
 pub mod list;
@@ -22,8 +41,10 @@ pub mod problem;
 pub mod problem_table;
 pub mod problems;
 pub mod purpose_watch;
+pub mod schemas;
 pub mod server;
 pub mod tls;
+pub mod verb;
 pub mod watch;
 pub mod watch_stream;
 pub mod write_timeout;
@@ -35,77 +56,22 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
+use axum::http::{HeaderName, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use futures_util::future::Either;
 use futures_util::FutureExt as _;
-use metrics::{Counter, Histogram};
-use metrics_exporter_prometheus::PrometheusHandle;
 use tower::Service;
 use tracing::Instrument as _;
 
-use self::auth::{ApiKeys, Role};
+pub use self::app::{App, AppState};
 use self::conn_timer::{ConnTimer, Slot};
+use self::lanes::{route_label, Lane};
 use self::problem::ApiError;
-use crate::domain::{Purpose, ResourceId};
-use crate::service::LeaseService;
-use crate::telemetry::{Handles, HTTP_DURATION, HTTP_REQUESTS};
-
-/// Shared state of every handler.
-pub type AppState = Arc<App>;
-
-/// What handlers need.
-pub struct App {
-    /// The lease service.
-    pub service: LeaseService,
-    /// Request body limit in bytes.
-    pub body_limit: usize,
-    /// Renders `/metrics`.
-    pub metrics: PrometheusHandle,
-    /// API keys (empty: open).
-    pub api_keys: ApiKeys,
-    /// Bound on one request, waits included.
-    pub request_timeout: Duration,
-    /// HTTP metric handles by (method, route, status).
-    pub http_meters: Handles<(&'static str, &'static str, u16), (Counter, Histogram)>,
-    /// Watch bounds (long-polls and event streams).
-    pub watch: watch::WatchSettings,
-    /// Where request spans go; `None` when no OTLP endpoint is set.
-    #[cfg(feature = "otel")]
-    pub tracer: Option<Arc<crate::telemetry::trace::Tracer>>,
-}
-
-impl App {
-    /// 401 unless authenticated (when keys are configured).
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        self.api_keys.authenticate(headers)
-    }
-
-    /// 401/403 unless the caller may use the resource's purpose with
-    /// `need` (`read` or `write`).
-    pub fn authorize(
-        &self,
-        headers: &HeaderMap,
-        resource: &ResourceId,
-        need: Role,
-    ) -> Result<(), ApiError> {
-        self.api_keys.authorize(headers, &resource.purpose, need)
-    }
-
-    /// 401/403 unless the caller may use `purpose` with `need` (listing).
-    pub fn authorize_purpose(
-        &self,
-        headers: &HeaderMap,
-        purpose: &Purpose,
-        need: Role,
-    ) -> Result<(), ApiError> {
-        self.api_keys.authorize(headers, purpose, need)
-    }
-}
+use crate::telemetry::{HTTP_DURATION, HTTP_REQUESTS};
 
 /// The request id header: honoured when the client sends a well-formed one,
 /// generated otherwise, and returned on every answer.
@@ -166,62 +132,6 @@ fn acceptable_request_id(value: &HeaderValue) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
-/// The route template `path` is served by, or `unmatched`: the router's own
-/// matching, restated for the front (which runs before routing;
-/// tests/it/metrics.rs holds the two together). Percent-decoding never adds
-/// or removes a `/`, so counting segments on the raw path is what the router
-/// does. The labels are the modules' route templates.
-fn route_label(path: &str, serves_metrics: bool) -> &'static str {
-    if let Some(rest) = path.strip_prefix("/leases/") {
-        // The segments' ends, by a vectorised search for `/` (a lease
-        // verb's path is mostly its 67-character digest; `str::split` cost
-        // about 250 instructions a segment here).
-        let mut slashes = memchr::memchr_iter(b'/', rest.as_bytes());
-        let (first, second) = (slashes.next(), slashes.next());
-        if slashes.next().is_some() {
-            return "unmatched";
-        }
-        return match (first, second) {
-            // As the router (matchit) does: an empty purpose matches (the
-            // handler answers 400), an empty last segment does not.
-            // A static segment wins over a parameter, as in the router.
-            (None, _) if !rest.is_empty() => list::ROUTE,
-            (Some(end), None) => match &rest[end + 1..] {
-                "events" => purpose_watch::ROUTE,
-                "" => "unmatched",
-                _digest => leases::ROUTE,
-            },
-            (Some(_), Some(end)) => match &rest[end + 1..] {
-                "events" => watch::ROUTE,
-                "history" => history::ROUTE,
-                "break" => operator::ROUTE,
-                _ => "unmatched",
-            },
-            (None, _) => "unmatched",
-        };
-    }
-    if let Some(rest) = path.strip_prefix(problem::PREFIX) {
-        return if !rest.is_empty() && !rest.contains('/') {
-            problems::ROUTE
-        } else {
-            "unmatched"
-        };
-    }
-    // The routes without parameters: matched as they are.
-    [
-        attempts::ROUTE,
-        health::LIVEZ,
-        health::READYZ,
-        openapi::ROUTE,
-        docs::ROUTE,
-    ]
-    .into_iter()
-    .chain(console::ROUTES)
-    .chain(serves_metrics.then_some(health::METRICS))
-    .find(|route| *route == path)
-    .unwrap_or("unmatched")
-}
-
 /// Route templates and methods as metric labels: bounded sets, never the raw
 /// path or an arbitrary method token.
 fn method_label(method: &Method) -> &'static str {
@@ -242,7 +152,7 @@ fn method_label(method: &Method) -> &'static str {
 /// The routes: API, operational endpoints, (unless `metrics_on_api` is
 /// false) `/metrics`, and problem+json for unknown paths and methods. Each
 /// resource module lists its own routes; a new route also gets its label
-/// in `route_label`. What
+/// in `lanes::route_label`. What
 /// every request passes through on its way here is [`Front`]; [`service`]
 /// puts the two together.
 pub fn router(app: AppState, metrics_on_api: bool) -> Router {
@@ -273,9 +183,13 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
 /// added with `Router::layer`, which wraps every route separately and, per
 /// layer and request, boxes the inner service's future and clones the
 /// inner service (about 7 000 instructions per layer per request here).
+///
+/// `fast_paths` false (`LEASEHOLD_HTTP_FAST_PATHS=false`): every request
+/// goes through the router, the lease verbs too.
 pub fn service(
     app: AppState,
     metrics_on_api: bool,
+    fast_paths: bool,
 ) -> Front<impl Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone> {
     let inner = router(Arc::clone(&app), metrics_on_api);
     Front {
@@ -283,6 +197,7 @@ pub fn service(
         app,
         ids: RequestIds::new(),
         serves_metrics: metrics_on_api,
+        fast_paths,
         timer: None,
     }
 }
@@ -317,6 +232,8 @@ pub struct Front<S> {
     app: AppState,
     ids: RequestIds,
     serves_metrics: bool,
+    /// Whether the lease verbs skip the router ([`lanes`]).
+    fast_paths: bool,
     /// The connection's timer, for the request timeout: set on the clone
     /// that serves one hyper connection ([`server::Served`]).
     timer: Option<ConnTimer>,
@@ -368,21 +285,32 @@ where
             }
             None => self.ids.next(),
         };
-        let method = method_label(req.method());
-        let route = route_label(req.uri().path(), self.serves_metrics);
-        let mutating = matches!(*req.method(), Method::PUT | Method::PATCH | Method::DELETE);
         // The lease verbs, the hot path, are served without the router
-        // (`leases::serve`); a path with a `%` goes through the router,
-        // which percent-decodes.
-        let inner = if route == leases::ROUTE
-            && (mutating || *req.method() == Method::GET)
-            && memchr::memchr(b'%', req.uri().path().as_bytes()).is_none()
-        {
-            None
+        // (`leases::serve`) when the front door's classifier puts them in
+        // their lane (`lanes`: no `%`, which the router decodes, no dot
+        // segment, ...); anything else goes through the router.
+        let target = req.uri().path_and_query().map_or("/", |t| t.as_str());
+        let lane = if self.fast_paths {
+            lanes::classify(req.method().as_str(), target)
         } else {
-            // The router is always ready; take the instance that was polled.
-            let ready = self.inner.clone();
-            Some(std::mem::replace(&mut self.inner, ready))
+            Lane::Hyper
+        };
+        let (method, route, verb) = match lane {
+            Lane::Verb(verb) => (verb.method_label(), leases::ROUTE, Some(verb)),
+            Lane::Events | Lane::Hyper => (
+                method_label(req.method()),
+                route_label(req.uri().path(), self.serves_metrics),
+                None,
+            ),
+        };
+        let mutating = matches!(*req.method(), Method::PUT | Method::PATCH | Method::DELETE);
+        let inner = match verb {
+            Some(verb) => Either::Left(verb),
+            None => {
+                // The router is always ready; take the instance that was polled.
+                let ready = self.inner.clone();
+                Either::Right(std::mem::replace(&mut self.inner, ready))
+            }
         };
         // Kept raw (a cheap refcounted clone) and parsed only if the timeout fires.
         let operation_id = req
@@ -414,8 +342,10 @@ where
                     // every move (into this block's box, the span, the
                     // timeout), and the lease verbs' futures are the
                     // largest; the router's are boxed by the router.
-                    None => Either::Left(Box::pin(leases::serve(Arc::clone(&app), req).map(Ok))),
-                    Some(mut inner) => Either::Right(inner.call(req)),
+                    Either::Left(verb) => {
+                        Either::Left(Box::pin(leases::serve(Arc::clone(&app), verb, req).map(Ok)))
+                    }
+                    Either::Right(mut inner) => Either::Right(inner.call(req)),
                 };
                 let guarded = AssertUnwindSafe(handled).catch_unwind();
                 let timed = match timer {
@@ -480,43 +410,5 @@ where
             return Box::pin(trace_span.serve(answer, status).instrument(span));
         }
         Box::pin(answer.instrument(span))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::route_label;
-
-    /// The labels are what dashboards and alerts name: the modules' route
-    /// templates must stay these very strings.
-    #[test]
-    fn route_labels_are_the_templates_dashboards_know() {
-        let cases = [
-            ("/attempts", "/attempts"),
-            ("/leases/p/v1.d", "/leases/{purpose}/{digest}"),
-            ("/leases/p", "/leases/{purpose}"),
-            ("/leases/p/v1.d/events", "/leases/{purpose}/{digest}/events"),
-            (
-                "/leases/p/v1.d/history",
-                "/leases/{purpose}/{digest}/history",
-            ),
-            ("/leases/p/events", "/leases/{purpose}/events"),
-            ("/leases/p/v1.d/break", "/leases/{purpose}/{digest}/break"),
-            ("/livez", "/livez"),
-            ("/readyz", "/readyz"),
-            ("/openapi.json", "/openapi.json"),
-            ("/docs", "/docs"),
-            ("/console", "/console"),
-            ("/console/app.js", "/console/app.js"),
-            ("/purposes", "/purposes"),
-            ("/metrics", "/metrics"),
-            ("/problems/contended", "/problems/{type}"),
-            ("/problems/", "unmatched"),
-            ("/nowhere", "unmatched"),
-        ];
-        for (path, label) in cases {
-            assert_eq!(route_label(path, true), label, "{path}");
-        }
-        assert_eq!(route_label("/metrics", false), "unmatched");
     }
 }

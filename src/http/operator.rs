@@ -10,13 +10,13 @@ use axum::Router;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::app::AppState;
 use super::auth::Role;
 use super::extract::{self, path_resource, HeadersAndBody, Problems, RawPath};
 use super::problem::{respond, ApiError};
-use super::AppState;
 use crate::domain::{BreakReason, Revocation};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     BreakNotFound, Broken, ForbiddenProblem, HeadersTooLargeProblem, IndeterminateProblem,
     InvalidRequestProblem, PayloadTooLargeProblem, ServiceUnavailable, UnauthorizedProblem,
     UnsupportedMediaTypeProblem,

@@ -14,12 +14,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use super::app::AppState;
 use super::problem::ApiError;
 use super::problem::PREFIX;
 use super::problem_table::{ProblemType, Row};
-use super::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::NotFoundProblem;
+use crate::http::schemas::NotFoundProblem;
 
 /// The pages' route template (also its metric label).
 pub const ROUTE: &str = "/problems/{type}";

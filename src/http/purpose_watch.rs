@@ -18,15 +18,15 @@ use axum::Router;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::app::AppState;
 use super::auth::Role;
 use super::extract::{Headers, Problems};
 use super::problem::{respond_one, ApiError};
 use super::watch::{stream_bounds, StreamBounds};
 use super::watch_stream::{event_stream, KEEPALIVE};
-use super::AppState;
 use crate::domain::{Purpose, ResourceId};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, NotFoundProblem,
     PurposeEventDoc, ServiceUnavailable, UnauthorizedProblem,
 };
@@ -68,12 +68,14 @@ fn io(app: &AppState) -> PurposeIo {
 /// Watch a purpose (server-sent events).
 ///
 /// A `text/event-stream` of every change of every lease of the purpose.
-/// First the live leases: one or more `snapshot` events (up to 100 leases
-/// each, the inspect answer of each with its `digest`), then
-/// `snapshot_end` with the `id` the changes follow. Then one event per
-/// change: `acquired`, `released`, `expired`, `holder_changed`, each with
-/// `id` (its place in this instance's stream of the purpose) and `data` the
-/// lease's new state with its `digest` and `version`. Resume with
+/// First the live leases, each read when the stream opens: one or more
+/// `snapshot` events (up to 100 leases each, the inspect answer of each
+/// with its `digest`), then `snapshot_end` with the `id` the changes
+/// follow. Then one event per change: `acquired`, `released`, `expired`,
+/// `holder_changed`, `revoked`, and `renewed` (the same version, a later
+/// end; at most one a second per lease), each with `id` (its place in this
+/// instance's stream of the purpose) and `data` the lease's new state with
+/// its `digest` and `version`. Resume with
 /// `Last-Event-ID`: the events after it when this instance still keeps
 /// them (the last 4096 of the purpose), else `reset` and a fresh snapshot.
 /// A watcher that falls 1024 events behind also gets `reset` and a fresh
@@ -102,7 +104,7 @@ fn io(app: &AppState) -> PurposeIo {
             max_length = 64, example = "5f3a9c01-42"),
     ),
     responses(
-        (status = 200, description = "The event stream: `snapshot` events and `snapshot_end` (or, resuming, the events missed), then `acquired`, `released`, `expired` and `holder_changed` events; `reset` before a fresh snapshot. The schema is one event's.",
+        (status = 200, description = "The event stream: `snapshot` events and `snapshot_end` (or, resuming, the events missed), then `acquired`, `released`, `expired`, `holder_changed`, `revoked` and `renewed` events; `reset` before a fresh snapshot. The schema is one event's.",
             content_type = "text/event-stream", body = PurposeEventDoc),
         (status = 400, description = "`invalid_request`: a malformed purpose, `maxEvents`, `maxMs` or `Last-Event-ID` (over 64 characters).", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: API keys are configured and none valid was sent.", body = UnauthorizedProblem, content_type = "application/problem+json"),

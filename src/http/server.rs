@@ -10,12 +10,20 @@
 //! failed handshake is logged at DEBUG: it is the client's problem (wrong
 //! CA, no client certificate, plain HTTP sent to the TLS port).
 //!
-//! A plain connection whose first request is `GET …/events` (a lease's
-//! event stream) leaves hyper: [`crate::http::direct`] answers it and
+//! Which path serves a request is the front door's decision
+//! ([`crate::http::lanes`], its table): a plain connection is read by
+//! [`crate::http::keep_alive`] while its requests are plain lease verbs,
+//! handed to [`crate::http::direct`] at a lease's event stream (which then
 //! writes the stream itself, so an idle watcher does not keep a hyper
-//! connection's buffers and task (issue 25). Any other plain connection
-//! is served by [`crate::http::keep_alive`] while its requests are plain
-//! lease verbs, and by hyper from the first that is not.
+//! connection's buffers and task, issue 25), and to hyper at the first
+//! request of any other lane. A TLS connection, and every connection with
+//! `LEASEHOLD_HTTP_FAST_PATHS=false`, is hyper's from the start.
+//!
+//! One head deadline per connection, whichever path reads the head (issue
+//! 39 item 2): the first head must be whole within the idle timeout of the
+//! accept (a TLS handshake's time included), and a head a loop began
+//! reading when hyper takes the connection keeps its deadline
+//! ([`ConnTimer::carry_head`]).
 //!
 //! Why not `axum::serve`: it sets neither bound. A client that opens
 //! connections and never finishes a request head (or simply never closes an
@@ -43,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt as _};
 
 use crate::http::conn_timer::ConnTimer;
-use crate::http::direct::{self, Sniffed};
+use crate::http::direct;
 use crate::http::keep_alive::{self, Ended};
 use crate::http::tls::CurrentAcceptor;
 use crate::http::write_timeout::WriteTimeout;
@@ -63,6 +71,9 @@ pub struct Limits {
     /// writes may make no progress (a peer that stops reading). Then it is
     /// closed.
     pub idle_timeout: Duration,
+    /// Whether plain connections may be served by the hand-written paths
+    /// (`LEASEHOLD_HTTP_FAST_PATHS`); false: hyper serves every request.
+    pub fast_paths: bool,
 }
 
 /// Serves `service` on `listener` (over TLS when `tls` is given) until
@@ -130,7 +141,6 @@ pub async fn serve<S>(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
-        let plain = service.clone();
         // One timer for the connection's header reads and request
         // timeouts (`conn_timer`).
         let timer = ConnTimer::new();
@@ -148,42 +158,55 @@ pub async fn serve<S>(
         let tls = tls.as_ref().map(|current| current.get());
         let shutting_down = shutting_down.clone();
         let streams = streams.clone();
+        // The connection's one deadline for its first head.
+        let head_by =
+            tokio::time::Instant::from_std(std::time::Instant::now() + limits.idle_timeout);
         tokio::spawn(async move {
             let idle = limits.idle_timeout;
-            // A plain connection whose first request opens a lease's event
-            // stream is answered outside hyper (`direct`), anything else by
+            // A plain connection's requests go to the hand-written paths
+            // while the front door allows (`keep_alive`, `direct`), then to
             // hyper. Either way a peer that stops reading (a watcher that
             // never reads its stream) is closed once its writes have made
             // no progress for the idle timeout, freeing its connection and
             // watcher slot.
             let result = match tls {
-                None => match direct::sniff(&stream, idle, &shutting_down).await {
-                    Sniffed::Close => Ok(()),
-                    Sniffed::Watch(request) => {
-                        direct::serve(stream, request, plain, idle, (permit, streams)).await;
-                        return;
-                    }
-                    // The lease verbs are served outside hyper while
-                    // the requests are plain (`keep_alive`); hyper takes
-                    // the connection at the first that is not.
-                    Sniffed::Hyper => {
-                        let served =
-                            keep_alive::serve(stream, for_connection, &timer, idle, &shutting_down)
-                                .await;
-                        match served {
-                            Ended::Closed => Ok(()),
-                            Ended::Hyper(stream) => {
-                                let stream =
-                                    TokioIo::new(stream.map(|s| WriteTimeout::new(s, idle)));
-                                watcher
-                                    .watch(builder.serve_connection(stream, service))
-                                    .await
-                            }
+                None if !limits.fast_paths => {
+                    timer.carry_head(head_by);
+                    let stream = TokioIo::new(WriteTimeout::new(stream, idle));
+                    watcher
+                        .watch(builder.serve_connection(stream, service))
+                        .await
+                }
+                None => {
+                    let served = keep_alive::serve(
+                        stream,
+                        for_connection,
+                        &timer,
+                        head_by,
+                        idle,
+                        &shutting_down,
+                    )
+                    .await;
+                    match served {
+                        Ended::Closed => Ok(()),
+                        Ended::Events(stream, events, head) => {
+                            // A small task of its own: this one's state
+                            // (hyper's builder, the service) is freed.
+                            let keep = (permit, streams);
+                            tokio::spawn(direct::run(stream, events, head, idle, keep));
+                            return;
+                        }
+                        Ended::Hyper(stream) => {
+                            let stream = TokioIo::new(stream.map(|s| WriteTimeout::new(s, idle)));
+                            watcher
+                                .watch(builder.serve_connection(stream, service))
+                                .await
                         }
                     }
-                },
+                }
                 Some(acceptor) => {
                     let stream = WriteTimeout::new(stream, idle);
+                    timer.carry_head(head_by);
                     let handshake =
                         tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
                     tokio::select! {

@@ -12,14 +12,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use super::app::AppState;
 use super::extract::{path_resource, RawPath};
 use super::extract::{Asker, Headers, Problems};
 use super::problem::{respond, respond_one, ApiError};
 use super::watch_stream::{response, state_event, Direct, Stream};
-use super::AppState;
 use crate::domain::{Bounds, Failure, Inspection, ResourceId, WaitMs};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{
+use crate::http::schemas::{
     ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, LeaseEvent, NotFoundProblem,
     ServiceUnavailable, UnauthorizedProblem,
 };
@@ -33,14 +33,7 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new().route(ROUTE, get(events))
 }
 
-/// Bounds of watches.
-#[derive(Debug, Clone, Copy)]
-pub struct WatchSettings {
-    /// Concurrent watches (long-polls and streams) on this instance.
-    pub max_watchers: usize,
-    /// An event stream writes a comment line at least this often.
-    pub keepalive: Duration,
-}
+pub use super::app::WatchSettings;
 
 /// The watch part of an inspect's query string.
 #[derive(Debug)]

@@ -16,7 +16,7 @@ use axum::response::Response;
 use tokio::sync::watch;
 
 use crate::domain::Change;
-use crate::http::openapi::STATE_EVENT;
+use crate::http::schemas::STATE_EVENT;
 use crate::notify::{Snapshot, Watcher};
 
 /// The comment line a stream writes when it has been quiet for the

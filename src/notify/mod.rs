@@ -7,13 +7,15 @@
 mod keepalive;
 mod purpose;
 mod purpose_event;
+mod purpose_group;
+mod purpose_run;
 mod snapshot;
 mod waits;
 mod watch;
 
 pub use self::purpose::{Next, PurposeHub, PurposeIo, PurposeWatcher, Start, RING, WATCHER_BUFFER};
-pub use self::purpose_event::{event_id, with_digest, PurposeEvent};
-pub use self::waits::{Grant, ResourceWaiters, WaitGuard, WaitRegistry};
+pub use self::purpose_event::{event_id, with_digest, PurposeChange, PurposeEvent};
+pub use self::waits::{Grant, ResourceWaiters, Seat, WaitGuard, WaitRegistry};
 pub use self::watch::{
     newer, Admitted, Encode, Flush, Read, Sink, Snapshot, Socket, WatchHub, Watcher, REFRESH,
 };

@@ -8,6 +8,26 @@ use bytes::Bytes;
 use super::watch::Snapshot;
 use crate::domain::{Change, ResourceDigest};
 
+/// What an event of a purpose's stream says happened to a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurposeChange {
+    /// Its version moved ([`Change`]: acquired, released, expired, …).
+    Changed(Change),
+    /// Its holders renewed it: the same version, a later end (`renewed`;
+    /// at most one per lease per `RENEWAL_GAP`).
+    Renewed,
+}
+
+impl PurposeChange {
+    /// The event name (`renewed`, or the change's).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PurposeChange::Changed(change) => change.as_str(),
+            PurposeChange::Renewed => "renewed",
+        }
+    }
+}
+
 /// One change of a lease of the purpose.
 #[derive(Debug)]
 pub struct PurposeEvent {
@@ -16,7 +36,7 @@ pub struct PurposeEvent {
     /// Its place in the group's sequence (the event id's second part).
     pub seq: u64,
     /// What happened.
-    pub change: Change,
+    pub change: PurposeChange,
     /// Which resource.
     pub digest: ResourceDigest,
     /// The state after it.
@@ -42,7 +62,7 @@ impl PurposeEvent {
     pub fn data(&self) -> String {
         let data = with_digest(&self.digest, self.snapshot.json());
         match (&self.snapshot.revocation, self.change) {
-            (Some(revocation), Change::Revoked) => {
+            (Some(revocation), PurposeChange::Changed(Change::Revoked)) => {
                 let who = serde_json::to_string(revocation).unwrap_or_else(|_| "{}".into());
                 let open = data.strip_suffix('}').unwrap_or(&data);
                 format!("{open},\"revocation\":{who}}}")

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, Notify};
 
 use super::purpose::PurposeHub;
 use super::watch::WatchHub;
-use crate::domain::Change;
+use crate::domain::{Attempt, Change};
 
 /// The waiters of one resource on this instance.
 pub struct ResourceWaiters {
@@ -50,7 +50,31 @@ pub struct ResourceWaiters {
     /// heartbeat sends them, and the store drops this instance's entries
     /// that are not among them (per-waiter liveness, docs/design.md §14);
     /// with each, where a grant to it goes.
-    members: Mutex<Vec<(String, Option<oneshot::Sender<Grant>>)>>,
+    members: Mutex<Vec<Member>>,
+}
+
+/// One live place of this instance in a resource's fair queue.
+struct Member {
+    /// The queue member (the store's name for the entry).
+    id: String,
+    /// Where a grant to it goes (taken when one came).
+    grant: Option<oneshot::Sender<Grant>>,
+    /// The attempt the place waits for, when its entry carries an ask.
+    attempt: Option<Attempt>,
+    /// Told to look when another place of the same attempt is gone.
+    look: Arc<Notify>,
+}
+
+/// What a place of this instance hears while it waits.
+#[derive(Debug)]
+pub struct Seat {
+    /// A release's grant to this place's own entry.
+    pub grant: oneshot::Receiver<Grant>,
+    /// Notified when another place of the same attempt (the same request
+    /// sent twice) is gone, having acquired or not: this one looks (a
+    /// replay, when its twin acquired), which nothing else would make it
+    /// do before its deadline.
+    pub look: Arc<Notify>,
 }
 
 /// A release handed the lease to a queue entry of this instance in the
@@ -68,25 +92,66 @@ impl ResourceWaiters {
     /// A place took `member` (before its enter is sent); a grant to it
     /// arrives on the receiver.
     pub fn join(&self, member: &str) -> oneshot::Receiver<Grant> {
+        self.join_as(member, None).grant
+    }
+
+    /// A place took `member` (before its enter is sent), waiting for
+    /// `attempt` when its entry carries an ask; a grant to it, and word of
+    /// a grant to another place of the same attempt, arrive on the seat.
+    pub fn join_as(&self, member: &str, attempt: Option<&Attempt>) -> Seat {
         let (tx, rx) = oneshot::channel();
-        self.lock_members().push((member.to_owned(), Some(tx)));
-        rx
+        let look = Arc::new(Notify::new());
+        self.lock_members().push(Member {
+            id: member.to_owned(),
+            grant: Some(tx),
+            attempt: attempt.cloned(),
+            look: Arc::clone(&look),
+        });
+        Seat { grant: rx, look }
     }
 
     /// The place of `member` is gone (taken with the permit, or left).
+    ///
+    /// Every other place of the same attempt is told to look: when this
+    /// one acquired (its own look, or a grant), that attempt holds the
+    /// lease from now on, and no wake-up comes for a resource that is held
+    /// again, so the other would answer (a replay) only at its deadline
+    /// (issue 39, item 13: a caller that timed out and sent its wait
+    /// again). Its look is a replay, which also claims the permit, so a
+    /// departed first place's clean-up keeps it. When this one left
+    /// without acquiring, the look only costs the other one store call;
+    /// with no duplicate, nothing happens.
     pub fn part(&self, member: &str) {
-        self.lock_members().retain(|(m, _)| m != member);
+        let siblings: Vec<Arc<Notify>> = {
+            let mut members = self.lock_members();
+            let Some(i) = members.iter().position(|m| m.id == member) else {
+                return;
+            };
+            let gone = members.remove(i);
+            match gone.attempt {
+                Some(attempt) => members
+                    .iter()
+                    .filter(|m| m.attempt.as_ref() == Some(&attempt))
+                    .map(|m| Arc::clone(&m.look))
+                    .collect(),
+                None => Vec::new(),
+            }
+        };
+        for look in siblings {
+            // A permit is kept when the place is not listening yet.
+            look.notify_one();
+        }
     }
 
     /// This instance's live members, comma-separated (members hold none).
     pub fn roster(&self) -> String {
         let members = self.lock_members();
         let mut roster = String::new();
-        for (i, (m, _)) in members.iter().enumerate() {
+        for (i, m) in members.iter().enumerate() {
             if i > 0 {
                 roster.push(',');
             }
-            roster.push_str(m);
+            roster.push_str(&m.id);
         }
         roster
     }
@@ -134,16 +199,14 @@ impl ResourceWaiters {
         let sender = self
             .lock_members()
             .iter_mut()
-            .find(|(m, _)| m == member)
-            .and_then(|(_, tx)| tx.take());
+            .find(|m| m.id == member)
+            .and_then(|m| m.grant.take());
         if let Some(tx) = sender {
             let _ = tx.send(grant);
         }
     }
 
-    fn lock_members(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Vec<(String, Option<oneshot::Sender<Grant>>)>> {
+    fn lock_members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {
         self.members
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -333,19 +333,29 @@ impl LeaseService {
             () = std::future::ready(()) => None,
         };
         drop(entry);
-        if held_turn.is_none() {
-            held_turn = tokio::select! {
+        while held_turn.is_none() {
+            tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => {
                     return Ok(contended(retry_after_ms, waited()));
                 }
-                grant = place.granted() => {
-                    place.taken();
-                    return Ok(Self::granted(resource, request, grant, waited()));
-                }
-                turn = &mut turn => Some(turn),
-                _ = tokio::time::sleep_until(deadline) => None,
-            };
+                handed = place.granted() => match handed {
+                    Handed::Grant(grant) => {
+                        place.taken();
+                        return Ok(Self::granted(resource, request, grant, waited()));
+                    }
+                    Handed::Look => {
+                        let looked = self
+                            .sibling_look(resource, attempt, request, &mut place, &mut retries, waited())
+                            .await;
+                        if let Some(answer) = looked {
+                            return answer;
+                        }
+                    }
+                },
+                turn = &mut turn => held_turn = Some(turn),
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
         }
         if held_turn.is_none() {
             // Never had the turn: one last look, then give up.
@@ -420,10 +430,15 @@ impl LeaseService {
                     _ = self.shutdown.cancelled() => {
                         return Ok(contended(holder_ttl, waited()));
                     }
-                    grant = place.granted() => {
-                        place.taken();
-                        return Ok(Self::granted(resource, request, grant, waited()));
-                    }
+                    handed = place.granted() => match handed {
+                        Handed::Grant(grant) => {
+                            place.taken();
+                            return Ok(Self::granted(resource, request, grant, waited()));
+                        }
+                        // Another place of this attempt is gone (it may
+                        // have acquired): the look below replays it.
+                        Handed::Look => break,
+                    },
                     _ = &mut woken => break,
                     // An event said when a look is due at the latest (a new
                     // plain holder's TTL, the queue head's heartbeat lapse).

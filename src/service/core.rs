@@ -105,6 +105,8 @@ impl LeaseService {
             resource.purpose.as_str(),
             started.elapsed().as_secs_f64(),
         );
+        // For the console's overview (`GET /purposes`, `seen`).
+        self.waiters.purposes().seen(&resource.purpose);
     }
 
     pub(super) fn failure(&self, err: StoreError, attempt: Option<&Attempt>) -> Failure {
@@ -209,9 +211,14 @@ impl LeaseService {
             .map(|r| r.map(|r| (r.value, r.replication)));
         let result = match answer {
             Err(failure) => Err(failure),
-            Ok(Ok((StoreRenew::Renewed(record), replication))) => Ok(RenewOutcome::Renewed {
-                lease: Self::lease(resource, record, replication),
-            }),
+            Ok(Ok((StoreRenew::Renewed(record), replication))) => {
+                // A renewal changes no version: tell this instance's
+                // purpose stream (docs/watching.md, `renewed`).
+                self.waiters.purposes().renewed(resource);
+                Ok(RenewOutcome::Renewed {
+                    lease: Self::lease(resource, record, replication),
+                })
+            }
             Ok(Ok((StoreRenew::Absent, _))) => Ok(RenewOutcome::Lost {
                 reason: LostReason::Absent,
             }),

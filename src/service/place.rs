@@ -6,11 +6,11 @@ use super::core::*;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{Attempt, Failure, Mode, ResourceId};
-use crate::notify::{Grant, ResourceWaiters, WaitRegistry};
+use crate::notify::{Grant, ResourceWaiters, Seat, WaitRegistry};
 use crate::store::{Ask, QueueOp, Queued, Store};
 
 /// A waiter's place in the resource's fair queue. Dropped without being
@@ -28,6 +28,8 @@ pub(super) struct Place {
     pub(super) queue: Arc<ResourceWaiters>,
     /// Where a release's grant to this place's entry arrives.
     grant: Option<oneshot::Receiver<Grant>>,
+    /// Notified when another place of the same attempt is gone.
+    look: Option<Arc<Notify>>,
     /// The waiter's attempt, once an ask went with its entry and
     /// `--release-abandoned` is on: a leave that finds the entry granted
     /// releases what it may have been granted (without the setting, a
@@ -60,6 +62,7 @@ impl Place {
             shutdown: service.shutdown.clone(),
             queue,
             grant: None,
+            look: None,
             asked: None,
         }
     }
@@ -104,7 +107,8 @@ impl Place {
     pub(super) fn prepare(&mut self, service: &LeaseService, ask: Option<Ask<'_>>) -> String {
         self.leave();
         let member = self.store.queue_member(self.mode);
-        self.grant = Some(self.queue.join(&member));
+        let Seat { grant, look } = self.queue.join_as(&member, ask.map(|a| a.attempt));
+        (self.grant, self.look) = (Some(grant), Some(look));
         self.member = Some(member.clone());
         self.asked = ask
             .filter(|_| service.settings.release_abandoned)
@@ -112,23 +116,33 @@ impl Place {
         member
     }
 
-    /// A release's grant to this place's entry, when one came (never
-    /// resolves otherwise).
-    pub(super) async fn granted(&mut self) -> Grant {
+    /// A release's grant to this place's entry, or word that another place
+    /// of the same attempt is gone (never resolves otherwise).
+    pub(super) async fn granted(&mut self) -> Handed {
+        let Some(look) = self.look.clone() else {
+            return std::future::pending().await;
+        };
         if let Some(rx) = self.grant.as_mut() {
-            if let Ok(grant) = rx.await {
-                return grant;
+            tokio::select! {
+                biased;
+                grant = rx => match grant {
+                    Ok(grant) => return Handed::Grant(grant),
+                    // No grant can come any more (a receiver is not
+                    // polled twice); a look still may.
+                    Err(_) => self.grant = None,
+                },
+                () = look.notified() => return Handed::Look,
             }
-            // No grant can come any more (a receiver is not polled twice).
-            self.grant = None;
         }
-        std::future::pending().await
+        look.notified().await;
+        Handed::Look
     }
 
     /// The acquire script took the entry out with the permit, or the
     /// member never reached the store: off the roster, no leave.
     pub(super) fn taken(&mut self) {
         self.grant = None;
+        self.look = None;
         self.asked = None;
         if let Some(member) = self.member.take() {
             self.queue.part(&member);
@@ -137,6 +151,7 @@ impl Place {
 
     pub(super) fn leave(&mut self) {
         self.grant = None;
+        self.look = None;
         let asked = self.asked.take();
         let Some(member) = self.member.take() else {
             return;
@@ -184,6 +199,15 @@ impl Place {
             }
         });
     }
+}
+
+/// What [`Place::granted`] heard.
+pub(super) enum Handed {
+    /// A release granted this place's entry the lease.
+    Grant(Grant),
+    /// Another place of this attempt is gone (it may have acquired): a
+    /// look now replays what it got (docs/design.md §12).
+    Look,
 }
 
 impl Drop for Place {

@@ -141,4 +141,40 @@ impl LeaseService {
             }
         }
     }
+
+    /// The look of a place told that another place of the same attempt
+    /// (the same request sent twice) is gone: when that one acquired, a
+    /// replay of its permit (which claims it) answers this wait now, not
+    /// at its deadline. `None`: not held by the attempt (the other left
+    /// without it, or the look failed); the wait goes on.
+    pub(super) async fn sibling_look(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        request: &AcquireRequest,
+        place: &mut Place,
+        retries: &mut Retries,
+        waited: Option<u64>,
+    ) -> Option<Tried> {
+        let queue = InQueue::member(place.member());
+        match self
+            .try_acquire(resource, attempt, request, queue, waited)
+            .await
+        {
+            Ok((outcome, ..)) => match outcome {
+                AcquireOutcome::Acquired { .. } | AcquireOutcome::ReplayedSameOperation { .. } => {
+                    place.taken();
+                    Some(Ok(self.settled_outcome(retries, outcome, waited)))
+                }
+                AcquireOutcome::Contended { .. } => None,
+                other => Some(Ok(other)),
+            },
+            Err(failure) => {
+                if matches!(failure, Failure::Indeterminate { .. }) {
+                    retries.uncertain = true;
+                }
+                None
+            }
+        }
+    }
 }

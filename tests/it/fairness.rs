@@ -846,12 +846,29 @@ fn raw_acquire(server: &RedisServer, keys: [&str; 2], attempt: [&str; 2], shape:
     let source = std::fs::read_to_string(path).expect("script");
     let sha = server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned();
     let nonce = 7;
+    // The other keys its header names, beside the record's (same tag).
+    let of = |kind: &str| keys[0].replacen(":lease:v2:", &format!(":{kind}:v2:"), 1);
+    let claim = format!("{}:p:{}:{}", of("claim"), attempt[0], attempt[1]);
+    let more = [
+        of("hist"),
+        of("exp"),
+        of("queue"),
+        of("ask"),
+        claim,
+        of("granted"),
+    ];
     let out = server.cli(&[
         "EVALSHA",
         &sha,
-        "2",
+        "8",
         keys[0],
         keys[1],
+        &more[0],
+        &more[1],
+        &more[2],
+        &more[3],
+        &more[4],
+        &more[5],
         attempt[0],
         attempt[1],
         "30000",
@@ -935,6 +952,7 @@ fn a_heartbeat_drops_its_instances_entries_whose_waiters_have_gone() {
     let (ns, d) = (unique("beat"), digest());
     let key = |kind: &str| format!("{ns}:{kind}:v2:{{{P}:{d}}}");
     let (queue, seq) = (key("queue"), key("seq"));
+    let (asks, grants, record) = (key("ask"), key("granted"), key("lease"));
     let path = format!("{}/lua/queue.lua", env!("CARGO_MANIFEST_DIR"));
     let source = std::fs::read_to_string(path).expect("script");
     let sha = server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned();
@@ -950,9 +968,12 @@ fn a_heartbeat_drops_its_instances_entries_whose_waiters_have_gone() {
     let out = server.cli(&[
         "EVALSHA",
         &sha,
-        "2",
+        "5",
         &queue,
         &seq,
+        &asks,
+        &grants,
+        &record,
         "beat",
         "i1",
         "2000",

@@ -153,19 +153,28 @@ async fn a_release_grants_the_queue_head_without_another_acquire() {
     // never empties.
     let ask_key = format!("{ns}:ask:v2:{{{P}:{d}}}");
     assert_eq!(server.cli(&["HEXISTS", &ask_key, member]).trim(), "0");
-    let mark = format!(
-        "{ns}:granted:v2:{{{P}:{d}}}:p:{}:{}",
-        waiter.token, waiter.op
+    let (marks, field) = (
+        format!("{ns}:granted:v2:{{{P}:{d}}}"),
+        format!("p:{}:{}", waiter.token, waiter.op),
     );
-    assert_eq!(
-        server.cli(&["GET", &mark]).trim(),
-        member,
-        "the grant mark names the granted member"
-    );
-    let mark_ttl: i64 = server.cli(&["PTTL", &mark]).trim().parse().expect("PTTL");
+    let mark = server.cli(&["HGET", &marks, &field]);
+    let (ends, named) = mark.trim().split_once('|').expect("<end ms>|<member>");
+    assert_eq!(named, member, "the grant mark names the granted member");
+    let mark_ttl: i64 = server.cli(&["PTTL", &marks]).trim().parse().expect("PTTL");
     assert!(
         (1..=30_000).contains(&mark_ttl),
-        "grant mark PTTL {mark_ttl}"
+        "grant marks' PTTL {mark_ttl}"
+    );
+    let ends: u64 = ends.parse().expect("end ms");
+    let now_s: u64 = server
+        .cli(&["TIME"])
+        .lines()
+        .next()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("TIME");
+    assert!(
+        ends <= (now_s + 1) * 1000 + 30_000,
+        "the mark ends with the grant's TTL: {ends}"
     );
 
     let seen = holding.inspect(P, &d, Some(&waiter)).await;
@@ -339,19 +348,35 @@ fn a_leave_takes_a_grant_only_for_the_entry_it_was_made_to() {
         format!("{ns}:seq:v2:{{{tag}}}"),
     );
     let field = "p:token:op";
-    let mark = format!("{ns}:granted:v2:{{{tag}}}:{field}");
+    let (asks, marks, record) = (
+        format!("{ns}:ask:v2:{{{tag}}}"),
+        format!("{ns}:granted:v2:{{{tag}}}"),
+        format!("{ns}:lease:v2:{{{tag}}}"),
+    );
     // As release.lua leaves it after granting instance b's entry.
-    server.cli(&["SET", &mark, "x:b:1", "PX", "30000"]);
-    // ARGV: verb, instance, horizon, sequence ttl, channel, tag, member,
-    // the asking attempt's permit field, nonce 0 (status 1 is tagged 10).
+    let now_s: u64 = server
+        .cli(&["TIME"])
+        .lines()
+        .next()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("TIME");
+    let mark = format!("{}|x:b:1", (now_s + 30) * 1000);
+    server.cli(&["HSET", &marks, field, &mark]);
+    server.cli(&["PEXPIRE", &marks, "30000"]);
+    // KEYS: queue, sequence, asks, grants, record. ARGV: verb, instance,
+    // horizon, sequence ttl, channel, tag, member, the asking attempt's
+    // permit field, nonce 0 (status 1 is tagged 10).
     let leave = |instance: &str, member: &str| -> Vec<String> {
         server
             .cli(&[
                 "EVALSHA",
                 &queue_sha,
-                "2",
+                "5",
                 &queue_key,
                 &seq_key,
+                &asks,
+                &marks,
+                &record,
                 "leave",
                 instance,
                 "2000",
@@ -372,10 +397,14 @@ fn a_leave_takes_a_grant_only_for_the_entry_it_was_made_to() {
         "the other entry of the same attempt was granted nothing"
     );
     assert_eq!(
-        server.cli(&["GET", &mark]).trim(),
-        "x:b:1",
+        server.cli(&["HGET", &marks, field]).trim(),
+        mark,
         "and left the mark"
     );
     assert_eq!(leave("b", "x:b:1"), ["10", "1"], "the granted entry");
-    assert_eq!(server.cli(&["EXISTS", &mark]).trim(), "0", "its mark goes");
+    assert_eq!(
+        server.cli(&["HEXISTS", &marks, field]).trim(),
+        "0",
+        "its mark goes"
+    );
 }

@@ -104,6 +104,7 @@ use common::history::{
     Verb,
 };
 use common::redis::{RedisCluster, RedisSentinelSet, RedisServer};
+use common::residue;
 use serde_json::{json, Value};
 
 const P: &str = "history";
@@ -154,6 +155,7 @@ const MANY_FILL: Duration = Duration::from_secs(12);
 
 #[path = "history/checker.rs"]
 mod checker;
+mod resharding;
 
 // ---------------------------------------------------------------------------
 // The recorder
@@ -1319,9 +1321,77 @@ fn window(
     }
 }
 
+/// The history's age in the runs (`--history-max-age-ms`): short, so
+/// that the residue check after a run sees every history key go (issue 39).
+const HISTORY_AGE_MS: u64 = 3_000;
+
+/// What the callers of a run ask for, as the residue checker's bounds
+/// (`common/residue.rs`): the plain leases hold one permit, the counting
+/// one `COUNTED`, the read-write one at most the shared cap (10 000), the
+/// many-holders one `MANY_LIMIT`. TTLs: the workload's are at most 1.5 s;
+/// the many holders' end at one instant after the fill (12 s, or six
+/// times its first quarter on a slow machine): 60 s covers both. Waits in
+/// flight on one resource: every caller (clients, the trio, survivors),
+/// twice (one left in flight and its retry).
+fn residue_layout(rec: &Recorder, namespace: &str, instances: u64) -> residue::Layout {
+    let tag = |i: usize| format!("{{{P}:{}}}", rec.digests[i]);
+    residue::Layout {
+        namespace: namespace.to_owned(),
+        max_ttl_ms: 60_000,
+        max_lock_delay_ms: 0,
+        max_limit: MANY_LIMIT,
+        limits: vec![
+            (tag(0), 1),
+            (tag(1), COUNTED),
+            (tag(2), 10_000),
+            (tag(MANY), MANY_LIMIT),
+            (tag(TRIO), 1),
+        ],
+        history_entries: 100,
+        history_age_ms: HISTORY_AGE_MS,
+        waiters: 2 * (CLIENTS + 3 + SURVIVORS) as u64,
+        instances,
+    }
+}
+
+/// Samples a run's keys on `nodes` every 250 ms (issue 39).
+fn residue_sampler(
+    run: &Running,
+    nodes: &[String],
+    namespace: &str,
+    instances: u64,
+) -> residue::Sampler {
+    let layout = residue_layout(&run.rec, namespace, instances);
+    residue::Sampler::start(nodes.to_vec(), layout, Duration::from_millis(250))
+}
+
+/// After the history checks: the bounds sampled during the run, then,
+/// once the longest TTL, the queue horizon and the history age have
+/// passed (polled, bounded), only the long-lived keys left.
+async fn judge_residue(
+    store: &str,
+    rec: &Recorder,
+    nodes: &[String],
+    namespace: &str,
+    instances: u64,
+    during: residue::Sampler,
+) {
+    let during = during.finish().await;
+    let layout = residue_layout(rec, namespace, instances);
+    let after = residue::until_quiet(nodes, &layout, Duration::from_secs(5)).await;
+    println!(
+        "residue [{store}]: during the run {}; after it {}",
+        during.summary(),
+        after.summary()
+    );
+    during.assert_clean(&format!("{store}, sampled during the run"));
+    after.assert_clean(&format!("{store}, after the run"));
+}
+
 /// Arguments of a leasehold instance for the history runs.
 fn history_args(backend: &Backend, extra: &[&str]) -> leasehold::config::ServeArgs {
     let timeout = COMMAND_TIMEOUT_MS.to_string();
+    let age = HISTORY_AGE_MS.to_string();
     // The clean-up of a departed waiter's acquisition is on (it is off by
     // default only for rolling deploys from v2, migrations-none.md): the
     // callers that leave mid-wait exercise its condition (no replay claimed
@@ -1333,6 +1403,8 @@ fn history_args(backend: &Backend, extra: &[&str]) -> leasehold::config::ServeAr
         "2",
         "--release-abandoned",
         "true",
+        "--history-max-age-ms",
+        &age,
     ];
     all.extend_from_slice(extra);
     args(backend, &all)
@@ -1344,8 +1416,31 @@ fn history_args(backend: &Backend, extra: &[&str]) -> leasehold::config::ServeAr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn history_embedded_store() {
-    let app = TestApp::spawn_with(history_args(&Backend::Memory, &[])).await;
+    let (app, store) = TestApp::spawn_observed(history_args(&Backend::Memory, &[])).await;
+    let leasehold::store::Store::Memory(memory) = store else {
+        panic!("the embedded store");
+    };
     let run = Running::start(&[&app]);
+    // The embedded store's maps, sampled throughout (issue 39).
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (memory, on) = (Arc::clone(&memory), Arc::clone(&sampling));
+        tokio::spawn(async move {
+            let mut largest = leasehold::store::memory::MemoryResidue::default();
+            while on.load(Ordering::Relaxed) {
+                let r = memory.residue();
+                largest.leases = largest.leases.max(r.leases);
+                largest.tombstoned = largest.tombstoned.max(r.tombstoned);
+                largest.tombstones = largest.tombstones.max(r.tombstones);
+                largest.histories = largest.histories.max(r.histories);
+                largest.history_entries = largest.history_entries.max(r.history_entries);
+                largest.ended = largest.ended.max(r.ended);
+                largest.freed = largest.freed.max(r.freed);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            largest
+        })
+    };
     let started = Instant::now();
     let mut windows = Vec::new();
     tokio::time::sleep(GAP).await;
@@ -1374,6 +1469,53 @@ async fn history_embedded_store() {
             liveness: Some(LIVENESS),
         },
     );
+    sampling.store(false, Ordering::Relaxed);
+    let largest = sampler.await.expect("residue sampler");
+    judge_memory_residue(&memory, largest).await;
+}
+
+/// The embedded store's residue (issue 39): during the run, its maps
+/// within their bounds (resources: the run's 5 and the history's; entries
+/// per history: `LEASEHOLD_HISTORY_ENTRIES`); once the longest TTL, the
+/// sweeper's second and the history age have passed (polled, bounded),
+/// no lease, tombstone or history left, only the bounded change stamps
+/// of freed resources and hold ends not yet reported.
+async fn judge_memory_residue(
+    memory: &leasehold::store::memory::MemoryStore,
+    largest: leasehold::store::memory::MemoryResidue,
+) {
+    let resources = RESOURCES + 2;
+    println!("residue [embedded]: largest during the run {largest:?}");
+    assert!(
+        largest.histories <= resources && largest.history_entries <= 100 * resources,
+        "residue [embedded]: histories beyond their bounds: {largest:?}"
+    );
+    assert!(
+        largest.leases <= resources,
+        "residue [embedded]: more lease records than resources: {largest:?}"
+    );
+    // The many holders' TTLs ended before the run did; the workload's are
+    // at most 1.5 s; the sweeper runs every second.
+    let within = Duration::from_millis(HISTORY_AGE_MS + 1_500 + 1_000) + Duration::from_secs(5);
+    let deadline = Instant::now() + within;
+    loop {
+        let r = memory.residue();
+        let quiet = r.leases == 0 && r.tombstones == 0 && r.tombstoned == 0 && r.histories == 0;
+        if quiet {
+            assert!(
+                r.freed <= 2 * 1024 && r.ended <= 4096,
+                "residue [embedded]: beyond the caps: {r:?}"
+            );
+            println!("residue [embedded]: after the run {r:?}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "residue [embedded]: {within:?} after the last request the store still keeps {r:?} \
+             (leases, tombstones and histories must all be gone)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1391,6 +1533,8 @@ async fn history_standalone_redis_under_every_fault() {
     ))
     .await;
     let run = Running::start(&[&a, &b]);
+    let nodes = vec![server.url()];
+    let sampler = residue_sampler(&run, &nodes, &ns, 2);
     // A lost reply can desynchronise a connection for longer than its
     // window, so the lost replies come after the other faults (and a restart,
     // which closes every connection, between them): each violation then
@@ -1429,6 +1573,7 @@ async fn history_standalone_redis_under_every_fault() {
     }
     run.until_recovered(windows.last().map_or(Duration::ZERO, |w| w.end))
         .await;
+    let run_rec = Arc::clone(&run.rec);
     let events = run.finish().await;
     println!(
         "history [standalone]: {}",
@@ -1444,6 +1589,7 @@ async fn history_standalone_redis_under_every_fault() {
             liveness: Some(LIVENESS),
         },
     );
+    judge_residue("standalone", &run_rec, &nodes, &ns, 2, sampler).await;
 }
 
 /// The hash-tagged key of a resource: it names the slot of both its keys.
@@ -1508,6 +1654,10 @@ async fn history_cluster_under_every_fault() {
     let a = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
     let b = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
     let run = Running::start(&[&a, &b]);
+    // Every master's keys, read directly (not through its proxy).
+    let nodes: Vec<String> =
+        tokio::task::block_in_place(|| cluster.masters().iter().map(|m| m.url()).collect());
+    let sampler = residue_sampler(&run, &nodes, &ns, 2);
     let started = Instant::now();
     let mut windows = Vec::new();
     tokio::time::sleep(GAP).await;
@@ -1566,6 +1716,7 @@ async fn history_cluster_under_every_fault() {
     }
     run.until_recovered(windows.last().map_or(Duration::ZERO, |w| w.end))
         .await;
+    let run_rec = Arc::clone(&run.rec);
     let events = run.finish().await;
     println!(
         "history [cluster]: {}",
@@ -1581,6 +1732,7 @@ async fn history_cluster_under_every_fault() {
             liveness: Some(LIVENESS),
         },
     );
+    judge_residue("cluster", &run_rec, &nodes, &ns, 2, sampler).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1754,4 +1906,210 @@ async fn history_replica_acks_with_a_frozen_replica() {
             liveness: Some(LIVENESS),
         },
     );
+}
+
+// ---------------------------------------------------------------------------
+// Residue of the awkward paths (issue 39): each drives one path that may
+// leave something behind, on real Redis, under the same checker
+// ---------------------------------------------------------------------------
+
+/// One instance's residue run: its namespace, a sampler every 100 ms, and
+/// the quiet check at the end.
+struct ResidueRun {
+    server: RedisServer,
+    namespace: String,
+    layout: residue::Layout,
+    sampler: residue::Sampler,
+}
+
+impl ResidueRun {
+    fn start(layout: impl FnOnce(String) -> residue::Layout) -> ResidueRun {
+        let server = RedisServer::start();
+        let namespace = unique("rs");
+        let layout = layout(namespace.clone());
+        let sampler = residue::Sampler::start(
+            vec![server.url()],
+            layout.clone(),
+            Duration::from_millis(100),
+        );
+        ResidueRun {
+            server,
+            namespace,
+            layout,
+            sampler,
+        }
+    }
+
+    async fn app(&self) -> TestApp {
+        let age = HISTORY_AGE_MS.to_string();
+        let flags = ["--namespace", &self.namespace, "--history-max-age-ms", &age];
+        TestApp::spawn_with(args(&Backend::Redis(self.server.url()), &flags)).await
+    }
+
+    /// Whether `key` (without the namespace) exists.
+    fn exists(&self, key: &str) -> bool {
+        let key = format!("{}:{key}", self.namespace);
+        tokio::task::block_in_place(|| self.server.cli(&["EXISTS", &key])).trim() == "1"
+    }
+
+    async fn judge(self, what: &str) {
+        let during = self.sampler.finish().await;
+        let after =
+            residue::until_quiet(&[self.server.url()], &self.layout, Duration::from_secs(3)).await;
+        println!(
+            "residue [{what}]: during {}; after {}",
+            during.summary(),
+            after.summary()
+        );
+        during.assert_clean(&format!("{what}, during"));
+        after.assert_clean(&format!("{what}, after"));
+    }
+}
+
+fn small_layout(namespace: String, max_ttl_ms: u64, lock_delay_ms: u64) -> residue::Layout {
+    residue::Layout {
+        namespace,
+        max_ttl_ms,
+        max_lock_delay_ms: lock_delay_ms,
+        max_limit: 1,
+        limits: Vec::new(),
+        history_entries: 100,
+        history_age_ms: HISTORY_AGE_MS,
+        waiters: 2,
+        instances: 2,
+    }
+}
+
+/// Issue 39 item 4: a late release of a lock-delayed lease, after the
+/// history key has expired and while the record's lock-delay runs. The
+/// release reads the expired permit and writes its expiry to the history:
+/// that key must get its TTL like every other history write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn residue_of_a_late_release_in_a_lock_delay() {
+    let run = ResidueRun::start(|ns| small_layout(ns, 2_000, 2_000));
+    let app = run.app().await;
+    let d = digest();
+    let holder = app.attempt().await;
+    let body = json!({ "ttlMs": 2_000, "lockDelayMs": 2_000 });
+    let got = app.acquire_body(P, &d, &holder, &body).await;
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    // The history (3 s) ends before the lock-delay (2 s + 2 s) does:
+    // polled on the key itself, bounded.
+    let hist = format!("hist:v2:{{{P}:{d}}}");
+    let lease = format!("lease:v2:{{{P}:{d}}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while run.exists(&hist) {
+        assert!(Instant::now() < deadline, "the history key never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        run.exists(&lease),
+        "the record (in its lock-delay) is gone already: the machine was too slow to see the path"
+    );
+    let late = app.release(P, &d, &holder).await;
+    assert_eq!(late.status, reqwest::StatusCode::OK, "{:?}", late.body);
+    run.judge("late release in a lock-delay").await;
+}
+
+/// Issue 39 item 7: one resource broken again and again (acquire, break,
+/// 3 s, TTL 500 ms): its tombstones must not outlive their permits' ends
+/// by more than a TTL, however often it is broken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn residue_of_a_resource_broken_again_and_again() {
+    let run = ResidueRun::start(|ns| small_layout(ns, 500, 0));
+    let app = run.app().await;
+    let d = digest();
+    let started = Instant::now();
+    let mut breaks = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let holder = app.attempt().await;
+        if app.acquire(P, &d, &holder, 500).await.outcome() != "acquired" {
+            continue;
+        }
+        let broken = app
+            .http
+            .post(format!("{}/leases/{P}/{d}/break", app.base))
+            .json(&json!({ "reason": "residue" }))
+            .send()
+            .await
+            .expect("break");
+        assert_eq!(broken.status(), reqwest::StatusCode::OK);
+        breaks += 1;
+    }
+    println!("residue [broken again and again]: {breaks} breaks in 3 s");
+    assert!(breaks >= 20, "only {breaks} breaks in 3 s");
+    run.judge("broken again and again").await;
+}
+
+/// Issue 39 item 10: under steady contention (a holder and a waiter on
+/// one instance), another instance whose waiter waits is stopped cleanly
+/// and started again, three times. Its heartbeat member must not stay in
+/// the queue after it stopped: the queue holds at most one member per
+/// waiting caller and per instance that beat within the 2 s horizon (4
+/// here while the restarts run), and once the horizon has passed after
+/// the last stop, only the live waiter's entry and its instance's beat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn residue_of_instances_stopped_under_contention() {
+    let run = ResidueRun::start(|ns| residue::Layout {
+        instances: 4,
+        ..small_layout(ns, 30_000, 0)
+    });
+    let a = Arc::new(run.app().await);
+    let d = digest();
+    let holder = a.attempt().await;
+    assert_eq!(
+        a.acquire(P, &d, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    let waiter = a.attempt().await;
+    let waiting = {
+        let (a, d, waiter) = (Arc::clone(&a), d.clone(), waiter.clone());
+        tokio::spawn(async move { a.acquire_wait(P, &d, &waiter, 30_000, 25_000).await })
+    };
+    a.until_waiters(1).await;
+    for _ in 0..3 {
+        let mut b = run.app().await;
+        let other = b.attempt().await;
+        let http = b.http.clone();
+        let url = format!("{}/leases/{P}/{d}", b.base);
+        let task = tokio::spawn(async move {
+            http.put(url)
+                .header("Lease-Owner-Token", &other.token)
+                .header("Lease-Operation-Id", &other.op)
+                .json(&json!({ "ttlMs": 30_000, "waitMs": 20_000 }))
+                .send()
+                .await
+        });
+        b.until_waiters(1).await;
+        b.begin_shutdown();
+        let answered = task.await.expect("task").expect("answered at shutdown");
+        assert_eq!(answered.status(), reqwest::StatusCode::CONFLICT);
+        b.finished().await;
+    }
+    // The queue still lives (the first waiter beats for it). Within the
+    // heartbeat horizon (2 s) after the last stop, a beat (every 500 ms)
+    // and a margin, only the waiter's entry and its instance's beat are
+    // left in it: polled, bounded.
+    let queue = format!("{}:queue:v2:{{{P}:{d}}}", run.namespace);
+    let deadline = Instant::now() + Duration::from_millis(2_000 + 500 + 1_500);
+    loop {
+        let members =
+            tokio::task::block_in_place(|| run.server.cli(&["ZRANGE", &queue, "0", "-1"]));
+        let members: Vec<&str> = members.lines().filter(|l| !l.is_empty()).collect();
+        if members.len() <= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "residue [instances stopped under contention]: {queue} keeps {} members 4 s after \
+             the last of three clean stops (bound: the live waiter and its instance's beat): {members:?}",
+            members.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(a.release(P, &d, &holder).await.outcome(), "released");
+    let got = waiting.await.expect("waiter");
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    assert_eq!(a.release(P, &d, &waiter).await.outcome(), "released");
+    run.judge("instances stopped under contention").await;
 }

@@ -28,6 +28,7 @@ mod harness_selftest;
 mod history;
 mod history_api;
 mod honesty;
+mod http_diff;
 mod keep_alive;
 mod list;
 mod logs;
@@ -42,6 +43,7 @@ mod redis_failures;
 mod refusals;
 mod roles;
 mod soak;
+mod store_keys;
 mod tls;
 mod topologies;
 #[cfg(feature = "otel")]

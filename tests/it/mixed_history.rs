@@ -10,11 +10,11 @@
 //!   with this checkout's `clients/python/src` first on `PYTHONPATH`.
 //!   TypeScript: `clients/typescript/test/fixtures/mixed_worker.ts`, as
 //!   compiled by `clients/typescript/check.sh` into `dist-test/`, on `node`.
-//!   Go: `clients/go/internal/cmd/mixed-worker`, as built by
-//!   `clients/go/check.sh` into `clients/go/dist/mixed-worker`.
 //!   Java: `clients/java/src/test/java/io/leasehold/client/MixedWorker.java`,
 //!   as compiled by `clients/java/check.sh` (its `build.sh`) into
 //!   `clients/java/build/`, on `java` with the classpath in `build/classpath`.
+//!   Go: `clients/go/internal/cmd/mixed-worker`, as built by
+//!   `clients/go/check.sh` into `clients/go/dist/mixed-worker`.
 //!   Rust: tasks in this test, with [`Client`], [`LeaseHandle`] and
 //!   [`Watchdog`]; an `indeterminate` acquire is retried with the same
 //!   attempt (the caller's job in Rust, as `Error::Indeterminate` says).
@@ -739,7 +739,7 @@ fn redis_freeze(redis: &RedisServer) -> (f64, f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run by scripts/test.sh after the client checks (needs the Python venv and the TypeScript build)"]
-async fn rust_python_and_typescript_workers_never_believe_at_once() {
+async fn workers_of_five_languages_never_believe_at_once() {
     let python = python();
     let ts_worker = typescript_worker();
     let go_worker = go_worker();

@@ -892,7 +892,10 @@ async fn releases_and_renewals_sweep_long_expired_permits() {
         304 - 1 - 256,
         "the release swept 256 expired permits"
     );
-    // A renewal that changes the label walks the record and sweeps the rest.
+    // A renewal that changes the label walks the record and sweeps the
+    // expired permits whose expiry is in the history: none of the 44 left,
+    // which the release had no room to write (256 a call). The next release
+    // writes and sweeps them.
     let rb = app
         .http
         .patch(format!("{}/leases/{P}/{d}", app.base))
@@ -901,8 +904,28 @@ async fn releases_and_renewals_sweep_long_expired_permits() {
         .json(&json!({ "ttlMs": 60_000, "holder": "renamed" }));
     let renewed = TestApp::reply(rb.send().await.expect("send")).await;
     assert_eq!(renewed.outcome(), "renewed", "{:?}", renewed.body);
+    assert_eq!(
+        hlen(),
+        304 - 1 - 256,
+        "a renew writes no expiry, so sweeps none"
+    );
+    let c = app.attempt().await;
+    let got = app.acquire_body(P, &d, &c, &counting(60_000, 400)).await;
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    assert_eq!(app.release(P, &d, &c).await.outcome(), "released");
     assert_eq!(hlen(), 3, "b's permit, the limit and the mode");
     assert_eq!(app.inspect(P, &d, None).await.body["holders"], 1);
+    // No expiry was written twice (the history keeps the newest 100).
+    let hist = format!("{}:hist:v2:{{{P}:{d}}}", app.namespace);
+    let entries = server.cli(&["LRANGE", &hist, "0", "-1"]);
+    let fences: Vec<&str> = entries
+        .lines()
+        .filter_map(|e| e.trim().strip_prefix("x|"))
+        .filter_map(|e| e.split('|').nth(1))
+        .collect();
+    let unique: std::collections::BTreeSet<&str> = fences.iter().copied().collect();
+    assert!(!fences.is_empty());
+    assert_eq!(unique.len(), fences.len(), "an expiry written twice");
 }
 
 /// Calls of one Redis command so far (`INFO commandstats`).

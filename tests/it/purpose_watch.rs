@@ -27,6 +27,7 @@ both_stores!(
     bounds_end_the_stream_and_bad_parameters_are_named,
     every_change_of_many_leases_arrives_once_in_order_on_one_instance,
     a_break_is_a_revoked_event_with_its_reason,
+    a_snapshot_is_read_when_the_stream_opens_and_renewals_are_events,
 );
 
 // ------------------------------------------------------------------ helpers --
@@ -645,4 +646,81 @@ async fn the_cli_watches_a_whole_purpose() {
     // A bad purpose is bad usage (64).
     let out = run(&["watch", "--url", &app.base, "--count", "1", "Not_A_Purpose"]).await;
     assert_eq!(out.code(), 64, "stderr: {}", out.stderr);
+}
+
+/// Issue 39 item 14: connected after a renewal, a stream's snapshot gave
+/// the countdown its group had read before it (`remainingMs: 74` where
+/// inspect said 25 851), and renewals sent no event. Now the snapshot is
+/// read when the stream opens (within 1 s of inspect; on Redis the renewal
+/// goes through another instance, which announces nothing), a renewal is
+/// a `renewed` event (through this instance at once; through another when
+/// the end the group last read passes), and a burst of renewals is at most
+/// one `renewed` a second, the last one's state included.
+async fn a_snapshot_is_read_when_the_stream_opens_and_renewals_are_events(backend: Backend) {
+    let ns = unique("pw");
+    let a = TestApp::spawn_with(args(&backend, &["--namespace", &ns])).await;
+    let b = match backend {
+        Backend::Redis(_) => Some(TestApp::spawn_with(args(&backend, &["--namespace", &ns])).await),
+        _ => None,
+    };
+    let p = unique("fresh");
+    let (d, holder) = (digest(), a.attempt().await);
+    acquire(&a, &p, &d, &holder, 5_000, "pod-1").await;
+    let mut first = Stream::open(&a, &p, "", None).await;
+    let (leases, _) = first.snapshot().await;
+    assert!(leases.contains_key(&d), "{leases:?}");
+
+    let renewer = b.as_ref().unwrap_or(&a);
+    let r = renewer.renew(&p, &d, &holder, 60_000).await;
+    assert_eq!(r.outcome(), "renewed", "{:?}", r.body);
+    let mut second = Stream::open(&a, &p, "", None).await;
+    let (leases, _) = second.snapshot().await;
+    let shown = leases[&d]["remainingMs"].as_u64().expect("remainingMs");
+    let inspected = a.inspect(&p, &d, None).await;
+    let now = inspected.body["remainingMs"]
+        .as_u64()
+        .expect("inspect remainingMs");
+    assert!(
+        shown.abs_diff(now) <= 1_000,
+        "the snapshot says {shown} ms left, inspect {now} ms"
+    );
+
+    let e = first.next().await;
+    assert_eq!(e.kind, "renewed", "{e:?}");
+    assert_eq!(e.data["digest"], d.as_str(), "{e:?}");
+    assert!(e.id.is_some(), "{e:?}");
+    let left = e.data["remainingMs"].as_u64().expect("remainingMs");
+    assert!(left > 50_000, "renewed with {left} ms left: {e:?}");
+
+    // A burst through this instance: one `renewed` a second at most, the
+    // last renewal's state in the last of them.
+    for _ in 0..8 {
+        let r = a.renew(&p, &d, &holder, 60_000).await;
+        assert_eq!(r.outcome(), "renewed", "{:?}", r.body);
+    }
+    let last = a.inspect(&p, &d, None).await.body["renewedAt"].clone();
+    assert!(last.is_string(), "inspect answers renewedAt");
+    let mut seen = Vec::new();
+    loop {
+        let e = first.next().await;
+        assert_eq!(e.kind, "renewed", "{e:?}");
+        seen.push(std::time::Instant::now());
+        assert!(
+            seen.len() <= 3,
+            "{} renewed events for 8 renewals",
+            seen.len()
+        );
+        if e.data["renewedAt"] == last {
+            break;
+        }
+    }
+    for pair in seen.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= Duration::from_millis(800),
+            "renewed events {gap:?} apart"
+        );
+    }
+    release(&a, &p, &d, &holder).await;
+    assert_eq!(first.next().await.kind, "released");
 }

@@ -228,19 +228,30 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
     );
     target.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
     source.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
-    // Keys not on the source: ASK, and the importing node answers; every
-    // script takes two keys (record and sequence), and a two-key script on
-    // keys the importing node lacks is TRYAGAIN: unavailable, read or write.
+    // Every key a script touches is in its KEYS (lua/*.lua headers), so
+    // Redis decides before the script runs: keys not on the source are ASK,
+    // and a script on keys the importing node lacks is TRYAGAIN:
+    // unavailable, read or write, and nothing applied.
     let other = a.attempt().await;
     let r = a.inspect(P, &fresh, Some(&other)).await;
     assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
     let r = a.acquire(P, &fresh, &other, 30_000).await;
     assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
-    // Keys still on the source: served there.
+    // A read whose keys are all still on the source is served there; a
+    // renew names keys that exist nowhere yet (tombstones, index): some
+    // keys here, some missing is TRYAGAIN, before anything is written.
+    let before = a.inspect(P, &moving, Some(&holder)).await;
+    assert_eq!(before.body["heldBy"], "caller", "{:?}", before.body);
+    let r = a.renew(P, &moving, &holder, 60_000).await;
+    assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
+    let detail = r.body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("nothing was applied"), "{:?}", r.body);
+    let after = a.inspect(P, &moving, Some(&holder)).await;
     assert_eq!(
-        a.renew(P, &moving, &holder, 30_000).await.outcome(),
-        "renewed"
+        after.body["renewedAt"], before.body["renewedAt"],
+        "the refused renew changed nothing"
     );
+    assert_eq!(after.body["ttlMs"], 30_000);
     let port = target.port().to_string();
     source.cli(&[
         "MIGRATE",
@@ -254,19 +265,28 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
         &fence,
         &history,
     ]);
-    // Moved keys: ASK to the importing node, which has them.
-    assert_eq!(
-        a.renew(P, &moving, &holder, 30_000).await.outcome(),
-        "renewed"
-    );
+    // Moved keys: ASK to the importing node, which has them (a read of
+    // them is served there); a renew, which names keys it lacks, is
+    // TRYAGAIN there: unavailable, and nothing applied.
+    let seen = a.inspect(P, &moving, Some(&holder)).await;
+    assert_eq!(seen.body["heldBy"], "caller", "{:?}", seen.body);
+    let r = a.renew(P, &moving, &holder, 60_000).await;
+    assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
     assert!(captured_logs().contains("ASK; following once"));
+    let seen = a.inspect(P, &moving, Some(&holder)).await;
+    assert_eq!(seen.body["renewedAt"], before.body["renewedAt"]);
     for node in [target, source].into_iter().chain(masters.iter().copied()) {
         node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
     }
-    // The slot map still names the source: MOVED, followed.
+    // The slot map still names the source: MOVED, followed; the new owner
+    // serves every verb.
     assert_eq!(
         a.inspect(P, &moving, Some(&holder)).await.body["heldBy"],
         "caller"
+    );
+    assert_eq!(
+        a.renew(P, &moving, &holder, 30_000).await.outcome(),
+        "renewed"
     );
     assert_eq!(a.release(P, &moving, &holder).await.outcome(), "released");
     assert_eq!(
@@ -993,8 +1013,8 @@ async fn acl_rules_from_the_docs_are_enough() {
     let rules = format!(
         "leasehold on >{password} resetkeys ~{namespace}:* resetchannels &{namespace}:wake:v2 \
          -@all +evalsha +script|load +get +set +del +exists +pexpire +pttl +time +publish \
-         +hget +hmget +hgetall +hset +hdel +hlen \
-         +zadd +zrem +zcard +zcount +zrange +zrangebyscore +zrank +zscore \
+         +hget +hmget +hgetall +hset +hdel +hlen +hscan \
+         +zadd +zrem +zcard +zcount +zrange +zrangebyscore +zrank +zscore +zscan +zremrangebyscore \
          +lpush +ltrim +lrange +lindex +scan +subscribe +ping +info +hello +auth"
     );
     let mut argv = vec!["--user"];

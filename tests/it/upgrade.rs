@@ -1322,3 +1322,96 @@ async fn departed_waiter_on_this_release_keeps_its_lease_whoever_answers_the_ret
         );
     }
 }
+
+/// Issue 39, item 12: a bounded permit (`maxHoldMs`, acquired through this
+/// release) renewed through a previous-release pod, which knows no bound:
+/// that pod extends its `expiresAt` past the bound (and answers `504`: its
+/// decoder rejects the marked label). Every script of this release still
+/// ends the permit at its bound: inspect shows it ending there, and once
+/// the bound has passed another caller acquires through this release,
+/// long before the extended expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_permit_renewed_through_the_previous_release_ends_at_its_bound() {
+    const BOUND_MS: u64 = 1_500;
+    let server = RedisServer::start();
+    let namespace = unique("ub");
+    let dir = std::env::temp_dir().join(unique("leasehold-upgrade-"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let http = reqwest::Client::new();
+    let (old_bin, new_bin) = (bin(Release::Previous), bin(Release::This));
+    let old = Instance::start(
+        &old_bin,
+        Release::Previous,
+        "old".to_owned(),
+        &server.url(),
+        &namespace,
+        &dir,
+        &http,
+    )
+    .await;
+    let new = Instance::start(
+        &new_bin,
+        Release::This,
+        "new".to_owned(),
+        &server.url(),
+        &namespace,
+        &dir,
+        &http,
+    )
+    .await;
+    let (old, new) = (
+        Api {
+            base: old.base.clone(),
+            http: http.clone(),
+        },
+        Api {
+            base: new.base.clone(),
+            http: http.clone(),
+        },
+    );
+    let d = digest();
+    let holder = new.attempt().await;
+    let (status, got) = new
+        .call(
+            new.http
+                .put(new.url(&d))
+                .json(&json!({ "ttlMs": 1_000, "maxHoldMs": BOUND_MS })),
+            Some(&holder),
+        )
+        .await;
+    assert_eq!(status, 201, "{got}");
+    let acquired_at = got["lease"]["acquiredAt"].clone();
+    // Through the previous release: a renew far past the bound.
+    let (status, body) = old
+        .call(
+            old.http
+                .patch(old.url(&d))
+                .json(&json!({ "ttlMs": 60_000 })),
+            Some(&holder),
+        )
+        .await;
+    println!("upgrade (bounded hold): a renew through old answered {status}: {body}");
+    let seen = new.inspect(&d, &holder).await;
+    assert_eq!(seen["acquiredAt"], acquired_at, "{seen}");
+    let remaining = seen["remainingMs"].as_u64().unwrap_or(0);
+    assert!(
+        remaining <= BOUND_MS,
+        "this release ends the permit at its bound: {seen}"
+    );
+    // After the bound, another caller acquires through this release.
+    let other = new.attempt().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = new.acquire(&d, &other).await;
+        if status == 201 {
+            break;
+        }
+        assert_eq!(body["outcome"], "contended", "{body}");
+        assert!(
+            Instant::now() < deadline,
+            "the bounded permit still held 10 s later: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

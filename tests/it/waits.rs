@@ -41,6 +41,7 @@ both_stores!(
     disconnecting_waiter_leaves_nothing_behind,
     waiter_cap_answers_overloaded,
     same_attempt_retried_while_waiting_holds_once,
+    a_duplicate_wait_is_answered_at_the_release,
     fifty_waiters_each_acquire_exactly_once_never_two_at_a_time,
 );
 
@@ -177,6 +178,59 @@ async fn same_attempt_retried_while_waiting_holds_once(backend: Backend) {
         b.inspect(P, &d, Some(&waiter)).await.body["heldBy"],
         "caller"
     );
+}
+
+/// Issue 39, item 13: a client that timed out and sent its waiting
+/// acquire again (the same attempt waiting twice). The release hands the
+/// lease to the first (on Redis: a grant in the release's own run when the
+/// holder releases on the waiters' instance, a wake-up and a look when on
+/// another); the second, whose attempt holds the lease from then on, is
+/// answered then too (a replay), not at its own deadline.
+async fn a_duplicate_wait_is_answered_at_the_release(backend: Backend) {
+    let (a, b) = pair(&backend, &[]).await;
+    // Released on the other instance, then on the waiters' own.
+    duplicate_wait(&a, &b).await;
+    duplicate_wait(&b, &b).await;
+}
+
+async fn duplicate_wait(a: &Arc<TestApp>, b: &Arc<TestApp>) {
+    let d = digest();
+    let holder = a.attempt().await;
+    assert_eq!(
+        a.acquire(P, &d, &holder, 30_000).await.outcome(),
+        "acquired"
+    );
+    let waiter = b.attempt().await;
+    let wait = |b: &Arc<TestApp>| {
+        let (b, d, waiter) = (Arc::clone(b), d.clone(), waiter.clone());
+        tokio::spawn(async move {
+            let got = b.acquire_wait(P, &d, &waiter, 30_000, 20_000).await;
+            (got, std::time::Instant::now())
+        })
+    };
+    let first = wait(b);
+    b.until_waiters(1).await;
+    let second = wait(b);
+    b.until_waiters(2).await;
+    let released_at = std::time::Instant::now();
+    assert_eq!(a.release(P, &d, &holder).await.outcome(), "released");
+    let mut answers = Vec::new();
+    for task in [first, second] {
+        let (got, at) = task.await.expect("waiter");
+        let after = at.saturating_duration_since(released_at);
+        // The deadline is 20 s away; the hand-off takes milliseconds.
+        assert!(
+            after < Duration::from_secs(5),
+            "answered {after:?} after the release (its deadline is 20 s): {:?}",
+            got.body
+        );
+        answers.push((got.outcome().to_owned(), got.fencing_token()));
+    }
+    answers.sort();
+    assert_eq!(answers[0].0, "acquired", "{answers:?}");
+    assert_eq!(answers[1].0, "replayed_same_operation", "{answers:?}");
+    assert_eq!(answers[0].1, answers[1].1, "one permit, one fencing token");
+    b.until_waiters(0).await;
 }
 
 async fn fifty_waiters_each_acquire_exactly_once_never_two_at_a_time(backend: Backend) {

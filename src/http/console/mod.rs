@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use super::AppState;
+use super::app::AppState;
 
 /// The page's route (also its metric label).
 pub const ROUTE: &str = "/console";

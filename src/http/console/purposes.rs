@@ -11,9 +11,9 @@ use utoipa::ToSchema;
 
 use super::super::auth::{Reach, Role};
 use super::super::extract::Headers;
-use super::super::AppState;
+use crate::http::app::AppState;
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::openapi::{HeadersTooLargeProblem, UnauthorizedProblem};
+use crate::http::schemas::{HeadersTooLargeProblem, UnauthorizedProblem};
 
 /// The route (also its metric label).
 pub const ROUTE: &str = "/purposes";
@@ -86,6 +86,7 @@ pub enum KeyAccess {
 #[schema(example = json!({
     "outcome": "purposes",
     "access": "keys",
+    "version": "0.9.0",
     "purposes": [{"purpose": "invoice-export", "scopes": ["read", "write", "admin"]},
                  {"purpose": "report", "scopes": ["read"]}]
 }))]
@@ -94,6 +95,9 @@ pub struct PurposesListed {
     pub outcome: PurposesTag,
     /// `keys` when the service checks API keys, `open` when it does not.
     pub access: KeyAccess,
+    /// The service's version.
+    #[schema(example = "0.9.0")]
+    pub version: &'static str,
     /// The purposes the key names, sorted by name, with its scopes on each
     /// (empty on an open API, which names none).
     pub purposes: Vec<PurposeScopes>,
@@ -102,23 +106,33 @@ pub struct PurposesListed {
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub any_purpose: Option<AnyPurpose>,
+    /// With `anyPurpose` only: the purposes this instance has served a
+    /// verb for since it started, sorted (at most 256), so a key for every
+    /// purpose can be offered them.
+    #[schema(nullable = false, max_items = 256)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seen: Option<Vec<String>>,
 }
 
 impl PurposesListed {
-    /// The answer for a key's reach (`None`: the API is open).
-    pub fn new(reach: Option<Reach>) -> Self {
-        match reach {
+    /// The answer for a key's reach (`None`: the API is open); `seen`, the
+    /// purposes served, goes only to a key that may use every purpose.
+    pub fn new(reach: Option<Reach>, seen: Vec<String>) -> Self {
+        let mut listed = match reach {
             None => Self {
                 outcome: PurposesTag::Purposes,
                 access: KeyAccess::Open,
+                version: env!("CARGO_PKG_VERSION"),
                 purposes: Vec::new(),
                 any_purpose: Some(AnyPurpose {
                     scopes: scopes(Role::Admin),
                 }),
+                seen: None,
             },
             Some(reach) => Self {
                 outcome: PurposesTag::Purposes,
                 access: KeyAccess::Keys,
+                version: env!("CARGO_PKG_VERSION"),
                 purposes: reach
                     .named
                     .into_iter()
@@ -130,17 +144,23 @@ impl PurposesListed {
                 any_purpose: reach.any.map(|role| AnyPurpose {
                     scopes: scopes(role),
                 }),
+                seen: None,
             },
+        };
+        if listed.any_purpose.is_some() {
+            listed.seen = Some(seen);
         }
+        listed
     }
 }
 
 /// List the purposes the key may read.
 ///
 /// The purposes the sent API key names, each with the key's scopes on it,
-/// and `anyPurpose` when it may use every purpose. On an open API (no keys
-/// configured) no purpose is named and `anyPurpose` holds every scope.
-/// Reads no store. The console (`/console`) uses it to offer purposes and
+/// and `anyPurpose` when it may use every purpose, with `seen`: the
+/// purposes this instance has served (at most 256). On an open API (no
+/// keys configured) no purpose is named and `anyPurpose` holds every
+/// scope. Also the service's `version`. Reads no store. The console (`/console`) uses it to offer purposes and
 /// to show the break button only where the key is `admin`.
 #[utoipa::path(
     get,
@@ -156,7 +176,10 @@ impl PurposesListed {
 )]
 pub async fn purposes(State(app): State<AppState>, Headers(headers): Headers) -> Response {
     match app.api_keys.reach(&headers) {
-        Ok(reach) => Json(PurposesListed::new(reach)).into_response(),
+        Ok(reach) => {
+            let seen = app.service.waiters().purposes().seen_purposes();
+            Json(PurposesListed::new(reach, seen)).into_response()
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -167,20 +190,24 @@ mod tests {
 
     #[test]
     fn roles_become_their_scopes_and_open_means_every_scope() {
-        let open = serde_json::to_value(PurposesListed::new(None)).expect("json");
+        let v = env!("CARGO_PKG_VERSION");
+        let open = serde_json::to_value(PurposesListed::new(None, vec!["x".into()])).expect("json");
         assert_eq!(
             open,
-            serde_json::json!({"outcome": "purposes", "access": "open", "purposes": [],
-                "anyPurpose": {"scopes": ["read", "write", "admin"]}})
+            serde_json::json!({"outcome": "purposes", "access": "open", "version": v, "purposes": [],
+                "anyPurpose": {"scopes": ["read", "write", "admin"]}, "seen": ["x"]})
         );
-        let keyed = serde_json::to_value(PurposesListed::new(Some(Reach {
-            any: None,
-            named: vec![("a".into(), Role::Read), ("b".into(), Role::Write)],
-        })))
+        let keyed = serde_json::to_value(PurposesListed::new(
+            Some(Reach {
+                any: None,
+                named: vec![("a".into(), Role::Read), ("b".into(), Role::Write)],
+            }),
+            vec!["x".into()],
+        ))
         .expect("json");
         assert_eq!(
             keyed,
-            serde_json::json!({"outcome": "purposes", "access": "keys", "purposes": [
+            serde_json::json!({"outcome": "purposes", "access": "keys", "version": v, "purposes": [
                 {"purpose": "a", "scopes": ["read"]},
                 {"purpose": "b", "scopes": ["read", "write"]}]})
         );

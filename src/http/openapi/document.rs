@@ -11,20 +11,20 @@ use utoipa::openapi::server::Server;
 use utoipa::openapi::{ContactBuilder, InfoBuilder, LicenseBuilder, RefOr};
 use utoipa::{Modify, OpenApi};
 
-use super::schemas::*;
 use crate::domain::FieldError;
 use crate::domain::{Guarantee, HeldBy, Lease};
+use crate::http::app::AppState;
 use crate::http::attempts::{AttemptBody, AttemptCreated};
 use crate::http::health::{Live, Ready};
 use crate::http::leases::{AcquireBody, RenewBody};
 use crate::http::problem_table::ProblemType;
-use crate::http::AppState;
+use crate::http::schemas::*;
 
 /// The document's route (also its metric label).
 pub const ROUTE: &str = "/openapi.json";
 
 /// `GET /openapi.json`.
-pub(in crate::http) fn routes() -> Router<AppState> {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new().route(ROUTE, get(openapi_json))
 }
 

@@ -71,6 +71,21 @@ impl Histories {
         list.truncate(self.bound.entries as usize);
     }
 
+    /// Drops the histories whose newest entry is past the age bound (the
+    /// sweeper, as Redis drops a history key with its PTTL).
+    pub(super) fn drop_aged(&mut self, now: StoreTime) {
+        let bound = self.bound;
+        self.map
+            .retain(|_, list| list.front().is_some_and(|e| bound.keeps(e.at, now)));
+    }
+
+    /// Resources with a history, their entries, and resources with ends
+    /// waiting to be taken.
+    pub(super) fn sizes(&self) -> (usize, usize, usize) {
+        let entries = self.map.values().map(VecDeque::len).sum();
+        (self.map.len(), entries, self.ended.len())
+    }
+
     /// Makes room for one more resource: drops the histories whose newest
     /// entry is past the age bound, and if none was, the one written least
     /// recently.

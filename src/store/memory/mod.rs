@@ -11,4 +11,5 @@ mod history;
 mod records;
 mod store;
 
+pub use self::store::residue::MemoryResidue;
 pub use self::store::MemoryStore;

@@ -16,7 +16,7 @@ use crate::store::{EndedEarly, HoldEnd, StoreBreak, StoreError};
 pub(super) struct Tomb {
     owner_token: String,
     operation_id: String,
-    until: Instant,
+    pub(super) until: Instant,
     why: EndedEarly,
 }
 
@@ -67,8 +67,12 @@ impl State {
     pub(super) fn entomb(&mut self, key: &str, tomb: Tomb, now: Instant) {
         self.sweep_tombs(now);
         let tombs = self.tombs.entry(key.to_owned()).or_default();
+        // Those that have ended go too, so that a resource broken or capped
+        // again and again keeps only its live tombstones (issue 39, item 7).
         tombs.retain(|t| {
-            !(same_secret(&t.owner_token, &tomb.owner_token) && t.operation_id == tomb.operation_id)
+            t.until > now
+                && !(same_secret(&t.owner_token, &tomb.owner_token)
+                    && t.operation_id == tomb.operation_id)
         });
         tombs.push(tomb);
     }
@@ -151,7 +155,10 @@ impl MemoryStore {
                 state.history.ended(&key, HoldEnd::Broken, ms);
             }
             let n = gone.len();
-            state.tombs.entry(key.clone()).or_default().extend(gone);
+            let tombs = state.tombs.entry(key.clone()).or_default();
+            // Those of this resource that have ended go (as in `entomb`).
+            tombs.retain(|t| t.until > now);
+            tombs.extend(gone);
             u32::try_from(n).unwrap_or(u32::MAX)
         };
         self.waiters.revoked(&key, revocation.clone());

@@ -26,6 +26,8 @@ use operator::Tomb;
 mod operator;
 #[path = "queue.rs"]
 mod queue;
+#[path = "residue.rs"]
+pub(super) mod residue;
 /// Most shared holders at once (as on Redis).
 const SHARED_CAP: usize = 10_000;
 
@@ -537,7 +539,9 @@ impl MemoryStore {
                 }
                 let Some(store) = weak.upgrade() else { break };
                 let now = Instant::now();
-                Self::sweep(&mut store.lock(), now);
+                let mut state = store.lock();
+                Self::sweep(&mut state, now);
+                state.drop_ended(now, wall_ms());
             }
         });
     }

@@ -2,7 +2,7 @@
 //! (`{<purpose>:<digest>}`), so one script touches one Cluster slot
 //! (docs/decisions/storage-v2.md), and the lifetimes the scripts are given.
 
-use crate::domain::ResourceId;
+use crate::domain::{Attempt, ResourceId};
 
 /// The key of a resource's lease: `<ns>:lease:v2:{<purpose>:<digest>}`.
 pub fn lease_key(namespace: &str, resource: &ResourceId) -> String {
@@ -14,17 +14,23 @@ pub fn seq_key(namespace: &str, resource: &ResourceId) -> String {
     key(namespace, "seq", resource)
 }
 
-/// The key of a resource's tombstones (break.lua):
-/// `<ns>:tomb:v2:{<purpose>:<digest>}`.
-pub fn tomb_key(namespace: &str, resource: &ResourceId) -> String {
-    key(namespace, "tomb", resource)
-}
-
 /// The key of a resource's history: `<ns>:hist:v2:{<purpose>:<digest>}`, a
 /// list the record scripts write (and derive from the lease key, as they
 /// do the queue and expiry index keys; docs/decisions/storage-v2.md, "History").
 pub fn history_key(namespace: &str, resource: &ResourceId) -> String {
     key(namespace, "hist", resource)
+}
+
+/// The claim key of `attempt`'s permit (lua/acquire.lua `KEYS[7]`):
+/// `<ns>:claim:v2:{<purpose>:<digest>}:p:<owner token>:<operation id>`.
+pub(super) fn claim_key(namespace: &str, resource: &ResourceId, attempt: &Attempt) -> String {
+    let (owner, op) = (attempt.owner_token.expose(), attempt.operation_id.as_str());
+    let mut claim = key(namespace, "claim", resource);
+    claim.reserve(owner.len() + op.len() + 4);
+    for part in [":p:", owner, ":", op] {
+        claim.push_str(part);
+    }
+    claim
 }
 
 /// `<ns>:<kind>:v2:{<purpose>:<digest>}`, built in one allocation (keys are

@@ -85,7 +85,8 @@ pub fn digest() -> String {
         .to_owned()
 }
 
-/// Default settings for tests (flags only; the environment is ignored).
+/// Default settings for tests (flags only; the environment is ignored but
+/// for `LEASEHOLD_HTTP_FAST_PATHS`).
 pub fn args(backend: &Backend, extra: &[&str]) -> ServeArgs {
     super::install_tls_provider();
     #[derive(clap::Parser)]
@@ -102,6 +103,14 @@ pub fn args(backend: &Backend, extra: &[&str]) -> ServeArgs {
     }
     if !extra.contains(&"--command-timeout-ms") {
         argv.extend(["--command-timeout-ms".to_owned(), "2000".to_owned()]);
+    }
+    // The one variable the harness honours: the suite runs with the
+    // hand-written HTTP paths on and off (scripts/test.sh), and a test
+    // that sets the flag itself keeps its own.
+    if !extra.contains(&"--http-fast-paths") {
+        if let Ok(on) = std::env::var("LEASEHOLD_HTTP_FAST_PATHS") {
+            argv.extend(["--http-fast-paths".to_owned(), on]);
+        }
     }
     if let Backend::Redis(url) = backend {
         argv.push("--redis-url".into());
@@ -130,6 +139,21 @@ impl TestApp {
 
     /// Starts an instance with these settings.
     pub async fn spawn_with(args: ServeArgs) -> TestApp {
+        Self::spawn_inner(args, None).await
+    }
+
+    /// Starts an instance with these settings, and hands back the store
+    /// it built (to read what the embedded store keeps: issue 39).
+    pub async fn spawn_observed(args: ServeArgs) -> (TestApp, leasehold::store::Store) {
+        let (tx, rx) = oneshot::channel();
+        let app = Self::spawn_inner(args, Some(tx)).await;
+        (app, rx.await.expect("the store was built"))
+    }
+
+    async fn spawn_inner(
+        args: ServeArgs,
+        observe: Option<oneshot::Sender<leasehold::store::Store>>,
+    ) -> TestApp {
         super::install_tls_provider();
         init_logs();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -140,10 +164,18 @@ impl TestApp {
         let namespace = args.store.namespace.clone();
         let config = args.validate().expect("valid test settings");
         let task = tokio::spawn(async move {
-            leasehold::run(listener, config, async move {
+            let stop = async move {
                 let _ = rx.await;
-            })
-            .await
+            };
+            match observe {
+                None => leasehold::run(listener, config, stop).await,
+                Some(tx) => {
+                    let observe = move |store: &leasehold::store::Store| {
+                        let _ = tx.send(store.clone());
+                    };
+                    leasehold::run_observed(listener, None, config, observe, stop).await
+                }
+            }
             .expect("leasehold::run");
         });
         let app = TestApp {

@@ -35,6 +35,7 @@ pub mod fault_proxy;
 pub mod history;
 pub mod http_proxy;
 pub mod redis;
+pub mod residue;
 pub mod rng;
 
 /// With the `client` feature, reqwest is built with `rustls-no-provider`

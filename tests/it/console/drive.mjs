@@ -9,13 +9,18 @@
 //   SHOTS            where screenshots go (created)
 //   INSECURE_TLS     when set, Chromium accepts the test's certificate
 //                    (Node is given the CA with NODE_EXTRA_CA_CERTS)
-// Needs Node 18 or later and nothing else. Exits
+//   EVERY_KEY        a key reading every purpose (`*`), writing `report`
+//   LEASEHOLD_BIN    the leasehold binary (its `lock` holds three leases)
+//   COMPARE_S        how long the page's countdowns are compared with
+//                    inspect, every 5 s
+//   AXE              axe-core's axe.min.js (tests/it/console/node_modules)
+// Needs Node 18 or later and axe-core (npm ci, run by mod.rs). Exits
 // non-zero on the first failed check, saying which. Every wait is on an
 // event (a DOM mutation observed in the page, a CDP event), bounded by a
 // deadline that only turns a hang into a failure.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -30,6 +35,11 @@ const READER = env('READER_KEY');
 const WRITER = env('WRITER_KEY');
 const PURPOSE = env('PURPOSE');
 const SHOTS = env('SHOTS');
+const EVERY = env('EVERY_KEY');
+const BIN = env('LEASEHOLD_BIN');
+const COMPARE_S = Number(env('COMPARE_S'));
+const AXE = readFileSync(env('AXE'), 'utf8');
+const OTHER = 'report'; // the purpose the lock processes hold leases of
 mkdirSync(SHOTS, { recursive: true });
 
 const log = (...a) => console.log('console-test:', ...a);
@@ -67,9 +77,9 @@ async function attempt(key) {
   return { token: r.body.ownerToken, op };
 }
 
-async function acquire(key, raw, holder, extra = {}) {
+async function acquire(key, raw, holder, extra = {}, purpose = PURPOSE) {
   const a = await attempt(key);
-  const r = await call('PUT', `/leases/${PURPOSE}/${digestOf(raw)}`, key, {
+  const r = await call('PUT', `/leases/${purpose}/${digestOf(raw)}`, key, {
     body: { ttlMs: 60000, holder, ...extra },
     attempt: a,
   });
@@ -180,7 +190,10 @@ async function until(cdp, cond, what, ms = 5000) {
       const t = setTimeout(() => { obs.disconnect(); resolve(test()); }, ${ms});
     })`,
   );
-  if (!ok) throw new Error(`timed out after ${ms} ms waiting for: ${what}`);
+  if (!ok) {
+    const page = await js(cdp, `(document.querySelector('#main')?.innerText ?? '').slice(0, 3000)`).catch(() => '');
+    throw new Error(`timed out after ${ms} ms waiting for: ${what}\n--- the page shows:\n${page}`);
+  }
 }
 
 async function click(cdp, selector) {
@@ -348,6 +361,8 @@ async function main() {
     check(!(await js(cdp, visible('#break-lease'))) && !(await js(cdp, `document.querySelector('.break-permit')`)), 'a read-only key sees no break button');
     await shot(cdp, 'console-read-only.png');
 
+    await everyPurpose(cdp, userDir);
+
     check(problems.length === 0, 'no script error or CSP violation in the page' + (problems.length ? ':\n' + problems.join('\n') : ''));
   } finally {
     finished = true;
@@ -361,6 +376,125 @@ async function main() {
     } catch (e) {
       console.error(`console-test: left ${userDir}: ${e.message}`);
     }
+  }
+}
+
+// Remaining seconds as a lease row shows them ("28.3 s"; "—" or "free": none).
+function shownSeconds(cell) {
+  const m = /^(\d+(?:\.\d)?) s$/.exec(cell.trim());
+  return m ? Number(m[1]) : NaN;
+}
+
+// axe-core in the page (injected over CDP: the page's CSP allows no other
+// script), no serious or critical violation.
+async function axe(cdp, where) {
+  if (!(await js(cdp, 'typeof window.axe === "object"'))) await js(cdp, AXE + '\n;true');
+  const found = await js(
+    cdp,
+    `axe.run(document, { resultTypes: ['violations'] }).then((r) => r.violations
+      .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+      .map((v) => v.id + ' (' + v.impact + '): ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')))`,
+  );
+  check(found.length === 0, `axe-core: no serious violation ${where}` + (found.length ? ':\n' + found.join('\n') : ''));
+}
+
+async function width(cdp, px, height) {
+  await cdp.send('Emulation.setDeviceMetricsOverride', { width: px, height, deviceScaleFactor: 1, mobile: false });
+  const now = await js(cdp, 'new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(() => resolve(window.innerWidth))))');
+  check(now === px, `the page laid out at ${px} px (${now})`);
+}
+
+// A `*` key: every purpose on the overview, search by raw id, three leases
+// renewed by real `leasehold lock` processes whose countdowns match
+// inspect, a bounded hold and a lock-delay, accessibility and both widths.
+async function everyPurpose(cdp, dir) {
+  const keyFile = join(dir, 'every.key');
+  writeFileSync(keyFile, EVERY + '\n', { mode: 0o600 });
+  const tls = process.env.NODE_EXTRA_CA_CERTS ? ['--ca-file', process.env.NODE_EXTRA_CA_CERTS] : [];
+  const raws = [1, 2, 3].map((n) => `job-${process.pid}-${n}`);
+  const locks = raws.map((raw, n) =>
+    spawn(BIN, ['lock', '--url', BASE, '--api-key-file', keyFile, ...tls, '--ttl', '9s', '--holder', `lock-${n + 1}`, OTHER, raw, '--', 'sleep', '600'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    }),
+  );
+  const lockErr = locks.map(() => '');
+  locks.forEach((c, n) => c.stderr.on('data', (d) => (lockErr[n] += d)));
+  try {
+    await click(cdp, '#forget');
+    await until(cdp, visible('#key-input'), 'the key form');
+    await enterKey(cdp, EVERY);
+    const digests = raws.map(digestOf);
+    // The overview: the purposes named and served, with the leases held.
+    await until(cdp, `document.querySelector('#purposes button[data-purpose="${PURPOSE}"]') && document.querySelector('#purposes button[data-purpose="${OTHER}"]')`, 'every purpose offered to the * key');
+    check(true, `a * key is offered ${PURPOSE} (named by other keys, served) and ${OTHER}`);
+    await until(cdp, `document.querySelector('#overview tr[data-purpose="${OTHER}"]')?.cells[1].textContent === '3'`, `the overview counting the three locks of ${OTHER}` + ` (${lockErr.join(' | ')})`, 15000);
+    check(true, 'the overview counts the three leases held');
+    await until(cdp, `[...document.querySelectorAll('#activity li')].some((li) => li.textContent.includes('lock-2'))`, 'recent activity naming a lock');
+    // Search: a raw id (its digest computed in the page), and a holder.
+    await type(cdp, '#search-input', raws[1]);
+    await click(cdp, '#search-form button[type=submit]');
+    await until(cdp, `document.querySelector('#search-results tr[data-digest="${digests[1]}"]')?.textContent.includes('raw id')`, 'the raw id found');
+    check((await js(cdp, text('#search-status'))).includes(digests[1]), 'search by raw id finds its lease, the digest computed in the page');
+    await axe(cdp, 'on the overview at 1280 px');
+    await shot(cdp, 'console-overview.png');
+    await click(cdp, `#search-results tr[data-digest="${digests[1]}"] button`);
+    await until(cdp, `${text('#detail')}.includes('lock-2')`, 'the lease found, opened');
+
+    // True now: each shown remaining time within 1 s of inspect's.
+    await until(cdp, digests.map((d) => `document.querySelector('#leases tr[data-digest="${d}"]')`).join(' && '), 'the three locks listed');
+    const rounds = Math.floor(COMPARE_S / 5) + 1; // a sample at 0 s and every 5 s to COMPARE_S
+    let worst = 0;
+    for (let round = 0; round < rounds; round++) {
+      if (round) await new Promise((resolve) => setTimeout(resolve, 5000)); // the sampling period, not a wait for anything
+      // Inspect just before and just after reading the page: a renewal
+      // between the two may or may not have reached the page yet, so the
+      // page must match one of them.
+      const inspect = () => Promise.all(digests.map((d) => call('GET', `/leases/${OTHER}/${d}`, EVERY)));
+      const before = await inspect();
+      const shown = await js(cdp, `${JSON.stringify(digests)}.map((d) => document.querySelector('#leases tr[data-digest="' + d + '"]')?.cells[3].textContent ?? '')`);
+      const after = await inspect();
+      for (let n = 0; n < 3; n++) {
+        const page = shownSeconds(shown[n]) * 1000;
+        const truths = [before[n].body?.remainingMs, after[n].body?.remainingMs];
+        const off = Math.min(...truths.map((t) => Math.abs(page - t)));
+        worst = Math.max(worst, off);
+        if (!(off <= 1000)) throw new Error(`check failed: round ${round}: lock-${n + 1} shows ${shown[n]}, inspect ${truths.join(' ms, then ')} ms`);
+      }
+    }
+    check(true, `${rounds} rounds over ${(rounds - 1) * 5} s: every countdown within 1 s of inspect (worst ${Math.round(worst)} ms)`);
+
+    // A bounded hold and a lock-delay.
+    const bounded = digestOf(`bounded-${process.pid}`);
+    await acquire(EVERY, `bounded-${process.pid}`, 'bounded', { maxHoldMs: 3600000 }, OTHER);
+    await until(cdp, `document.querySelector('#leases tr[data-digest="${bounded}"]')`, 'the bounded lease listed');
+    await click(cdp, `#leases tr[data-digest="${bounded}"]`);
+    await until(cdp, `${text('#detail')}.includes('1 h 0 min') && ${text('#detail')}.includes('UTC')`, 'the hold end and maxHoldMs, local time with UTC');
+    check(true, 'a bounded hold shows its end and maxHoldMs');
+    const delayed = digestOf(`delayed-${process.pid}`);
+    await acquire(EVERY, `delayed-${process.pid}`, 'delayed', { ttlMs: 1000, lockDelayMs: 5000 }, OTHER);
+    await until(cdp, `/^\\d/.test(document.querySelector('#leases tr[data-digest="${delayed}"]')?.cells[6].textContent ?? '')`, 'the lock-delay after the expiry', 5000);
+    await click(cdp, `#leases tr[data-digest="${delayed}"]`);
+    await until(cdp, `${text('#detail-delay')}.endsWith('left')`, 'the lock-delay and its end in the detail');
+    check(true, 'a lock-delay shows in the list and the detail');
+    await click(cdp, `#leases tr[data-digest="${digests[0]}"]`);
+    await until(cdp, `${text('#detail')}.includes('lock-1')`, 'a lock lease in the detail');
+    await axe(cdp, 'on a purpose with a lease open at 1280 px');
+    await shot(cdp, 'console-wide.png');
+
+    await width(cdp, 390, 844);
+    await shot(cdp, 'console-phone.png');
+    const overflow = await js(cdp, 'document.documentElement.scrollWidth - window.innerWidth');
+    const wide = await js(
+      cdp,
+      `[...document.querySelectorAll('body *')].filter((e) => ${overflow} > 0 && e.getBoundingClientRect().right > window.innerWidth + 1 && !e.parentElement.closest('.scroll'))
+        .slice(0, 5).map((e) => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).join(', ')`,
+    );
+    check(overflow <= 0, `nothing wider than a 390 px phone (${overflow} px over${wide ? ': ' + wide : ''})`);
+    await axe(cdp, 'at 390 px');
+    await width(cdp, 1280, 1000);
+  } finally {
+    for (const c of locks) c.kill('SIGTERM');
+    await Promise.all(locks.map((c) => (c.exitCode !== null ? null : new Promise((resolve) => c.on('exit', resolve)))));
   }
 }
 

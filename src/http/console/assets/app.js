@@ -7,12 +7,20 @@
 (() => {
   const KEY = 'leasehold.apiKey';
   const POLL_MS = 500; // list polling, when the purpose stream is not there
+  const OVERVIEW_MS = 10000; // the overview's lists, re-read while shown
+  const HEALTH_MS = 10000; // /readyz, re-read
+  const RECENT_MS = 600000; // "changed in 10 min"
+  const OVERVIEW_MAX = 50; // purposes listed on the overview
+  const NEAR_ZERO_MS = 1000; // a countdown this close to zero is read again
   const $ = (id) => document.getElementById(id);
 
   const state = {
-    purposes: [], // [{purpose, scopes}]
+    purposes: [], // [{purpose, scopes}] the key names
     any: null, // scopes on every other purpose, or null
-    purpose: null,
+    seen: [], // purposes the service has served (keys for every purpose)
+    version: '',
+    access: '',
+    purpose: null, // null: the overview
     scopes: [],
     leases: new Map(), // digest -> {lease, at}
     selected: null, // digest
@@ -20,8 +28,10 @@
     feedKind: '',
     historyAvailable: true,
     breakTarget: null, // {digest, fencingToken?}
-    version: null, // of the selected lease, when its history was read
+    leaseVersion: null, // of the selected lease, when its history was read
     permitsShown: '', // what the permits table shows
+    overview: new Map(), // purpose -> {leases, at} or {error}
+    reread: new Map(), // digest -> when a near-zero countdown was read again
   };
 
   // ------------------------------------------------------------ requests --
@@ -59,13 +69,45 @@
   }
 
   // --------------------------------------------------------- formatting --
-  function ms(value) {
-    if (value === undefined || value === null) return '—';
+  // A duration for people: "0.4 s", "28.3 s", "12 min 3 s", "3 h 12 min", "2 d 3 h".
+  function dur(value) {
+    if (value === undefined || value === null || Number.isNaN(value)) return '—';
     if (value < 0) value = 0;
-    if (value < 10000) return (value / 1000).toFixed(1) + ' s';
-    if (value < 3600000) return Math.round(value / 1000) + ' s';
-    return (value / 3600000).toFixed(1) + ' h';
+    if (value < 60000) return (Math.floor(value / 100) / 10).toFixed(1) + ' s';
+    const s = Math.floor(value / 1000);
+    if (s < 3600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
+    if (s < 86400) return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
+    return Math.floor(s / 86400) + ' d ' + Math.floor((s % 86400) / 3600) + ' h';
   }
+
+  const pad = (n) => String(n).padStart(2, '0');
+
+  // "2026-12-05 18:03:12" in the browser's zone, and the same in UTC.
+  function stamp(iso) {
+    const t = new Date(iso);
+    if (Number.isNaN(t.getTime())) return null;
+    const local = `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())} ${pad(t.getHours())}:${pad(t.getMinutes())}:${pad(t.getSeconds())}`;
+    const utc = `${t.getUTCFullYear()}-${pad(t.getUTCMonth() + 1)}-${pad(t.getUTCDate())} ${pad(t.getUTCHours())}:${pad(t.getUTCMinutes())}:${pad(t.getUTCSeconds())} UTC`;
+    return { local, utc, ms: t.getTime() };
+  }
+
+  // A <span> with the local time, UTC beside it, and an age or a countdown.
+  function when(iso, relative) {
+    const s = iso ? stamp(iso) : null;
+    if (!s) return el('span', '—');
+    const span = el('span');
+    const time = el('time', s.local);
+    time.dateTime = iso;
+    span.appendChild(time);
+    span.appendChild(document.createTextNode(' '));
+    span.appendChild(el('span', '(' + s.utc + ')', 'utc'));
+    if (relative) span.appendChild(document.createTextNode(' · ' + relative(s.ms - Date.now())));
+    return span;
+  }
+
+  const ago = (delta) => dur(-delta) + ' ago';
+  const ahead = (delta) => (delta >= 0 ? 'in ' + dur(delta) : dur(-delta) + ' ago');
+  const since = (iso) => (iso && stamp(iso) ? Date.now() - stamp(iso).ms : undefined);
 
   function shortDigest(d) {
     return d.length > 16 ? d.slice(0, 14) + '…' : d;
@@ -91,11 +133,27 @@
     return td;
   }
 
+  function setText(node, text) {
+    const t = String(text);
+    if (node.textContent !== t) node.textContent = t;
+  }
+
   // Remaining time counts down from when the figure arrived.
   function left(entry, field) {
     const v = entry.lease[field];
     if (v === undefined || v === null) return undefined;
     return v - (performance.now() - entry.at);
+  }
+
+  // Whether a lease is held (a list's entries say so by their holders).
+  function isHeld(l) {
+    return l.held ?? ((l.holders ?? 0) > 0 || l.fencingToken !== undefined);
+  }
+
+  // The first permit's hold bound (when the lease has one).
+  function holdEnd(lease) {
+    const p = (lease.permits || []).find((x) => x.holdEndsAt);
+    return p ? { at: p.holdEndsAt, max: p.maxHoldMs } : null;
   }
 
   // ----------------------------------------------------------- the key --
@@ -122,8 +180,35 @@
     sessionStorage.removeItem(KEY);
     stopFeed();
     state.purpose = null;
+    state.overview.clear();
     showKeyForm('');
   });
+
+  // ------------------------------------------------------------- health --
+  async function health() {
+    const out = $('health');
+    let reply = null;
+    try {
+      reply = await api('readyz');
+    } catch (_) {
+      reply = null;
+    }
+    out.replaceChildren();
+    const item = (label, value, cls) => {
+      const s = el('span');
+      s.appendChild(document.createTextNode(label + ': '));
+      s.appendChild(el('span', value, cls));
+      out.appendChild(s);
+    };
+    if (!reply) item('service', 'not answering', 'bad');
+    else if (reply.status === 200 && reply.body) {
+      const b = reply.body;
+      item('store', b.status + ' (' + b.topology + (b.writable ? ', writable' : '') + ')', 'good');
+      item('auth', b.auth === 'keys' ? 'API keys' : 'open');
+      item('this instance', (b.waiters ?? 0) + ' waiting, ' + (b.watchers ?? 0) + ' watching');
+    } else item('store', 'not ready: ' + problemText(reply), 'bad');
+    if (state.version) item('version', state.version);
+  }
 
   // ---------------------------------------------------------- purposes --
   async function start() {
@@ -148,14 +233,25 @@
     const b = reply.body;
     state.purposes = b.purposes || [];
     state.any = b.anyPurpose ? b.anyPurpose.scopes : null;
+    state.seen = b.seen || [];
+    state.version = b.version || '';
+    state.access = b.access;
     $('key-panel').hidden = true;
     $('main').hidden = false;
     const keyed = b.access === 'keys';
     $('forget').hidden = !keyed;
     $('who').textContent = keyed ? 'API key in use (kept in this tab)' : 'open API (no keys configured)';
-    renderPurposes();
+    health();
     if (state.purpose) selectPurpose(state.purpose);
-    else if (state.purposes.length === 1) selectPurpose(state.purposes[0].purpose);
+    else showOverview();
+  }
+
+  // The purposes to offer: those the key names, and for a key on every
+  // purpose those the service has served.
+  function offered() {
+    const names = state.purposes.map((p) => p.purpose);
+    if (state.any) for (const p of state.seen) if (!names.includes(p)) names.push(p);
+    return names.sort();
   }
 
   function scopesOf(purpose) {
@@ -167,19 +263,22 @@
   function renderPurposes() {
     const ul = $('purposes');
     ul.replaceChildren();
-    for (const p of state.purposes) {
+    const add = (label, purpose, scopes, onClick) => {
       const b = el('button');
       b.type = 'button';
-      b.dataset.purpose = p.purpose;
-      b.appendChild(el('span', p.purpose));
-      b.appendChild(el('span', p.scopes.join(' '), 'scopes'));
-      if (p.purpose === state.purpose) b.classList.add('current');
-      b.addEventListener('click', () => selectPurpose(p.purpose));
+      if (purpose) b.dataset.purpose = purpose;
+      else b.id = 'to-overview';
+      b.appendChild(el('span', label));
+      if (scopes) b.appendChild(el('span', scopes, 'scopes'));
+      if ((purpose || null) === state.purpose) b.setAttribute('aria-current', 'page');
+      b.addEventListener('click', onClick);
       const li = el('li');
       li.appendChild(b);
       ul.appendChild(li);
-    }
-    if (!state.purposes.length && !state.any) ul.appendChild(el('li', 'This key may read no purpose.', 'muted'));
+    };
+    add('Overview', null, null, showOverview);
+    for (const p of offered()) add(p, p, scopesOf(p).join(' '), () => selectPurpose(p));
+    if (!offered().length && !state.any) ul.appendChild(el('li', 'This key may read no purpose.', 'muted'));
     $('other-purpose').hidden = !state.any;
   }
 
@@ -190,21 +289,163 @@
     else say('A purpose is a lowercase letter, then up to 62 of a-z, 0-9 and -.');
   });
 
-  function selectPurpose(purpose) {
+  // ----------------------------------------------------------- overview --
+  let overviewTimer = null;
+
+  function showOverview() {
     stopFeed();
+    state.purpose = null;
+    state.selected = null;
+    $('overview-panel').hidden = false;
+    $('leases-panel').hidden = true;
+    $('detail-panel').hidden = true;
+    renderPurposes();
+    loadOverview();
+  }
+
+  async function loadOverview() {
+    clearTimeout(overviewTimer);
+    const names = offered().slice(0, OVERVIEW_MAX);
+    $('overview-status').textContent = names.length
+      ? offered().length > OVERVIEW_MAX
+        ? `The first ${OVERVIEW_MAX} of ${offered().length} purposes.`
+        : ''
+      : 'No purpose to show yet' + (state.any ? ': this key may open any purpose by name.' : '.');
+    await Promise.all(
+      names.map(async (p) => {
+        try {
+          const reply = await api(leasePath(p) + '?limit=1000');
+          const at = performance.now();
+          if (reply.status === 200 && reply.body) state.overview.set(p, { leases: reply.body.leases || [], at, more: !!reply.body.nextCursor });
+          else state.overview.set(p, { error: problemText(reply) });
+        } catch (e) {
+          state.overview.set(p, { error: e.message });
+        }
+      }),
+    );
+    if (state.purpose !== null) return;
+    renderOverview(names);
+    overviewTimer = setTimeout(() => {
+      if (state.purpose === null && !$('main').hidden) loadOverview();
+    }, OVERVIEW_MS);
+  }
+
+  function renderOverview(names) {
+    const tbody = $('overview').tBodies[0];
+    tbody.replaceChildren();
+    const activity = [];
+    for (const p of names) {
+      const o = state.overview.get(p) || { leases: [] };
+      const open = el('button', p);
+      open.type = 'button';
+      open.addEventListener('click', () => selectPurpose(p));
+      if (o.error) {
+        const cell = el('td', o.error, 'error');
+        cell.colSpan = 3;
+        tbody.appendChild(row([open, cell, scopesOf(p).join(' ')]));
+        continue;
+      }
+      const held = o.leases.filter(isHeld).length;
+      const delayed = o.leases.filter((l) => !isHeld(l) && l.lockDelayRemainingMs).length;
+      const recent = o.leases.filter((l) => since(l.acquiredAt) < RECENT_MS).length;
+      const tr = row([open, el('td', held + (o.more ? '+' : ''), 'num'), el('td', delayed, 'num'), el('td', recent, 'num'), scopesOf(p).join(' ')]);
+      tr.dataset.purpose = p;
+      tbody.appendChild(tr);
+      for (const l of o.leases) if (l.acquiredAt) activity.push({ p, l });
+    }
+    activity.sort((a, b) => (a.l.acquiredAt < b.l.acquiredAt ? 1 : -1));
+    const ul = $('activity');
+    ul.replaceChildren();
+    for (const { p, l } of activity.slice(0, 12)) {
+      const li = el('li');
+      li.appendChild(document.createTextNode(`${p}: ${l.holder || 'a holder'} acquired ${shortDigest(l.digest)} `));
+      li.appendChild(when(l.acquiredAt, ago));
+      if (l.renewedAt && l.renewedAt !== l.acquiredAt) li.appendChild(document.createTextNode(', renewed ' + ago(-since(l.renewedAt))));
+      ul.appendChild(li);
+    }
+    if (!activity.length) ul.appendChild(el('li', 'No live lease in these purposes.', 'muted'));
+  }
+
+  // "v1." and the SHA-256 of a raw id, in hex (WebCrypto: HTTPS or localhost).
+  async function digestOf(raw) {
+    if (!(window.crypto && crypto.subtle)) return null;
+    const hash = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(raw));
+    return 'v1.' + [...new Uint8Array(hash)].map((b) => b.toString(16).padStart(2, '0')).join('');
+  }
+
+  $('search-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const q = $('search-input').value.trim();
+    const status = $('search-status');
+    const tbody = $('search-results').tBodies[0];
+    tbody.replaceChildren();
+    $('search-wrap').hidden = true;
+    if (!q) {
+      status.textContent = '';
+      return;
+    }
+    status.textContent = 'Searching…';
+    const raw = await digestOf(q);
+    if (state.purpose === null) await loadOverview();
+    const found = new Map(); // purpose + digest -> {p, lease, matched}
+    const lower = q.toLowerCase();
+    const names = offered().slice(0, OVERVIEW_MAX);
+    for (const p of names) {
+      for (const l of (state.overview.get(p) || {}).leases || []) {
+        let matched = '';
+        if (raw && l.digest === raw) matched = 'raw id';
+        else if (l.digest.includes(lower)) matched = 'digest';
+        else if ((l.holder || '').toLowerCase().includes(lower) || (l.permits || []).some((x) => (x.holder || '').toLowerCase().includes(lower))) matched = 'holder';
+        if (matched) found.set(p + ' ' + l.digest, { p, lease: l, matched });
+      }
+    }
+    // A raw id's lease beyond a listed page: inspect it where it may be.
+    if (raw) {
+      await Promise.all(
+        names
+          .filter((p) => !found.has(p + ' ' + raw))
+          .map(async (p) => {
+            const reply = await api(leasePath(p, raw)).catch(() => null);
+            if (reply && reply.status === 200 && reply.body && reply.body.held) found.set(p + ' ' + raw, { p, lease: Object.assign({ digest: raw }, reply.body), matched: 'raw id' });
+          }),
+      );
+    }
+    for (const { p, lease, matched } of found.values()) {
+      const open = el('button', shortDigest(lease.digest));
+      open.type = 'button';
+      open.title = lease.digest;
+      open.addEventListener('click', () => selectPurpose(p, lease.digest));
+      const tr = row([p, open, lease.holder || '—', el('td', dur(lease.remainingMs), 'num'), matched]);
+      tr.dataset.digest = lease.digest;
+      tbody.appendChild(tr);
+    }
+    $('search-wrap').hidden = !found.size;
+    status.textContent =
+      (found.size ? found.size + ' found' : 'Nothing found') +
+      (raw ? '; raw id ' + JSON.stringify(q) + ' is ' + raw : '; raw-id search needs WebCrypto (HTTPS or localhost)') +
+      '.';
+  });
+
+  // -------------------------------------------------------------- feeds --
+  function selectPurpose(purpose, digest) {
+    stopFeed();
+    clearTimeout(overviewTimer);
     state.purpose = purpose;
     state.scopes = scopesOf(purpose);
     state.leases.clear();
+    state.reread.clear();
     state.selected = null;
-    state.version = null;
+    state.leaseVersion = null;
+    $('overview-panel').hidden = true;
+    $('leases-panel').hidden = false;
     $('detail-panel').hidden = true;
     $('leases-title').textContent = 'Leases of ' + purpose;
     renderPurposes();
     renderLeases();
     startFeed(purpose);
+    if (digest) selectLease(digest);
   }
 
-  // -------------------------------------------------------------- feeds --
   function stopFeed() {
     if (state.feed) state.feed.abort();
     state.feed = null;
@@ -288,6 +529,12 @@
     }
   }
 
+  // One lease's new state (an event, a re-read): shown, or gone.
+  function put(lease, at) {
+    if (isHeld(lease) || lease.lockDelayRemainingMs) state.leases.set(lease.digest, { lease, at });
+    else state.leases.delete(lease.digest);
+  }
+
   function onEvent(name, data, fresh) {
     let body;
     try {
@@ -305,9 +552,10 @@
       renderLeases();
       return false;
     }
+    // Every other event (acquired, released, expired, holder_changed,
+    // revoked, renewed) carries the lease's new state.
     if (body.digest) {
-      if (body.held || body.lockDelayRemainingMs) state.leases.set(body.digest, { lease: body, at: now });
-      else state.leases.delete(body.digest);
+      put(body, now);
       renderLeases();
       if (body.digest === state.selected) refreshDetail();
     }
@@ -350,22 +598,52 @@
     }
   }
 
+  // A countdown near zero is read again rather than trusted: a renewal
+  // through another instance reaches the stream only when the service
+  // reads the lease (docs/watching.md), and this shows no lease at zero
+  // that its holder keeps renewing. At most once a second per lease.
+  function rereadNearZero() {
+    if (state.feedKind !== 'stream' || !state.purpose) return;
+    const purpose = state.purpose;
+    const now = performance.now();
+    for (const [digest, entry] of state.leases) {
+      const l = left(entry, 'remainingMs');
+      if (!isHeld(entry.lease) || l === undefined || l > NEAR_ZERO_MS) continue;
+      if (now - (state.reread.get(digest) || -Infinity) < 1000) continue;
+      state.reread.set(digest, now);
+      api(leasePath(purpose, digest))
+        .then((reply) => {
+          if (state.purpose !== purpose || reply.status !== 200 || !reply.body) return;
+          const current = state.leases.get(digest);
+          // An event that came meanwhile is as fresh: keep it.
+          if (current && current.at > now) return;
+          put(Object.assign({ digest }, reply.body), performance.now());
+          renderLeases();
+        })
+        .catch(() => {});
+    }
+  }
+
   // ------------------------------------------------------------- leases --
   // Rows are kept per digest and updated in place (a row rebuilt under the
   // pointer would swallow the click); one listener serves them all.
   const rows = new Map(); // digest -> tr
   let emptyRow = null;
+  const COLUMNS = 7;
 
   function leaseCells(entry) {
     const l = entry.lease;
+    const live = isHeld(l);
+    const held = live ? since(l.acquiredAt) : undefined;
+    const renewed = live ? since(l.renewedAt) : undefined;
     return [
-      shortDigest(l.digest),
+      null, // the digest's button, set once
       l.holder || '—',
-      (l.holders ?? (l.held ? 1 : 0)) + ' / ' + (l.limit ?? 1),
-      l.fencingToken ?? '—',
-      ms(left(entry, 'remainingMs')),
-      l.waiters ?? '—',
-      l.lockDelayRemainingMs ? ms(left(entry, 'lockDelayRemainingMs')) : '—',
+      (l.holders ?? (live ? 1 : 0)) + ' / ' + (l.limit ?? 1) + (l.mode && l.mode !== 'exclusive' ? ' ' + l.mode : ''),
+      live ? dur(left(entry, 'remainingMs')) : 'free',
+      held === undefined ? '—' : dur(held),
+      renewed === undefined ? '—' : dur(renewed) + ' ago',
+      l.lockDelayRemainingMs ? dur(left(entry, 'lockDelayRemainingMs')) : '—',
     ];
   }
 
@@ -385,13 +663,16 @@
       if (!tr) {
         tr = document.createElement('tr');
         tr.dataset.digest = digest;
-        for (let i = 0; i < 7; i++) tr.appendChild(el('td', null, i >= 4 && i !== 5 ? 'num' : ''));
-        tr.cells[0].title = digest;
+        for (let i = 0; i < COLUMNS; i++) tr.appendChild(el('td', null, i >= 3 ? 'num' : ''));
+        const open = el('button', shortDigest(digest));
+        open.type = 'button';
+        open.title = digest;
+        open.setAttribute('aria-label', 'Lease ' + digest);
+        tr.cells[0].appendChild(open);
         rows.set(digest, tr);
       }
       leaseCells(entry).forEach((text, i) => {
-        const t = String(text);
-        if (tr.cells[i].textContent !== t) tr.cells[i].textContent = t;
+        if (text !== null) setText(tr.cells[i], text);
       });
       tr.classList.toggle('selected', digest === state.selected);
       const at = previous ? previous.nextSibling : tbody.firstChild;
@@ -400,7 +681,7 @@
     }
     if (!entries.length && !emptyRow) {
       emptyRow = row([el('td', 'No live lease.', 'muted')]);
-      emptyRow.firstChild.colSpan = 7;
+      emptyRow.firstChild.colSpan = COLUMNS;
       tbody.appendChild(emptyRow);
     } else if (entries.length && emptyRow) {
       emptyRow.remove();
@@ -415,12 +696,20 @@
 
   // Counting down between updates.
   setInterval(() => {
-    if (state.leases.size) renderLeases();
+    if (state.leases.size && state.purpose) {
+      rereadNearZero();
+      renderLeases();
+      tickDetail();
+    }
   }, 250);
+
+  setInterval(() => {
+    if (!$('main').hidden) health();
+  }, HEALTH_MS);
 
   function selectLease(digest) {
     state.selected = digest;
-    state.version = null;
+    state.leaseVersion = null;
     state.permitsShown = '';
     renderLeases();
     $('detail-panel').hidden = false;
@@ -433,6 +722,7 @@
   }
 
   let detailSeq = 0;
+  let detailEntry = null; // the selected lease as last read, counting down
   async function refreshDetail() {
     const purpose = state.purpose;
     const digest = state.selected;
@@ -443,20 +733,33 @@
     renderDetail(inspected);
     // The history moves only when the lease's version does.
     const version = inspected.body ? inspected.body.version : undefined;
-    if (state.historyAvailable && version !== undefined && version === state.version) return;
+    if (state.historyAvailable && version !== undefined && version === state.leaseVersion) return;
     const history = state.historyAvailable ? await api(leasePath(purpose, digest) + '/history?limit=50') : null;
     if (seq !== detailSeq || state.selected !== digest) return;
-    state.version = version;
+    state.leaseVersion = version;
     renderHistory(history);
+  }
+
+  function fact(dl, key, value, id) {
+    dl.appendChild(el('dt', key));
+    const dd = value instanceof Node ? wrap('dd', value) : el('dd', value);
+    if (id) dd.id = id;
+    dl.appendChild(dd);
+  }
+
+  function wrap(tag, node) {
+    const e = document.createElement(tag);
+    e.appendChild(node);
+    return e;
   }
 
   function renderDetail(reply) {
     const dl = $('detail');
     dl.replaceChildren();
     const pbody = $('permits').tBodies[0];
+    detailEntry = null;
     if (reply.status !== 200) {
-      dl.appendChild(el('dt', 'error'));
-      dl.appendChild(el('dd', problemText(reply), 'error'));
+      fact(dl, 'error', problemText(reply));
       $('break-area').hidden = true;
       pbody.replaceChildren();
       state.permitsShown = '';
@@ -464,23 +767,22 @@
     }
     const i = reply.body;
     const entry = { lease: i, at: performance.now() };
-    const facts = [
-      ['held', i.held ? 'yes' : 'no'],
-      ['holder', i.holder || '—'],
-      ['holders', (i.holders ?? 0) + ' of ' + (i.limit ?? 1) + (i.mode ? ' (' + i.mode + ')' : '')],
-      ['fencing token', i.fencingToken ?? '—'],
-      ['remaining', ms(i.remainingMs)],
-      ['TTL', ms(i.ttlMs)],
-      ['acquired', i.acquiredAt || '—'],
-      ['renewed', i.renewedAt || '—'],
-      ['waiters', i.waiters ?? '—'],
-      ['lock-delay', i.lockDelayRemainingMs ? ms(left(entry, 'lockDelayRemainingMs')) : 'none'],
-      ['version', i.version],
-    ];
-    for (const [k, v] of facts) {
-      dl.appendChild(el('dt', k));
-      dl.appendChild(el('dd', v));
-    }
+    detailEntry = entry;
+    const bound = holdEnd(i);
+    fact(dl, 'held', i.held ? 'yes' : 'no');
+    fact(dl, 'holder', i.holder || '—');
+    fact(dl, 'holders', (i.holders ?? 0) + ' of ' + (i.limit ?? 1) + (i.mode ? ' (' + i.mode + ')' : ''));
+    fact(dl, 'fencing token', i.fencingToken ?? '—');
+    fact(dl, 'remaining', i.held ? dur(i.remainingMs) : '—', 'detail-remaining');
+    fact(dl, 'TTL', dur(i.ttlMs));
+    fact(dl, 'acquired', when(i.acquiredAt, (d) => 'held ' + dur(-d)));
+    fact(dl, 'renewed', when(i.renewedAt, ago));
+    fact(dl, 'hold ends', bound ? when(bound.at, ahead) : 'no bound');
+    fact(dl, 'max hold', bound && bound.max ? dur(bound.max) : 'none');
+    const delay = i.lockDelayRemainingMs;
+    fact(dl, 'lock-delay', delay ? dur(delay) + ' left' : 'none running', 'detail-delay');
+    fact(dl, 'lock-delay ends', delay ? when(new Date(Date.now() + delay).toISOString(), ahead) : '—');
+    fact(dl, 'version', i.version);
     const admin = state.scopes.includes('admin');
     $('break-area').hidden = !(admin && i.held);
     const permits = i.permits || [];
@@ -490,7 +792,7 @@
     const shown = JSON.stringify([admin, permits.map((p) => [p.fencingToken, p.holder, p.renewedAt])]);
     if (shown === state.permitsShown && pbody.rows.length === permits.length) {
       permits.forEach((p, n) => {
-        pbody.rows[n].cells[2].textContent = ms(p.remainingMs);
+        setText(pbody.rows[n].cells[2], dur(p.remainingMs));
       });
       return;
     }
@@ -506,9 +808,26 @@
         cell.appendChild(b);
       }
       pbody.appendChild(
-        row([p.holder || '—', p.fencingToken, el('td', ms(p.remainingMs), 'num'), p.acquiredAt, p.renewedAt, cell]),
+        row([
+          p.holder || '—',
+          p.fencingToken,
+          el('td', dur(p.remainingMs), 'num'),
+          when(p.acquiredAt, (d) => 'held ' + dur(-d)),
+          when(p.renewedAt, ago),
+          p.holdEndsAt ? when(p.holdEndsAt, ahead) : 'no bound',
+          cell,
+        ]),
       );
     }
+  }
+
+  // The selected lease's countdowns between reads.
+  function tickDetail() {
+    if (!detailEntry || $('detail-panel').hidden) return;
+    const remaining = $('detail-remaining');
+    if (remaining && detailEntry.lease.held) setText(remaining, dur(left(detailEntry, 'remainingMs')));
+    const delay = $('detail-delay');
+    if (delay && detailEntry.lease.lockDelayRemainingMs) setText(delay, dur(left(detailEntry, 'lockDelayRemainingMs')) + ' left');
   }
 
   $('permits').tBodies[0].addEventListener('click', (event) => {
@@ -538,17 +857,19 @@
     status.textContent = entries.length ? 'Newest first.' : 'No history kept for this lease.';
     tbody.replaceChildren();
     for (const e of entries) {
-      const why = e.reason || (e.lockDelayMs ? 'lock-delay ' + ms(e.lockDelayMs) : '') || (e.noticed ? 'seen after expiry' : '—');
-      tbody.appendChild(row([e.event, e.at, e.holder || '—', e.fencingToken ?? '—', why, e.keyName || '—']));
+      const why = e.reason || (e.lockDelayMs ? 'lock-delay ' + dur(e.lockDelayMs) : '') || (e.noticed ? 'seen after expiry' : '—');
+      tbody.appendChild(row([e.event, when(e.at, ago), e.holder || '—', e.fencingToken ?? '—', why, e.keyName || '—']));
     }
   }
 
   // -------------------------------------------------------------- break --
   function askBreak(digest, fencingToken, holder) {
     state.breakTarget = { digest, fencingToken };
+    const entry = state.leases.get(digest);
+    const who = entry && entry.lease.holder ? ' held by ' + entry.lease.holder : '';
     $('break-what').textContent =
       fencingToken === undefined
-        ? 'The whole lease ' + digest + ' of ' + state.purpose + '.'
+        ? 'The whole lease ' + digest + who + ' of ' + state.purpose + '.'
         : 'The permit ' + fencingToken + (holder ? ' held by ' + holder : '') + ' of ' + digest + '.';
     $('break-reason').value = '';
     $('break-dialog').showModal();

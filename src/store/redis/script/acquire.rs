@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::QUEUE_HORIZON_MS;
+use super::super::keys::{claim_key, key, QUEUE_HORIZON_MS};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{
@@ -23,6 +23,22 @@ static SCRIPT: LazyLock<Script> =
 
 /// An acquire writes a permit: with replica acks configured, `WAIT` follows.
 const WAITS_FOR_REPLICAS: bool = true;
+
+/// The script's `KEYS`, as its header names them: every key it touches.
+fn keys(k: &[String; 8]) -> Named<'_, 8> {
+    let [record, seq, hist, index, queue, asks, claim, grants] = k;
+    [
+        ("record", record),
+        ("sequence", seq),
+        ("history", hist),
+        ("index", index),
+        ("queue", queue),
+        ("asks", asks),
+        ("claim", claim),
+        ("grants", grants),
+    ]
+    .map(|(name, key)| (name, key.as_str()))
+}
 
 /// The script's `ARGV` (the nonce, last, is added per call).
 #[derive(Default)]
@@ -229,10 +245,22 @@ impl RedisStore {
             history_ttl_ms: &self.history_args[1],
             purpose_watched: self.purpose_watched_arg(resource),
         };
+        let ns = &self.namespace;
+        let all = [
+            key(ns, "lease", resource),
+            key(ns, "seq", resource),
+            key(ns, "hist", resource),
+            key(ns, "exp", resource),
+            key(ns, "queue", resource),
+            key(ns, "ask", resource),
+            claim_key(ns, resource, attempt),
+            key(ns, "granted", resource),
+        ];
+        let keys = keys(&all);
         let done = self
             .run_on_record(
                 &SCRIPT,
-                resource,
+                &values(&keys),
                 &tag,
                 &values(&args.named()),
                 WAITS_FOR_REPLICAS,
@@ -259,7 +287,6 @@ mod tests {
     use redis::Value;
 
     use super::super::super::evalsha::names;
-    use super::super::super::keys::record_keys;
     use super::super::header;
     use super::*;
     use crate::domain::Bounds;
@@ -268,7 +295,7 @@ mod tests {
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
             SCRIPT.source,
-            names(&record_keys("", "")),
+            names(&keys(&Default::default())),
             names(&Args::default().named()),
         );
     }

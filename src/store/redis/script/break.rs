@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{lease_key, seq_key, tomb_key, SEQ_KEY_TTL_TEXT};
+use super::super::keys::{key, SEQ_KEY_TTL_TEXT};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended_holds, int, STATUS};
@@ -21,8 +21,16 @@ static SCRIPT: LazyLock<Script> =
 const WAITS_FOR_REPLICAS: bool = true;
 
 /// The script's `KEYS`, as its header names them.
-fn keys<'a>(lease: &'a str, seq: &'a str, tombs: &'a str) -> Named<'a, 3> {
-    [("record", lease), ("sequence", seq), ("tombstones", tombs)]
+fn keys(k: &[String; 5]) -> Named<'_, 5> {
+    let [record, seq, tombs, index, hist] = k;
+    [
+        ("record", record),
+        ("sequence", seq),
+        ("tombstones", tombs),
+        ("index", index),
+        ("history", hist),
+    ]
+    .map(|(name, key)| (name, key.as_str()))
 }
 
 /// The script's `ARGV` (the nonce, last, is added per call).
@@ -84,11 +92,8 @@ impl RedisStore {
         fencing_token: Option<u64>,
         revocation: &Revocation,
     ) -> Result<Replicated<StoreBreak>, StoreError> {
-        let (lease, seq, tombs) = (
-            lease_key(&self.namespace, resource),
-            seq_key(&self.namespace, resource),
-            tomb_key(&self.namespace, resource),
-        );
+        let ns = &self.namespace;
+        let all = ["lease", "seq", "tomb", "exp", "hist"].map(|kind| key(ns, kind, resource));
         let tag = resource.tag();
         let token = fencing_token.map(|t| t.to_string()).unwrap_or_default();
         let args = Args {
@@ -105,7 +110,7 @@ impl RedisStore {
             .run(Call {
                 script: &SCRIPT,
                 tag: &tag,
-                keys: &values(&keys(&lease, &seq, &tombs)),
+                keys: &values(&keys(&all)),
                 args: &values(&args.named()),
                 acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
             })
@@ -136,7 +141,7 @@ mod tests {
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
             SCRIPT.source,
-            names(&keys("", "", "")),
+            names(&keys(&Default::default())),
             names(&Args::default().named()),
         );
     }

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use redis::Value;
 
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{SEQ_KEY_TTL_TEXT, WATCH_MARK_MS};
+use super::super::keys::{lease_key, record_keys, seq_key, SEQ_KEY_TTL_TEXT, WATCH_MARK_MS};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, label, non_negative, store_time, token_of, STATUS};
@@ -166,10 +166,15 @@ impl RedisStore {
             watch_ms: if watching { WATCH_MARK_MS } else { "0" },
             seq_ttl_ms: SEQ_KEY_TTL_TEXT,
         };
+        let (lease, seq) = (
+            lease_key(&self.namespace, resource),
+            seq_key(&self.namespace, resource),
+        );
+        let keys = record_keys(&lease, &seq);
         let done = self
             .run_on_record(
                 &SCRIPT,
-                resource,
+                &values(&keys),
                 &tag,
                 &values(&args.named()),
                 WAITS_FOR_REPLICAS,

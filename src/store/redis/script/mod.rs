@@ -18,35 +18,28 @@ mod release;
 mod renew;
 
 use super::call::{Call, Executed};
-use super::evalsha::{self, Script};
-use super::keys::{lease_key, record_keys, seq_key};
+use super::evalsha::Script;
 use super::store::RedisStore;
-use crate::domain::ResourceId;
 use crate::store::StoreError;
 
 impl RedisStore {
     /// Runs a record script (acquire, renew, release, inspect: their
-    /// headers all name `KEYS[1] record  KEYS[2] sequence`) on `resource`
-    /// with `args` in header order; `tag` is `resource.tag()`, which the
-    /// caller usually passes in `args` too. With replica acks after it when
-    /// `writes` and acks are configured.
+    /// headers all name `KEYS[1] record  KEYS[2] sequence`, then the other
+    /// keys each touches) with `keys` and `args` in header order; `tag` is
+    /// `resource.tag()`, which the caller usually passes in `args` too.
+    /// With replica acks after it when `writes` and acks are configured.
     async fn run_on_record(
         &self,
         script: &Script,
-        resource: &ResourceId,
+        keys: &[&str],
         tag: &str,
         args: &[&str],
         writes: bool,
     ) -> Result<Executed, StoreError> {
-        let (lease, seq) = (
-            lease_key(&self.namespace, resource),
-            seq_key(&self.namespace, resource),
-        );
-        let keys = evalsha::values(&record_keys(&lease, &seq));
         let run = self.run(Call {
             script,
             tag,
-            keys: &keys,
+            keys,
             args,
             acks: self.acks.filter(|_| writes),
         });

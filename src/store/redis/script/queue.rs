@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{key, seq_key, QUEUE_HORIZON_MS, SEQ_KEY_TTL_TEXT};
+use super::super::keys::{key, QUEUE_HORIZON_MS, SEQ_KEY_TTL_TEXT};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::acquire::holder_arg;
@@ -23,8 +23,16 @@ static SCRIPT: LazyLock<Script> =
 const WAITS_FOR_REPLICAS: bool = false;
 
 /// The script's `KEYS`, as its header names them.
-fn keys<'a>(queue: &'a str, seq: &'a str) -> Named<'a, 2> {
-    [("queue", queue), ("sequence", seq)]
+fn keys(k: &[String; 5]) -> Named<'_, 5> {
+    let [queue, seq, asks, grants, record] = k;
+    [
+        ("queue", queue),
+        ("sequence", seq),
+        ("asks", asks),
+        ("grants", grants),
+        ("record", record),
+    ]
+    .map(|(name, key)| (name, key.as_str()))
 }
 
 /// The script's `ARGV` (the nonce, last, is added per call).
@@ -114,8 +122,8 @@ impl RedisStore {
         resource: &ResourceId,
         op: QueueOp<'_>,
     ) -> Result<Queued, StoreError> {
-        let queue = key(&self.namespace, "queue", resource);
-        let seq = seq_key(&self.namespace, resource);
+        let ns = &self.namespace;
+        let all = ["queue", "seq", "ask", "granted", "lease"].map(|kind| key(ns, kind, resource));
         let tag = resource.tag();
         let (verb, member, ask) = verb_and_member(op);
         let ask = match op {
@@ -140,7 +148,7 @@ impl RedisStore {
             .run(Call {
                 script: &SCRIPT,
                 tag: &tag,
-                keys: &values(&keys(&queue, &seq)),
+                keys: &values(&keys(&all)),
                 args: &values(&args.named()),
                 acks: self.acks.filter(|_| WAITS_FOR_REPLICAS),
             })
@@ -169,7 +177,7 @@ mod tests {
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
             SCRIPT.source,
-            names(&keys("", "")),
+            names(&keys(&Default::default())),
             names(&Args::default().named()),
         );
     }

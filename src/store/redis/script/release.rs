@@ -6,6 +6,7 @@
 use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
+use super::super::keys::{claim_key, key};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended, ended_holds, int, non_negative, ENDED_EARLY, STATUS};
@@ -38,6 +39,23 @@ impl Mode {
             Mode::Abandoned => "a",
         }
     }
+}
+
+/// The script's `KEYS`, as its header names them: every key it touches.
+fn keys(k: &[String; 9]) -> Named<'_, 9> {
+    let [record, seq, tombs, hist, index, queue, asks, claim, grants] = k;
+    [
+        ("record", record),
+        ("sequence", seq),
+        ("tombstones", tombs),
+        ("history", hist),
+        ("index", index),
+        ("queue", queue),
+        ("asks", asks),
+        ("claim", claim),
+        ("grants", grants),
+    ]
+    .map(|(name, key)| (name, key.as_str()))
 }
 
 /// The script's `ARGV` (the nonce, last, is added per call).
@@ -165,10 +183,23 @@ impl RedisStore {
             history_ttl_ms: &self.history_args[1],
             instance_id: &self.instance,
         };
+        let ns = &self.namespace;
+        let all = [
+            key(ns, "lease", resource),
+            key(ns, "seq", resource),
+            key(ns, "tomb", resource),
+            key(ns, "hist", resource),
+            key(ns, "exp", resource),
+            key(ns, "queue", resource),
+            key(ns, "ask", resource),
+            claim_key(ns, resource, attempt),
+            key(ns, "granted", resource),
+        ];
+        let keys = keys(&all);
         let done = self
             .run_on_record(
                 &SCRIPT,
-                resource,
+                &values(&keys),
                 &tag,
                 &values(&args.named()),
                 WAITS_FOR_REPLICAS,
@@ -185,7 +216,6 @@ impl RedisStore {
 #[cfg(test)]
 mod tests {
     use super::super::super::evalsha::names;
-    use super::super::super::keys::record_keys;
     use super::super::header;
     use super::*;
 
@@ -193,7 +223,7 @@ mod tests {
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
             SCRIPT.source,
-            names(&record_keys("", "")),
+            names(&keys(&Default::default())),
             names(&Args::default().named()),
         );
     }

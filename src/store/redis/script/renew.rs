@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::SEQ_KEY_TTL_MS;
+use super::super::keys::{key, SEQ_KEY_TTL_MS};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended, int, label, non_negative, store_time, token_of, ENDED_EARLY, STATUS};
@@ -20,6 +20,19 @@ static SCRIPT: LazyLock<Script> =
 
 /// A renew rewrites the permit: with replica acks configured, `WAIT` follows.
 const WAITS_FOR_REPLICAS: bool = true;
+
+/// The script's `KEYS`, as its header names them: every key it touches.
+fn keys(k: &[String; 5]) -> Named<'_, 5> {
+    let [record, seq, tombs, index, hist] = k;
+    [
+        ("record", record),
+        ("sequence", seq),
+        ("tombstones", tombs),
+        ("index", index),
+        ("history", hist),
+    ]
+    .map(|(name, key)| (name, key.as_str()))
+}
 
 /// The script's `ARGV` (the nonce, last, is added per call).
 #[derive(Default)]
@@ -121,10 +134,13 @@ impl RedisStore {
             history_ttl_ms: &self.history_args[1],
             purpose_watched: self.purpose_watched_arg(resource),
         };
+        let ns = &self.namespace;
+        let all = ["lease", "seq", "tomb", "exp", "hist"].map(|kind| key(ns, kind, resource));
+        let keys = keys(&all);
         let done = self
             .run_on_record(
                 &SCRIPT,
-                resource,
+                &values(&keys),
                 &tag,
                 &values(&args.named()),
                 WAITS_FOR_REPLICAS,
@@ -143,7 +159,6 @@ mod tests {
     use redis::Value;
 
     use super::super::super::evalsha::names;
-    use super::super::super::keys::record_keys;
     use super::super::header;
     use super::*;
     use crate::domain::Bounds;
@@ -152,7 +167,7 @@ mod tests {
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
             SCRIPT.source,
-            names(&record_keys("", "")),
+            names(&keys(&Default::default())),
             names(&Args::default().named()),
         );
     }

@@ -11,7 +11,7 @@ use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::schemas::Inspected;
+use super::answers::Inspected;
 use crate::domain::Change;
 
 /// The first event's name: the state when the stream opens.

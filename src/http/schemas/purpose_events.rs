@@ -13,7 +13,7 @@ use utoipa::openapi::schema::{
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::schemas::Inspected;
+use super::answers::Inspected;
 use crate::domain::Change;
 
 /// One event of a purpose's stream, as a server-sent events parser reads it.
@@ -49,6 +49,15 @@ pub fn purpose_events() -> Vec<(&'static str, &'static str, bool, &'static str)>
         };
         (change.as_str(), LEASE, true, what)
     }));
+    events.push((
+        "renewed",
+        LEASE,
+        true,
+        "A lease's holders renewed it (its version is unchanged, its end moved); `data` is \
+         its new state. At most one a second per lease: a renewal sooner is sent a second after \
+         the last, from a fresh read. A renewal through another instance is sent when the \
+         service next reads the lease (at the end it last read, at the latest).",
+    ));
     events
 }
 
@@ -228,7 +237,8 @@ mod tests {
                 "released",
                 "expired",
                 "holder_changed",
-                "revoked"
+                "revoked",
+                "renewed"
             ]
         );
     }

@@ -1,0 +1,125 @@
+//! The checked history on a Redis Cluster while slots move (issue 39, item
+//! 11): the slot of every resource of the run is migrated to another master,
+//! twice, as `redis-cli --cluster reshard` does it (`CLUSTER SETSLOT …
+//! IMPORTING` on the target, `MIGRATING` on the source, `MIGRATE` of its
+//! keys a few at a time, then `SETSLOT … NODE` on every master), while the
+//! recorder's clients run every verb, waits and breaks on two instances.
+//! Every key a script touches is in its `KEYS`, so Redis redirects
+//! (`ASK`) or refuses (`TRYAGAIN`) a call before the script runs: the
+//! checker finds no two holders, no token going back, `unavailable` only
+//! where nothing was applied, and waits answered within the bound outside
+//! the windows.
+
+use super::*;
+
+/// How long a slot stays open (MIGRATING/IMPORTING) around its keys'
+/// moves, so that calls meet each state.
+const OPEN: Duration = Duration::from_millis(400);
+
+/// Moves the slot of `tag_key` from its master to the next one. Blocking
+/// (redis-cli); returns when every master names the new owner.
+fn move_slot(cluster: &RedisCluster, tag_key: &str) {
+    let slot = cluster.slot_for_key(tag_key).to_string();
+    let source = cluster.node_for_key(tag_key);
+    let masters = cluster.masters();
+    let at = masters
+        .iter()
+        .position(|m| m.port() == source.port())
+        .expect("the source is a master");
+    let target = masters[(at + 1) % masters.len()];
+    let (source_id, target_id) = (
+        source.cli(&["CLUSTER", "MYID"]),
+        target.cli(&["CLUSTER", "MYID"]),
+    );
+    target.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
+    source.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+    std::thread::sleep(OPEN);
+    let port = target.port().to_string();
+    // A few keys at a time: in between, a resource's keys are split
+    // between the two nodes (TRYAGAIN for a script naming both halves).
+    // Bounded: the source holds a few keys per resource of the slot.
+    for _ in 0..1_000 {
+        let keys = source.cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "2"]);
+        let keys: Vec<&str> = keys
+            .lines()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .collect();
+        if keys.is_empty() {
+            break;
+        }
+        let mut migrate = vec![
+            "MIGRATE",
+            "127.0.0.1",
+            &port,
+            "",
+            "0",
+            "5000",
+            "REPLACE",
+            "KEYS",
+        ];
+        migrate.extend(keys.iter().copied());
+        // NOKEY: they expired meanwhile.
+        if let Err(e) = source.cli_result(&migrate) {
+            assert!(e.contains("NOKEY"), "MIGRATE {keys:?}: {e}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(OPEN);
+    for node in masters {
+        node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_cluster_while_slots_migrate() {
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
+    let seeds = cluster.seed_urls().join(",");
+    let ns = unique("h");
+    let extra = ["--namespace", ns.as_str(), "--redis-cluster-nodes", &seeds];
+    let a = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
+    let b = TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await;
+    let run = Running::start(&[&a, &b]);
+    let started = Instant::now();
+    let mut windows = Vec::new();
+    tokio::time::sleep(GAP).await;
+    let digests = run.rec.digests.clone();
+    let mut round = 0;
+    loop {
+        for d in &digests {
+            let key = slot_key(d);
+            let start = run.now();
+            tokio::task::block_in_place(|| move_slot(&cluster, &key));
+            windows.push(FaultWindow {
+                name: "resharding".to_owned(),
+                start,
+                end: run.now(),
+                data_loss: false,
+                definite_refusal: false,
+            });
+            tokio::time::sleep(GAP).await;
+        }
+        round += 1;
+        if round >= 2 && started.elapsed() >= min_run() {
+            break;
+        }
+    }
+    run.until_recovered(windows.last().map_or(Duration::ZERO, |w| w.end))
+        .await;
+    let events = run.finish().await;
+    let refused = events.iter().filter(|e| e.outcome == "unavailable").count();
+    println!(
+        "history [cluster, resharding]: {} slot moves; {refused} calls answered unavailable",
+        windows.len()
+    );
+    judge(
+        "cluster, resharding",
+        &events,
+        &windows,
+        Checks {
+            safety: true,
+            honesty: true,
+            liveness: Some(LIVENESS),
+        },
+    );
+}
