@@ -571,3 +571,87 @@ async fn a_replay_of_a_renewed_or_claimed_permit_is_answered_by_a_full_redis() {
     }
     server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
 }
+
+/// Item 8: while Redis refuses writes, a replay whose claim could not be
+/// written is still answered, so the clean-up of a departed waiter of the
+/// same attempt (release.lua mode 'a') must be refused by the same
+/// refusals, or it could take a permit a caller was just told it holds.
+/// Its first write is a SET of the claim key (refused by a full Redis and
+/// NOREPLICAS as the claim's SET is); once writes are allowed again the
+/// replay's claim is written and the clean-up keeps the permit; a clean-up
+/// that finds nothing claimed releases and leaves no claim key behind.
+#[test]
+fn the_clean_up_is_refused_whenever_a_replays_claim_is() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let ns = crate::common::app::unique("c");
+    let tag_of = |d: &str| format!("{P}:{d}");
+    let channel = format!("{ns}:wake:v2");
+    let holder = "H".repeat(32);
+    let key = |tag: &str, kind: &str| format!("{ns}:{kind}:v2:{{{tag}}}");
+    let claim = |tag: &str| format!("{}:p:{holder}:op", key(tag, "claim"));
+    let acquire_keys = |tag: &str| -> Vec<String> {
+        let mut keys = ["lease", "seq", "hist", "exp", "queue", "ask"]
+            .map(|kind| key(tag, kind))
+            .to_vec();
+        keys.push(claim(tag));
+        keys.push(key(tag, "granted"));
+        keys
+    };
+    let release_keys = |tag: &str| -> Vec<String> {
+        let mut keys = ["lease", "seq", "tomb", "hist", "exp", "queue", "ask"]
+            .map(|kind| key(tag, kind))
+            .to_vec();
+        keys.push(claim(tag));
+        keys.push(key(tag, "granted"));
+        keys
+    };
+    let acquire = |tag: &str| {
+        run_script(
+            &server,
+            "acquire",
+            &refs(&acquire_keys(tag)),
+            &[&holder, "op", "30000", "", "", "100", "60000", ""],
+        )
+    };
+    let clean_up = |tag: &str| {
+        run_script(
+            &server,
+            "release",
+            &refs(&release_keys(tag)),
+            &[&holder, "op", &channel, tag, "a", "100", "60000", "i1"],
+        )
+    };
+    let exists = |k: &str| server.cli(&["EXISTS", k]).trim() == "1";
+
+    let held = tag_of(&digest());
+    assert_eq!(acquire(&held), 1, "acquired");
+    for (what, refuse, lift) in [
+        (
+            "OOM",
+            ["CONFIG", "SET", "maxmemory", "1"],
+            ["CONFIG", "SET", "maxmemory", "0"],
+        ),
+        (
+            "NOREPLICAS",
+            ["CONFIG", "SET", "min-replicas-to-write", "1"],
+            ["CONFIG", "SET", "min-replicas-to-write", "0"],
+        ),
+    ] {
+        server.cli(&refuse);
+        assert_eq!(acquire(&held), 2, "{what}: the replay is answered");
+        assert!(!exists(&claim(&held)), "{what}: the claim was refused");
+        assert_eq!(clean_up(&held), -9, "{what}: the clean-up is refused");
+        server.cli(&lift);
+        assert!(exists(&key(&held, "lease")), "{what}: the permit stays");
+    }
+    assert_eq!(acquire(&held), 2, "the replay, writes allowed again");
+    assert!(exists(&claim(&held)), "the replay's claim is written now");
+    assert_eq!(clean_up(&held), 2, "the clean-up keeps a claimed permit");
+    assert!(exists(&key(&held, "lease")));
+
+    let unclaimed = tag_of(&digest());
+    assert_eq!(acquire(&unclaimed), 1);
+    assert_eq!(clean_up(&unclaimed), 1, "nothing claimed: released");
+    assert!(!exists(&key(&unclaimed, "lease")));
+    assert!(!exists(&claim(&unclaimed)), "the clean-up's SET went");
+}
