@@ -14,6 +14,7 @@
 pub mod memory;
 mod queueing;
 pub mod redis;
+mod waiters;
 
 pub use queueing::{Ask, InQueue, Moved, QueueOp, Queued};
 
@@ -398,10 +399,10 @@ impl Store {
         spec: &AcquireSpec<'_>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         match self {
-            Store::Memory(s) => s
-                .acquire(resource, attempt, spec)
-                .await
-                .map(|v| Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))),
+            Store::Memory(s) => s.acquire(resource, attempt, spec).await.map(|v| {
+                s.settle_place(resource, spec, &v);
+                Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))
+            }),
             Store::Redis(s) => s.acquire(resource, attempt, spec).await,
         }
     }
