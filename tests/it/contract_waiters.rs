@@ -7,7 +7,10 @@
 //! - `limit` cuts the list, not the count; bad limits and paths are
 //!   refused by name;
 //! - no owner token or operation id is ever in the answer;
-//! - Redis: the instance the waiters wait on, with its heartbeat.
+//! - Redis: the instance the waiters wait on, with its heartbeat;
+//! - and what the console shows of a held lease beside it: inspect
+//!   gives each permit its `lockDelayMs` (the delay its expiry would
+//!   start) beside `maxHoldMs` and `holdEndsAt`.
 //!
 //! Every wait is on server state (the waiters answer itself, polled within
 //! a bound), never on a sleep.
@@ -24,6 +27,7 @@ const P: &str = "invoice-export";
 both_stores!(
     waiters_are_listed_in_order_and_leave_as_they_go,
     bad_limits_and_paths_are_refused_by_name,
+    a_permit_shows_its_lock_delay_and_hold_bound,
 );
 
 async fn waiters(app: &TestApp, d: &str, query: &str) -> Reply {
@@ -199,5 +203,41 @@ async fn bad_limits_and_paths_are_refused_by_name(backend: Backend) {
     }
     let ok = waiters(&app, &d, "?limit=100&other=1").await;
     assert_eq!(ok.body["waiting"], 0);
+    app.shutdown().await;
+}
+
+async fn a_permit_shows_its_lock_delay_and_hold_bound(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let (d, plain) = (digest(), digest());
+    let a = app.attempt().await;
+    let body =
+        json!({"ttlMs": 30_000, "lockDelayMs": 5_000, "maxHoldMs": 3_600_000, "holder": "bounded"});
+    let r = app.acquire_body(P, &d, &a, &body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:#}", r.body);
+    let b = app.attempt().await;
+    assert_eq!(
+        app.acquire(P, &plain, &b, 30_000).await.status,
+        StatusCode::CREATED
+    );
+    let seen = app.inspect(P, &d, None).await;
+    let permit = &seen.body["permits"][0];
+    assert_eq!(permit["lockDelayMs"], 5_000, "{:#}", seen.body);
+    assert_eq!(permit["maxHoldMs"], 3_600_000, "{:#}", seen.body);
+    let ends = chrono_ms(permit["holdEndsAt"].as_str().expect("holdEndsAt"));
+    let acquired = chrono_ms(permit["acquiredAt"].as_str().expect("acquiredAt"));
+    assert_eq!(ends, acquired + 3_600_000);
+    // No lock-delay runs while it is held.
+    assert!(
+        seen.body.get("lockDelayRemainingMs").is_none(),
+        "{:#}",
+        seen.body
+    );
+    // Without one, none is shown.
+    let other = app.inspect(P, &plain, None).await;
+    assert!(
+        other.body["permits"][0].get("lockDelayMs").is_none(),
+        "{:#}",
+        other.body
+    );
     app.shutdown().await;
 }

@@ -209,6 +209,7 @@ fn permit(holder: Option<&str>) -> crate::domain::PermitView {
         renewed_at: StoreTime(1_764_686_400_000),
         max_hold_ms: None,
         hold_ends_at: None,
+        lock_delay_ms: None,
     }
 }
 

@@ -80,6 +80,7 @@ impl Permit {
             renewed_at: self.renewed_at,
             holder: self.holder.clone(),
             max_hold_ms: self.max_hold_ms,
+            lock_delay_ms: Some(u64::try_from(self.lock_delay.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 }
