@@ -754,6 +754,9 @@
     $('waiters-status').textContent = list.length
       ? `${count} waiting, in the order they will acquire` + (list.length < q.body.waiting ? ` (the first ${list.length} shown)` : '') + '.'
       : 'Nobody waits.';
+    // The instances they wait on, from their heartbeats (Redis).
+    const beats = (q.body.instances || []).map((i) => i.instance + ' (heartbeat good for ' + dur(i.aliveForMs) + ')');
+    if (beats.length) $('waiters-status').textContent += ' Waiting on ' + beats.join(', ') + '.';
     tbody.replaceChildren();
     for (const w of list) {
       const tr = row([el('td', w.position, 'num'), w.holder || '—', el('code', w.instance), w.mode, when(w.since), el('td', 'waiting ' + dur(waitedNow(w, q.at)), 'num waited')]);
