@@ -77,7 +77,7 @@ fn decode(items: &[Value]) -> Result<QueueRead, StoreError> {
     let count = |at| usize::try_from(int(items, at)?).map_err(|_| bad_reply());
     let (live, shown) = (count(at::LIVE)?, count(at::SHOWN)?);
     let instances_at = at::LEN + shown * at::WAITER;
-    if items.len() < instances_at || (items.len() - instances_at) % at::INSTANCE != 0 {
+    if items.len() < instances_at || !(items.len() - instances_at).is_multiple_of(at::INSTANCE) {
         return Err(bad_reply());
     }
     let mut entries = Vec::with_capacity(shown);
