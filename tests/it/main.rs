@@ -20,6 +20,7 @@ mod client;
 mod conformance;
 mod console;
 mod contract;
+mod contract_waiters;
 #[cfg(feature = "client")]
 mod election;
 mod fairness;

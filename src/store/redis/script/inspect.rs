@@ -60,7 +60,7 @@ mod head {
 }
 
 /// Positions in one live permit's group (from its start): `remaining,
-/// fence, acquiredAt, renewedAt, ttlMs, holder`.
+/// fence, acquiredAt, renewedAt, ttlMs, holder, lockDelayMs`.
 mod permit {
     pub const REMAINING: usize = 0;
     pub const FENCE: usize = 1;
@@ -68,8 +68,9 @@ mod permit {
     pub const RENEWED_AT: usize = 3;
     pub const TTL_MS: usize = 4;
     pub const HOLDER: usize = 5;
+    pub const LOCK_DELAY_MS: usize = 6;
     /// Items per permit.
-    pub const LEN: usize = 6;
+    pub const LEN: usize = 7;
 }
 
 /// The mode letter at `items[at]`.
@@ -96,6 +97,7 @@ fn permit_at(items: &[Value], at: usize) -> Result<StoreLease, StoreError> {
         renewed_at: store_time(renewed?)?,
         holder,
         max_hold_ms,
+        lock_delay_ms: non_negative(int(items, at + LOCK_DELAY_MS)?),
     })
 }
 
@@ -223,6 +225,7 @@ mod tests {
         for fence in [9, 8] {
             held.extend([10, fence, 100, 100, 30_000].map(Value::Int));
             held.push(bulk(""));
+            held.push(Value::Int(0));
         }
         let Ok(StoreInspect::Held {
             holders,

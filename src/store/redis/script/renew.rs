@@ -100,6 +100,7 @@ fn decode(items: &[redis::Value], ttl: Ttl) -> Result<StoreRenew, StoreError> {
                 renewed_at: store_time(int(items, NOW)?)?,
                 holder,
                 max_hold_ms,
+                lock_delay_ms: None,
             })
         }
         0 => StoreRenew::Absent,
