@@ -102,6 +102,23 @@ local tag = tonumber(ARGV[9]) * 16 + 9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+-- The clean-up (mode 'a') is refused whenever a replay's claim would be
+-- (acquire.lua answers a replay whose claim Redis refused): its first
+-- write is a SET of the claim key, refused by a full Redis (SET may grow
+-- memory), NOREPLICAS and READONLY exactly as the claim's SET is (Redis
+-- checks those at a script's first write only). NX: it sets nothing when
+-- a replay claimed the permit (claimed); what it set goes at once.
+local claimed = false
+if ARGV[5] == 'a' then
+  local probe = redis.pcall('SET', KEYS[8], 'a', 'NX', 'PX', 1000)
+  if type(probe) == 'table' and probe.err then
+    return {tag - 9, probe.err}
+  end
+  claimed = not probe
+  if probe then
+    redis.call('DEL', KEYS[8])
+  end
+end
 -- Only when the caller's permit is not found: its tombstone, if an
 -- operator broke it (break.lua), until it would have expired.
 local function tombstone()
@@ -361,8 +378,7 @@ if not held then
   end
   return answer({tag})
 end
-if ARGV[5] == 'a' and (renewed
-    or redis.call('EXISTS', KEYS[8]) == 1) then
+if ARGV[5] == 'a' and (renewed or claimed) then
   return answer({tag + 2})
 end
 -- A grant mark of this permit (a release granted it to a waiter) goes
