@@ -46,8 +46,11 @@ end
 local watch = tonumber(ARGV[3])
 if watch > 0 and watched < now + watch / 2 then
   local mark = string.format('%d', now + watch)
-  if a then
+  -- Kept at least past the mark (the sequence may be near its end).
+  if a and redis.call('PTTL', KEYS[2]) > watch then
     redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. (d ~= '' and d or '0'), 'KEEPTTL')
+  elseif a then
+    redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. (d ~= '' and d or '0'), 'PX', ARGV[4])
   else
     redis.pcall('SET', KEYS[2], '0:0:' .. mark .. ':0', 'PX', ARGV[4])
   end

@@ -43,6 +43,7 @@ mod purpose_watch;
 mod redis_failures;
 mod refusals;
 mod roles;
+mod seq_lifetime;
 mod soak;
 mod store_keys;
 mod tls;

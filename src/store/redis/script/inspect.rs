@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use redis::Value;
 
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{lease_key, record_keys, seq_key, SEQ_KEY_TTL_TEXT, WATCH_MARK_MS};
+use super::super::keys::{lease_key, record_keys, seq_key, WATCH_MARK_MS};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, label, non_negative, store_time, token_of, STATUS};
@@ -166,7 +166,7 @@ impl RedisStore {
             owner_token,
             operation_id,
             watch_ms: if watching { WATCH_MARK_MS } else { "0" },
-            seq_ttl_ms: SEQ_KEY_TTL_TEXT,
+            seq_ttl_ms: &self.seq_ttl_text,
         };
         let (lease, seq) = (
             lease_key(&self.namespace, resource),
