@@ -142,6 +142,10 @@ async fn waiters_are_listed_in_order_and_leave_as_they_go(backend: Backend) {
             assert_eq!(instances[0]["instance"], list[0]["instance"]);
             let alive = instances[0]["aliveForMs"].as_u64().expect("aliveForMs");
             assert!(alive <= 2_000, "the heartbeat horizon is 2 s: {alive}");
+            let age = instances[0]["heartbeatAgeMs"]
+                .as_u64()
+                .expect("heartbeatAgeMs");
+            assert_eq!(alive + age, 2_000, "{:#}", r.body);
         }
     }
     // No secret of any waiter or of the holder.
