@@ -109,7 +109,8 @@ if seq0 then
   -- out since and Redis dropped the record: their expiries are written now
   -- ('X'), for every acquire or holder change nothing closed. One LINDEX
   -- on the fast path; the rest only then. (No sequence: nothing was
-  -- acquired here for 7 days, so no holder is left to close.)
+  -- acquired here for the history's age, at least the last TTL and
+  -- lock-delay: no history entry is left to close.)
   H = KEYS[3]
   local head = redis.call('LINDEX', H, 0)
   local left = head and string.match(head, '^%a|%d+|%d+|%d+%.(%d+)|')
@@ -182,8 +183,11 @@ if not cur and (ARGV[5] == '' or string.byte(ARGV[5], 1) == 43) then -- '+'
     end
     changes = changes + 1
     local changes_text = changes == 1 and '1' or string.format('%d', changes)
+    -- The sequence lives as the history (ARGV[7]), at least this TTL and
+    -- a minute (see SEQ_TTL below).
+    local hist_ms = tonumber(ARGV[7])
     local done = redis.pcall('SET', KEYS[2], fence_text .. ':' .. changes_text .. marks, 'PX',
-      ttl > 604800000 and ARGV[3] or '604800000')
+      (ttl > hist_ms and ttl > 60000) and ARGV[3] or (hist_ms > 60000 and ARGV[7] or '60000'))
     if type(done) == 'table' and done.err then
       return {tag - 9, done.err}
     end
@@ -227,11 +231,12 @@ elseif ARGV[5] ~= '' then
     member, leaving = string.sub(q1, 2), true
   end
 end
--- The sequence key outlives every lease: 7 days, or the TTL if longer.
-local SEQ_TTL = '604800000'
-if ttl > 604800000 then
-  SEQ_TTL = ARGV[3]
-end
+-- The sequence key outlives the lease it numbers (TTL and lock-delay) and
+-- lives as long as the history its change count annotates (ARGV[7]), at
+-- least a minute (past the watch and queue marks it carries, and a margin
+-- for a server clock stepped back); then it may go: the server clock floors
+-- the next token (docs/storage.md, "Keys"; src/store/redis/keys.rs).
+local SEQ_TTL = string.format('%d', math.max(ttl + delay, tonumber(ARGV[7]), 60000))
 -- A plain lease (limit 1, exclusive, no lock-delay) is kept as a string,
 -- "<permit field>|<permit value>", with the key's PTTL its expiry: the
 -- uncontended acquire then costs what v1's did (one GET, one SET PX).
@@ -705,7 +710,7 @@ local function refused(retry, why)
   end
   if tonumber(d) < deadline then
     local mark = a .. ':' .. b .. ':' .. c .. ':' .. string.format('%d', deadline)
-    if seq then
+    if seq and redis.call('PTTL', KEYS[2]) > horizon + 1000 then
       done = redis.pcall('SET', KEYS[2], mark, 'KEEPTTL')
     else
       done = redis.pcall('SET', KEYS[2], mark, 'PX', SEQ_TTL)

@@ -136,7 +136,8 @@ if seq then
 end
 if tonumber(d) < deadline then
   local mark = a .. ':' .. b .. ':' .. c .. ':' .. string.format('%d', deadline)
-  if seq then
+  -- Kept at least past the mark (the sequence may be near its end).
+  if seq and redis.call('PTTL', KEYS[2]) > tonumber(ARGV[3]) + 1000 then
     done = redis.pcall('SET', KEYS[2], mark, 'KEEPTTL')
   else
     done = redis.pcall('SET', KEYS[2], mark, 'PX', ARGV[4])

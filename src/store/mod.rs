@@ -14,6 +14,7 @@
 pub mod memory;
 mod queueing;
 pub mod redis;
+mod waiters;
 
 pub use queueing::{Ask, InQueue, Moved, QueueOp, Queued};
 
@@ -43,6 +44,9 @@ pub struct StoreLease {
     /// The bound on the whole hold (`maxHoldMs` of the acquisition), if
     /// one was asked: no renewal reaches past `acquired_at + max_hold_ms`.
     pub max_hold_ms: Option<u64>,
+    /// The lock-delay that would follow its expiry (`lockDelayMs` of the
+    /// acquisition; 0: none); `None` where the store call did not read it.
+    pub lock_delay_ms: Option<u64>,
 }
 
 impl StoreLease {
@@ -56,6 +60,7 @@ impl StoreLease {
             renewed_at: at,
             holder: spec.holder.cloned(),
             max_hold_ms: spec.max_hold_ms,
+            lock_delay_ms: Some(spec.shape.lock_delay_ms),
         }
     }
 }
@@ -398,10 +403,10 @@ impl Store {
         spec: &AcquireSpec<'_>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         match self {
-            Store::Memory(s) => s
-                .acquire(resource, attempt, spec)
-                .await
-                .map(|v| Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))),
+            Store::Memory(s) => s.acquire(resource, attempt, spec).await.map(|v| {
+                s.settle_place(resource, spec, &v);
+                Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))
+            }),
             Store::Redis(s) => s.acquire(resource, attempt, spec).await,
         }
     }

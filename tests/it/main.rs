@@ -20,6 +20,7 @@ mod client;
 mod conformance;
 mod console;
 mod contract;
+mod contract_waiters;
 #[cfg(feature = "client")]
 mod election;
 mod fairness;
@@ -42,6 +43,7 @@ mod purpose_watch;
 mod redis_failures;
 mod refusals;
 mod roles;
+mod seq_lifetime;
 mod soak;
 mod store_keys;
 mod tls;

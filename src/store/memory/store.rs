@@ -55,6 +55,8 @@ pub struct MemoryStore {
     state: Mutex<State>,
     max_leases: usize,
     waiters: Arc<WaitRegistry>,
+    /// The fair queue's places, kept to be read (see [`queue`]).
+    queues: super::records::Queues,
 }
 
 fn wall_ms() -> StoreTime {
@@ -81,6 +83,7 @@ impl MemoryStore {
             }),
             max_leases,
             waiters,
+            queues: super::records::Queues::default(),
         }
     }
 
