@@ -64,6 +64,10 @@ pub struct QueueInstance {
     /// when this reaches 0 (at most 2 s after its last beat).
     #[schema(minimum = 0, example = 1500)]
     pub alive_for_ms: u64,
+    /// How long ago it sent that heartbeat (an instance beats for its
+    /// waiters well within the 2 s it keeps them queued).
+    #[schema(minimum = 0, example = 500)]
+    pub heartbeat_age_ms: u64,
 }
 
 /// A resource's queue as a store read it.

@@ -50,8 +50,8 @@ pub enum WaitersTag {
         {"position": 2, "instance": "03b7aa91c2d4e5f6", "mode": "exclusive",
          "since": "2026-12-05T20:14:09.877Z", "waitedMs": 5247}
     ],
-    "instances": [{"instance": "9f2c41d07a3b8e65", "aliveForMs": 1500},
-                  {"instance": "03b7aa91c2d4e5f6", "aliveForMs": 900}]
+    "instances": [{"instance": "9f2c41d07a3b8e65", "aliveForMs": 1500, "heartbeatAgeMs": 500},
+                  {"instance": "03b7aa91c2d4e5f6", "aliveForMs": 900, "heartbeatAgeMs": 1100}]
 }))]
 pub struct WaitersAnswer {
     #[schema(inline)]

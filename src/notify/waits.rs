@@ -120,7 +120,7 @@ impl ResourceWaiters {
     /// The place of `member` is gone (taken with the permit, or left).
     ///
     /// Every other place of the same attempt (the oldest
-    /// [`SIBLINGS_TOLD`]) is told to look: when this
+    /// `SIBLINGS_TOLD`) is told to look: when this
     /// one acquired (its own look, or a grant), that attempt holds the
     /// lease from now on, and no wake-up comes for a resource that is held
     /// again, so the other would answer (a replay) only at its deadline

@@ -6,7 +6,8 @@
 //!   as they acquire (a release hands the lease to the first) or give up;
 //! - `limit` cuts the list, not the count; bad limits and paths are
 //!   refused by name;
-//! - no owner token or operation id is ever in the answer;
+//! - no owner token or operation id is ever in the answer; scoped like
+//!   inspect (`read` on the purpose);
 //! - Redis: the instance the waiters wait on, with its heartbeat;
 //! - and what the console shows of a held lease beside it: inspect
 //!   gives each permit its `lockDelayMs` (the delay its expiry would
@@ -18,7 +19,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::app::{digest, Backend, Reply, TestApp, TestAttempt};
+use crate::common::app::{args, digest, unique, Backend, Reply, TestApp, TestAttempt};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -28,6 +29,7 @@ both_stores!(
     waiters_are_listed_in_order_and_leave_as_they_go,
     bad_limits_and_paths_are_refused_by_name,
     a_permit_shows_its_lock_delay_and_hold_bound,
+    a_read_key_reads_the_waiters_and_another_purpose_may_not,
 );
 
 async fn waiters(app: &TestApp, d: &str, query: &str) -> Reply {
@@ -142,6 +144,10 @@ async fn waiters_are_listed_in_order_and_leave_as_they_go(backend: Backend) {
             assert_eq!(instances[0]["instance"], list[0]["instance"]);
             let alive = instances[0]["aliveForMs"].as_u64().expect("aliveForMs");
             assert!(alive <= 2_000, "the heartbeat horizon is 2 s: {alive}");
+            let age = instances[0]["heartbeatAgeMs"]
+                .as_u64()
+                .expect("heartbeatAgeMs");
+            assert_eq!(alive + age, 2_000, "{:#}", r.body);
         }
     }
     // No secret of any waiter or of the holder.
@@ -240,4 +246,42 @@ async fn a_permit_shows_its_lock_delay_and_hold_bound(backend: Backend) {
         other.body
     );
     app.shutdown().await;
+}
+
+async fn a_read_key_reads_the_waiters_and_another_purpose_may_not(backend: Backend) {
+    let dir = std::env::temp_dir().join(unique("leasehold-waiters-keys-"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (reader, stranger) = (
+        unique("reader-key-0123456789-"),
+        unique("stranger-key-0123456789-"),
+    );
+    let file = dir.join("keys");
+    std::fs::write(
+        &file,
+        format!("{reader} {P} read\n{stranger} report read\n"),
+    )
+    .expect("keys");
+    let app = TestApp::spawn_with(args(
+        &backend,
+        &["--api-keys-file", file.to_str().expect("utf-8 path")],
+    ))
+    .await;
+    let d = digest();
+    let ask = |key: Option<&str>| {
+        let mut rb = app.http.get(format!("{}/leases/{P}/{d}/waiters", app.base));
+        if let Some(key) = key {
+            rb = rb.header("authorization", format!("Bearer {key}"));
+        }
+        rb.send()
+    };
+    let r = TestApp::reply(ask(Some(&reader)).await.expect("send")).await;
+    assert_eq!(r.status, StatusCode::OK, "{:#}", r.body);
+    assert_eq!(r.outcome(), "waiters");
+    let r = TestApp::reply(ask(Some(&stranger)).await.expect("send")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:#}", r.body);
+    assert_eq!(r.outcome(), "forbidden");
+    let r = TestApp::reply(ask(None).await.expect("send")).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{:#}", r.body);
+    app.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -504,6 +504,11 @@ async function everyPurpose(cdp, dir) {
     await until(cdp, `document.querySelector('#leases tr[data-digest="${digests[0]}"]')?.cells[7].textContent === '1'`, 'the waiters column counting it');
     await until(cdp, `[...document.querySelectorAll('#longest li')].some((li) => li.textContent.includes('lock-4') && li.textContent.includes('waiting'))`, "the purpose's longest waits naming it");
     check(true, "a queued waiter is counted in the list and named in the purpose's longest waits");
+    if ((queue.body.instances ?? []).length) {
+      // Redis: the instance it waits on, with its heartbeat, in the health area.
+      await until(cdp, `${text('#instances')}.includes(${JSON.stringify(first.instance + ' (heartbeat ')})`, 'the waiting instance and its heartbeat in the health area');
+      check(true, `the health area names instance ${first.instance} with its heartbeat's age`);
+    }
     await axe(cdp, 'on a purpose with a lease open at 1280 px');
     await shot(cdp, 'console-wide.png');
 

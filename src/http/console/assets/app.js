@@ -299,6 +299,7 @@
 
   function showOverview() {
     stopFeed();
+    $('instances').hidden = true;
     state.purpose = null;
     state.selected = null;
     $('overview-panel').hidden = false;
@@ -446,6 +447,7 @@
     $('detail-panel').hidden = true;
     $('leases-title').textContent = 'Leases of ' + purpose;
     state.queues.clear();
+    renderInstances(purpose);
     renderPurposes();
     renderLeases();
     renderLongest();
@@ -688,15 +690,35 @@
         }
         if (reply.status !== 200 || !reply.body) return;
         const b = reply.body;
-        state.queues.set(digest, { waiting: b.waiting, complete: b.complete, head: (b.waiters || [])[0], at: performance.now() });
+        state.queues.set(digest, { waiting: b.waiting, complete: b.complete, head: (b.waiters || [])[0], instances: b.instances || [], at: performance.now() });
       }),
     );
     if (state.purpose !== purpose) return;
     for (const digest of state.queues.keys()) if (!state.leases.has(digest)) state.queues.delete(digest);
+    renderInstances(purpose);
     renderLeases();
     renderLongest();
     if (state.selected) refreshWaiters();
     queueTimer = setTimeout(() => loadQueues(purpose), QUEUE_MS);
+  }
+
+  // Health beside the data: the instances sharing the store that have
+  // waiters in this purpose's queues, from their heartbeats there (Redis;
+  // an instance's heartbeat lives only in the queues it waits in).
+  function renderInstances(purpose) {
+    const out = $('instances');
+    const seen = new Map();
+    for (const q of state.queues.values()) {
+      for (const i of q.instances || []) {
+        const was = seen.get(i.instance);
+        if (!was || was.heartbeatAgeMs > i.heartbeatAgeMs) seen.set(i.instance, i);
+      }
+    }
+    out.hidden = !seen.size;
+    const list = [...seen.values()].sort((a, b) => (a.instance < b.instance ? -1 : 1));
+    out.textContent = seen.size
+      ? `instances with waiters in ${purpose}: ` + list.map((i) => `${i.instance} (heartbeat ${dur(i.heartbeatAgeMs)} ago)`).join(', ')
+      : '';
   }
 
   // A waiter's time waited, counted on from when it was read.

@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::KeyBuf;
+use super::super::keys::{KeyBuf, QUEUE_HORIZON_MS};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, label, store_time, text, STATUS};
@@ -93,12 +93,15 @@ fn decode(items: &[Value]) -> Result<QueueRead, StoreError> {
             holder,
         });
     }
+    // A heartbeat sets its deadline the horizon ahead of the store's clock.
+    let horizon: u64 = QUEUE_HORIZON_MS.parse().map_err(|_| bad_reply())?;
     let mut instances = Vec::new();
     for i in (instances_at..items.len()).step_by(at::INSTANCE) {
-        let deadline = store_time(int(items, i + 1)?)?;
+        let alive_for_ms = store_time(int(items, i + 1)?)?.0.saturating_sub(now.0);
         instances.push(QueueInstance {
             instance: text(items, i)?.to_owned(),
-            alive_for_ms: deadline.0.saturating_sub(now.0),
+            alive_for_ms,
+            heartbeat_age_ms: horizon.saturating_sub(alive_for_ms),
         });
     }
     Ok(QueueRead {
@@ -182,6 +185,7 @@ mod tests {
         );
         assert_eq!(e.holder.as_ref().map(|h| h.as_str()), Some("pod-9"));
         assert_eq!(read.instances[0].alive_for_ms, 1_500);
+        assert_eq!(read.instances[0].heartbeat_age_ms, 500);
         assert!(decode(&items[..items.len() - 1]).is_err());
         assert!(decode(&items[..7]).is_err());
         assert_eq!(member_parts("s:i:1"), Some((Mode::Shared, "i")));
