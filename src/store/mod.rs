@@ -11,6 +11,7 @@
 //! plain results below or a [`StoreError`] that says whether the command
 //! definitely did not apply (`Unavailable`) or may have (`Indeterminate`).
 
+pub mod instances;
 pub mod memory;
 mod queueing;
 pub mod redis;
