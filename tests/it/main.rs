@@ -42,6 +42,7 @@ mod purpose_watch;
 mod redis_failures;
 mod refusals;
 mod roles;
+mod scripts;
 mod soak;
 mod store_keys;
 mod tls;

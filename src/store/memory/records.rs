@@ -1,11 +1,12 @@
 //! What the embedded store keeps per resource: each holder's [`Permit`]
 //! and the resource's [`Entry`] (limit, mode, permits, change stamp), with
-//! the reads every verb makes of them.
+//! the reads every verb makes of them, and the [`Tomb`] of a permit that
+//! ended early.
 
 use std::time::{Duration, Instant};
 
 use crate::domain::{Attempt, HeldBy, HolderLabel, Mode, StoreTime};
-use crate::store::{Probe, StoreLease};
+use crate::store::{EndedEarly, Probe, StoreLease};
 
 /// One holder's permit.
 pub(super) struct Permit {
@@ -144,6 +145,29 @@ impl Entry {
                     HeldBy::Other
                 })
             }
+        }
+    }
+}
+
+/// The tombstone of a permit that ended early: whose it was, why, and
+/// until when its holder may still ask (a broken permit: when it would
+/// have expired; a held-out one: one TTL past its bound). Forgotten then.
+pub(super) struct Tomb {
+    pub(super) owner_token: String,
+    pub(super) operation_id: String,
+    pub(super) until: Instant,
+    pub(super) why: EndedEarly,
+}
+
+impl Tomb {
+    /// `permit` ended at its hold bound: its holder hears `max_hold` until
+    /// `until`.
+    pub(super) fn held_out(permit: &Permit, until: Instant) -> Self {
+        Self {
+            owner_token: permit.owner_token.clone(),
+            operation_id: permit.operation_id.clone(),
+            until,
+            why: EndedEarly::MaxHold,
         }
     }
 }
