@@ -59,6 +59,23 @@
 --#include lib/fence.lua
 local tag = tonumber(ARGV[9]) * 16 + 9
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
+-- The clean-up (mode 'a') is refused whenever a replay's claim would be
+-- (acquire.lua answers a replay whose claim Redis refused): its first
+-- write is a SET of the claim key, refused by a full Redis (SET may grow
+-- memory), NOREPLICAS and READONLY exactly as the claim's SET is (Redis
+-- checks those at a script's first write only). NX: it sets nothing when
+-- a replay claimed the permit (claimed); what it set goes at once.
+local claimed = false
+if ARGV[5] == 'a' then
+  local probe = redis.pcall('SET', KEYS[8], 'a', 'NX', 'PX', 1000)
+  if type(probe) == 'table' and probe.err then
+    return {tag - 9, probe.err}
+  end
+  claimed = not probe
+  if probe then
+    redis.call('DEL', KEYS[8])
+  end
+end
 --#include lib/tombstone.lua
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
 local cur = redis.pcall('GET', KEYS[1])
@@ -128,11 +145,7 @@ elseif type(cur) == 'table' then
     end
   end
 else
-  local why = tombstone()
-  if why then
-    return {tag - 2, why}
-  end
-  return {tag}
+  return not_held(0)
 end
 local held, live, rest, latest, renewed = false, extra, extra + delayed, delayed_end, false
 -- Long-expired permits (expiry and lock-delay over) go with the release, at
@@ -206,17 +219,9 @@ if seen then
   end
 end
 if not held then
-  local why = tombstone()
-  if why then
-    return answer({tag - 2, why})
-  end
-  if live > 0 then
-    return answer({tag - 1})
-  end
-  return answer({tag})
+  return answer(not_held(live))
 end
-if ARGV[5] == 'a' and (renewed
-    or redis.call('EXISTS', KEYS[8]) == 1) then
+if ARGV[5] == 'a' and (renewed or claimed) then
   return answer({tag + 2})
 end
 -- A grant mark of this permit (a release granted it to a waiter) goes

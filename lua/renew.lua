@@ -89,11 +89,7 @@ elseif type(cur) == 'table' then
     end
   end
 else
-  local why = tombstone()
-  if why then
-    return {tag - 2, why}
-  end
-  return {tag}
+  return not_held(0)
 end
 for i = 1, #rec, 2 do
   local field = rec[i]
@@ -123,14 +119,7 @@ for i = 1, #rec, 2 do
   end
 end
 if not v then
-  local why = tombstone()
-  if why then
-    return {tag - 2, why}
-  end
-  if others > 0 then
-    return {tag - 1}
-  end
-  return {tag}
+  return not_held(others)
 end
 local fence, acq, ld, at = string.match(v, '^(%d+)|%d+|(%d+)|%d+|%d+|(%d+)|()')
 local bound, label_at = slot(v, at)

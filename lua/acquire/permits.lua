@@ -40,23 +40,22 @@ for i = 1, rec and #rec or 0, 2 do
         -- is marked claimed for as long as it lives, so that the clean-up
         -- release of a waiter of the same attempt that left (release.lua,
         -- mode 'a') leaves it alone (docs/design.md §14). The answer is
-        -- decided first; the mark is written only when it is needed, so a
-        -- Redis that refuses writes (full, NOREPLICAS, READONLY) refuses
-        -- only that replay: not when the permit was renewed (the clean-up
+        -- decided first, before any write; the mark is written only when
+        -- it is needed: not when the permit was renewed (the clean-up
         -- keeps it anyway) or is claimed already, and not for a waiter's
         -- look at its own grant (`handed`): should that waiter have gone,
         -- its own clean-up must find the grant unclaimed (the mark names
-        -- this entry: no other entry's clean-up takes it). Refused when
-        -- needed, the replay is not answered: without the mark a clean-up
-        -- could take the permit from a caller told it holds it. (v2
-        -- scripts ignore the key: an additive change.)
+        -- this entry: no other entry's clean-up takes it). A Redis that
+        -- refuses the mark (full, NOREPLICAS, READONLY: the SET is this
+        -- run's first write) still gets the replay answered, as the
+        -- previous release answered it: the clean-up's own first write is
+        -- the same kind of SET (release.lua, mode 'a'), refused by the
+        -- same refusal, so no clean-up takes the permit while the mark
+        -- could not be written. (v2 scripts ignore the key: additive.)
         if handed == 0 and acq == ren then
           local C = KEYS[7]
           if redis.call('EXISTS', C) == 0 then
-            local claimed = redis.pcall('SET', C, '1', 'PX', exp - now)
-            if type(claimed) == 'table' and claimed.err then
-              return {tag - 9, claimed.err}
-            end
+            redis.pcall('SET', C, '1', 'PX', exp - now)
           end
         end
         return {tag + 2, exp - now, tonumber(fence), tonumber(acq), tonumber(ren), tonumber(granted),

@@ -111,20 +111,33 @@ elseif cur then
           end
         else
           delays_top = -tonumber(top[2])
-          local cursor, own_n, met = '0', 0, {}
-          repeat
-            local r = redis.call('ZSCAN', IDX, cursor, 'MATCH', 'p:' .. ARGV[1] .. ':*', 'COUNT', 1000)
-            cursor = r[1]
-            for i = 1, #r[2], 2 do
-              local ends = -tonumber(r[2][i + 1])
-              if ends > now and not met[r[2][i]] then
-                met[r[2][i]] = true
-                own_n = own_n + 1
-                delays[#delays + 1] = r[2][i]
-                delays[#delays + 1] = ends
-              end
+          local own_n, met = 0, {}
+          local function meet(field, score)
+            local ends = -tonumber(score)
+            if ends > now and not met[field] then
+              met[field] = true
+              own_n = own_n + 1
+              delays[#delays + 1] = field
+              delays[#delays + 1] = ends
             end
-          until cursor == '0'
+          end
+          -- The caller's own permit is looked up directly; its owner's
+          -- other operations by a scan bounded as every call's work is
+          -- (docs/design.md §14): 2 scans of about 256 members. One
+          -- beyond them is taken for another owner's, whose delay the
+          -- caller waits out (a wait, never a second holder).
+          local score = redis.call('ZSCORE', IDX, mine)
+          if score then
+            meet(mine, score)
+          end
+          local cursor, scans = '0', 0
+          repeat
+            local r = redis.call('ZSCAN', IDX, cursor, 'MATCH', 'p:' .. ARGV[1] .. ':*', 'COUNT', 256)
+            cursor, scans = r[1], scans + 1
+            for i = 1, #r[2], 2 do
+              meet(r[2][i], r[2][i + 1])
+            end
+          until cursor == '0' or scans == 2
           delays_others = n > own_n
         end
       end

@@ -3,7 +3,9 @@
 //! refuse. Every verb the refusal can hit answers `503 unavailable` as
 //! problem+json with `Retry-After`; the refusal costs no reconnect per
 //! request; nothing was applied meanwhile (the same attempt acquires
-//! normally afterwards, a lease held before is intact).
+//! normally afterwards, a lease held before is intact). A replay, which
+//! needs no write to be decided, is answered through a full Redis,
+//! NOREPLICAS and a read-only replica (issue 39, item 8).
 
 #[allow(unused_imports)]
 use crate::common;
@@ -347,6 +349,114 @@ async fn noperm_on_publish_refuses_release_and_keeps_the_lease() {
     server.cli(&["ACL", "SETUSER", user, "+publish"]);
     assert_no_reconnect_per_request("NOPERM (publish)", growth, sent);
     assert_nothing_applied("NOPERM (publish)", &app, &scene).await;
+}
+
+/// Item 8 of issue 39: the first replay of a permit neither renewed nor
+/// claimed yet (its claim key, lua/acquire.lua, not written) is answered
+/// while Redis refuses writes, as the previous release answered it: the
+/// answer is decided before any write and the claim's write is optional.
+/// A newcomer's acquire is refused meanwhile (the refusal is real); once
+/// it is lifted the replayed lease is intact and releases.
+async fn first_replay_answered_while_refused(
+    what: &str,
+    server: &RedisServer,
+    refuse: impl FnOnce(),
+    lift: impl FnOnce(),
+) {
+    let app = app_on(server, &[]).await;
+    let (a, held) = (app.attempt().await, digest());
+    let first = app.acquire(P, &held, &a, HELD_TTL_MS).await;
+    assert_eq!(
+        first.status,
+        StatusCode::CREATED,
+        "{what}: {:?}",
+        first.body
+    );
+    let token = first.fencing_token();
+    refuse();
+    let newcomer = app.attempt().await;
+    assert_unavailable(
+        what,
+        Verb::Acquire,
+        &app.acquire(P, &digest(), &newcomer, HELD_TTL_MS).await,
+    );
+    for round in 0..3 {
+        let replay = app.acquire(P, &held, &a, HELD_TTL_MS).await;
+        assert_eq!(
+            (replay.status, replay.outcome()),
+            (StatusCode::OK, "replayed_same_operation"),
+            "{what}: replay {round} while Redis refuses writes: {:?}",
+            replay.body
+        );
+        assert_eq!(replay.fencing_token(), token, "{what}");
+    }
+    lift();
+    let seen = app.inspect(P, &held, Some(&a)).await;
+    assert_eq!(seen.body["heldBy"], "caller", "{what}: {:?}", seen.body);
+    assert_eq!(seen.body["fencingToken"], token, "{what}");
+    let released = app.release(P, &held, &a).await;
+    assert_eq!(
+        released.outcome(),
+        "released",
+        "{what}: {:?}",
+        released.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_replay_is_answered_by_a_full_redis() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    first_replay_answered_while_refused(
+        "OOM",
+        &server,
+        || {
+            server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+        },
+        || {
+            server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_replay_is_answered_under_noreplicas() {
+    let server = RedisServer::start();
+    first_replay_answered_while_refused(
+        "NOREPLICAS",
+        &server,
+        || {
+            server.cli(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+        },
+        || {
+            server.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_replay_is_answered_by_a_read_only_replica() {
+    // REPLICAOF a loopback port nobody listens on: the server turns into a
+    // read-only replica (READONLY on every write) that keeps its data, as
+    // it never reaches a master to sync from; REPLICAOF NO ONE lifts it.
+    let server = RedisServer::start();
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+        .to_string();
+    first_replay_answered_while_refused(
+        "READONLY",
+        &server,
+        || {
+            server.cli(&["REPLICAOF", "127.0.0.1", &nobody]);
+        },
+        || {
+            server.cli(&["REPLICAOF", "NO", "ONE"]);
+        },
+    )
+    .await;
 }
 
 /// The refusals above are real: each makes Redis answer a script's write

@@ -24,12 +24,22 @@ use super::call::{Call, Executed};
 use super::exec::{self, send, Redirect, RunError};
 use super::node::NodeTemplate;
 use super::pool::NodePool;
+use super::reply;
 use crate::store::{Readiness, StoreError};
 
 /// Number of hash slots.
 const SLOTS: usize = 16384;
 /// MOVED/ASK hops followed for one call (a resharding moves a slot once).
 const MAX_REDIRECTS: usize = 3;
+/// TRYAGAIN answers retried for one call. Redis answers TRYAGAIN, before
+/// the script runs, when a slot is half-migrated and the resource's keys
+/// are split between its two nodes; the migration moves the rest within
+/// milliseconds. Nothing was applied, so the call is sent again (from the
+/// slot's owner, whose ASK leads on) after [`TRY_AGAIN_FIRST`], doubling:
+/// 10 + 20 + 40 + 80 + 160 + 320 ms at most, and never past the deadline.
+const MAX_TRY_AGAIN: u32 = 6;
+/// The first pause before a TRYAGAIN retry.
+const TRY_AGAIN_FIRST: Duration = Duration::from_millis(10);
 /// Slot map re-read this often even without a hint that it changed.
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// At most one slot map refresh per this interval.
@@ -231,7 +241,8 @@ impl ClusterBackend {
         parse_slots(&reply, host).ok_or(StoreError::Unavailable("unexpected CLUSTER SLOTS reply"))
     }
 
-    /// Runs `call` on the master of its slot, following MOVED/ASK.
+    /// Runs `call` on the master of its slot, following MOVED/ASK and
+    /// retrying TRYAGAIN a bounded number of times ([`MAX_TRY_AGAIN`]).
     pub async fn execute(
         &self,
         call: &Call<'_>,
@@ -239,7 +250,12 @@ impl ClusterBackend {
     ) -> Result<Executed, StoreError> {
         let slot = key_slot(call.tag);
         let mut redirect: Option<(String, bool)> = None;
-        for _ in 0..=MAX_REDIRECTS {
+        let (mut hops, mut tries, mut pause) = (0, 0, TRY_AGAIN_FIRST);
+        loop {
+            if hops > MAX_REDIRECTS {
+                return Err(StoreError::Unavailable("too many Redis Cluster redirects"));
+            }
+            hops += 1;
             let (addr, asking) = match redirect.take() {
                 Some(target) => target,
                 None => match self.owner(slot) {
@@ -277,6 +293,18 @@ impl ClusterBackend {
                     tracing::debug!(slot, "ASK; following once");
                     redirect = Some((addr, true));
                 }
+                Err(RunError::Failed(StoreError::Unavailable(why)))
+                    if why == reply::TRY_AGAIN
+                        && tries < MAX_TRY_AGAIN
+                        && Instant::now() + pause < deadline =>
+                {
+                    tracing::debug!(slot, tries, "TRYAGAIN; retrying");
+                    tries += 1;
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    // From the owner again, with a fresh redirect budget.
+                    (redirect, hops) = (None, 0);
+                }
                 Err(RunError::Failed(err)) => {
                     if exec::suggests_topology_change(&err) {
                         self.want_refresh();
@@ -285,7 +313,6 @@ impl ClusterBackend {
                 }
             }
         }
-        Err(StoreError::Unavailable("too many Redis Cluster redirects"))
     }
 
     /// The lowest slot of every master in the slot map, ascending: the

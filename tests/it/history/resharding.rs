@@ -123,3 +123,110 @@ async fn history_cluster_while_slots_migrate() {
         },
     );
 }
+
+/// `errorstat_TRYAGAIN` summed over `nodes`: the calls Redis refused with
+/// TRYAGAIN (INFO errorstats; absent until the first).
+fn try_again_count(nodes: &[&RedisServer]) -> u64 {
+    nodes
+        .iter()
+        .map(|n| {
+            n.cli(&["INFO", "errorstats"])
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("errorstat_TRYAGAIN:count="))
+                .and_then(|c| c.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// `MIGRATE`s every key of `slot` still on `source` to `target` (`NOKEY`:
+/// they expired meanwhile).
+fn migrate_keys(source: &RedisServer, target: &RedisServer, slot: &str, count: &str) {
+    let port = target.port().to_string();
+    let keys = source.cli(&["CLUSTER", "GETKEYSINSLOT", slot, count]);
+    let keys: Vec<&str> = keys
+        .lines()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .collect();
+    assert!(!keys.is_empty(), "no key of slot {slot} left to migrate");
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+    migrate.extend(keys.iter().copied());
+    if let Err(e) = source.cli_result(&migrate) {
+        assert!(e.contains("NOKEY"), "MIGRATE {keys:?}: {e}");
+    }
+}
+
+/// A call that meets its resource's keys split between the two nodes of a
+/// half-migrated slot is refused TRYAGAIN before its script runs; the store
+/// retries it a few times with a short backoff (src/store/redis/cluster.rs,
+/// `MAX_TRY_AGAIN`) instead of answering `unavailable`. Here the renew is
+/// sent while one key of the lease has moved and the others have not; once
+/// Redis has refused it TRYAGAIN (counted in INFO errorstats), the rest of
+/// the keys move and the slot's new owner is set: the renew is answered
+/// `renewed`, the same fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_refused_tryagain_is_retried_until_the_slot_settles() {
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
+    let seeds = cluster.seed_urls().join(",");
+    let ns = unique("t");
+    let extra = ["--namespace", ns.as_str(), "--redis-cluster-nodes", &seeds];
+    let app = Arc::new(TestApp::spawn_with(history_args(&Backend::Memory, &extra)).await);
+    let d = digest();
+    let a = app.attempt().await;
+    let got = app.acquire(P, &d, &a, 60_000).await;
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    let token = got.fencing_token();
+
+    let key = slot_key(&d);
+    let slot = cluster.slot_for_key(&key).to_string();
+    let source = cluster.node_for_key(&key);
+    let masters = cluster.masters();
+    let target = *masters
+        .iter()
+        .find(|m| m.port() != source.port())
+        .expect("another master");
+    let held: u64 = source
+        .cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot])
+        .parse()
+        .expect("COUNTKEYSINSLOT");
+    assert!(held >= 2, "the lease has {held} keys: nothing to split");
+    let (source_id, target_id) = (
+        source.cli(&["CLUSTER", "MYID"]),
+        target.cli(&["CLUSTER", "MYID"]),
+    );
+    target.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
+    source.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+    migrate_keys(source, target, &slot, "1");
+    let before = try_again_count(&masters);
+
+    let renew = {
+        let (app, d, a) = (Arc::clone(&app), d.clone(), a.clone());
+        tokio::spawn(async move { app.renew(P, &d, &a, 60_000).await })
+    };
+    // Bounded: the renew is refused TRYAGAIN within its first attempts.
+    let waited = Instant::now();
+    while tokio::task::block_in_place(|| try_again_count(&masters)) == before {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "Redis never refused the renew TRYAGAIN"
+        );
+        assert!(!renew.is_finished(), "the renew ended without a TRYAGAIN");
+        tokio::task::yield_now().await;
+    }
+    tokio::task::block_in_place(|| {
+        migrate_keys(source, target, &slot, "100");
+        for node in &masters {
+            node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+        }
+    });
+    let renewed = renew.await.expect("the renew task");
+    assert_eq!(
+        renewed.outcome(),
+        "renewed",
+        "a TRYAGAIN is retried, not answered: {:?}",
+        renewed.body
+    );
+    assert_eq!(renewed.fencing_token(), token);
+    assert_eq!(app.release(P, &d, &a).await.outcome(), "released");
+}
