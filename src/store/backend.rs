@@ -181,7 +181,7 @@ impl Store {
         dispatch!(self, s => s.queue_member(mode))
     }
 
-    /// Whether an acquire takes its [`InQueue::Entering`] place in the
+    /// Whether an acquire takes its [`InQueue::Entering`](super::InQueue::Entering) place in the
     /// same call when it finds no permit: Redis without replica acks (a
     /// place is left with an ask, which a release may grant).
     pub fn enters_when_held(&self) -> bool {
