@@ -80,10 +80,7 @@
 -- "expired"); none on the fast path, a replay or a refusal.
 -- Every answer of integers only (all but statuses 2 and -9) is packed into
 -- one string, "<tag> <item> ..." (see `answer`).
---#include lib/bound.lua
 --#include lib/time.lua
---#include lib/sequence.lua
---#include lib/fence.lua
 local tag = tonumber(ARGV[9]) * 16 + 9
 local ttl = tonumber(ARGV[3])
 -- GET tells a plain record (a string) from a hash (WRONGTYPE) or none.
@@ -91,8 +88,25 @@ local cur = redis.pcall('GET', KEYS[1])
 local H, HMAX = nil, tonumber(ARGV[6])
 -- No record: the sequence is read first (the fast path needs it anyway).
 local seq0 = not cur and redis.call('GET', KEYS[2])
---#include acquire/closed.lua
+-- No record, but a sequence: when the newest history entry left holders
+-- live (its version "<changes>.<live>" counts some), their permits ran
+-- out since and Redis dropped the record: their expiries are written
+-- ('X', acquire/closed.lua) before this acquire's, for every acquire or
+-- holder change nothing closed. One LINDEX on the fast path; the rest
+-- only then, on the general path. (No sequence: nothing was acquired
+-- here for 7 days, so no holder is left to close.)
+local dropped = false
+if seq0 then
+  H = KEYS[3]
+  local head = redis.call('LINDEX', H, 0)
+  local left = head and string.match(head, '^%a|%d+|%d+|%d+%.(%d+)|')
+  dropped = left and left ~= '0'
+end
 --#include acquire/fast.lua
+--#include lib/sequence.lua
+--#include lib/fence.lua
+--#include acquire/announce.lua
+--#include acquire/closed.lua
 local limit, mode, delay, delay_text, member = 1, 'x', 0, '0', ''
 -- A waiter not queued yet: the member it enters as when refused (with an
 -- ask, which a release may grant, for a plain lease only).
@@ -123,9 +137,11 @@ end
 -- (Nothing below allocates on the uncontended path that it can avoid:
 -- every string, table and closure made here is Lua garbage, and collecting
 -- it is paid per call.)
+--#include lib/permit.lua
 --#include acquire/read.lua
 --#include acquire/permits.lua
 --#include lib/expiries.lua
+--#include acquire/publish.lua
 --#include acquire/refused.lua
 if seen then
   -- The expiries this run read, each written once (lib/expiries.lua);
@@ -192,21 +208,11 @@ if not hashed and limit == 1 and mode == 'x' and delay == 0 then
     redis.pcall('ZREM', KEYS[5], member)
     redis.pcall('HDEL', KEYS[6], member)
   end
-  H = H or KEYS[3]
-  done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[4])
-  if type(done) == 'number' and done > HMAX then
-    redis.pcall('LTRIM', H, 0, HMAX - 1)
-  end
-  redis.pcall('PEXPIRE', H, ARGV[7])
-  if watched > now or ARGV[8] ~= '' then
-    redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
-      string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.1\tacquired')
-  end
+  announce(fence_text, now_text, changes_text .. '.1', watched)
   if wake_next then
     -- Nobody else can go while this permit lives: the waiters behind only
     -- learn when it ends ("queue\t<ttl ms>": no look needed).
-    redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
-      string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue\t' .. ARGV[3])
+    publish('\t\tqueue\t' .. ARGV[3])
   end
   return answer({tag + 1, fence, now})
 end
@@ -262,25 +268,13 @@ if member ~= '' then
   -- Its ask (queue.lua) goes with it: no release grants it again.
   redis.pcall('HDEL', KEYS[6], member)
 end
-H = H or KEYS[3]
-done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.'
-  .. (live + 1) .. '|' .. ARGV[4])
-if type(done) == 'number' and done > HMAX then
-  redis.pcall('LTRIM', H, 0, HMAX - 1)
-end
-redis.pcall('PEXPIRE', H, ARGV[7])
 -- Watchers of this resource (an instance renews "watched until" while it
--- has some) hear of the acquire; nobody pays for the event otherwise. The
--- next queued waiter looks at once when a permit is still free for it.
-if watched > now or ARGV[8] ~= '' then
-  redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
-    string.match(KEYS[1], '{(.*)}$') .. '\t' .. changes_text .. '.' .. (live + 1) .. '\tacquired')
-end
+-- has some) hear of the acquire. The next queued waiter looks at once
+-- when a permit is still free for it.
+announce(fence_text, now_text, changes_text .. '.' .. (live + 1), watched)
 if wake_next then
   -- An exclusive permit of a limit of 1: the waiters behind only learn when
   -- it ends (as above); otherwise one may go now, and they look.
-  redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
-    string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue'
-    .. ((limit == 1 and mode == 'x') and ('\t' .. ARGV[3]) or ''))
+  publish('\t\tqueue' .. ((limit == 1 and mode == 'x') and ('\t' .. ARGV[3]) or ''))
 end
 return answer({tag + 1, fence, now})

@@ -24,7 +24,7 @@
 -- "<tag>\t<version>\trevoked\t<key name>\t<reason>" (neither holds a tab:
 -- no control characters), which wakes waiters as a release does.
 --#include lib/prune.lua
---#include lib/bound.lua
+--#include lib/permit.lua
 --#include lib/time.lua
 --#include lib/sequence.lua
 local tag = tonumber(ARGV[9]) * 16 + 9
@@ -48,11 +48,7 @@ local top = 0
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local fence, exp, acq, ld, at = string.match(rec[i + 1], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
-    exp = tonumber(exp)
-    if string.byte(rec[i + 1], at) == 30 then
-      exp = capped(rec[i + 1], at, acq, exp)
-    end
+    local fence, exp, acq, _, _, ld, at = permit(rec[i + 1])
     if exp > now and (ARGV[1] == '' or fence == ARGV[1]) then
       victims[#victims + 1] = field
       held[#held + 1] = now - tonumber(acq)

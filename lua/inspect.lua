@@ -18,7 +18,7 @@
 -- status 0 free (no live permit), 1 held. held_by: 0 not asked, 1 caller,
 -- 2 caller other operation (or the caller's token, when no operation was
 -- sent), 3 other. The version is "<changes>.<live>".
---#include lib/bound.lua
+--#include lib/permit.lua
 --#include lib/time.lua
 --#include lib/sequence.lua
 local tag = tonumber(ARGV[5]) * 16 + 9
@@ -57,11 +57,7 @@ for i = 1, #rec, 2 do
   local byte = string.byte(field, 1)
   if byte == 112 then -- 'p'
     local v = rec[i + 1]
-    local fence, exp, acq, ren, ttl, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
-    exp = tonumber(exp)
-    if string.byte(v, at) == 30 then
-      exp = capped(v, at, acq, exp)
-    end
+    local fence, exp, acq, ren, ttl, ld, at = permit(v)
     if exp > now then
       live = live + 1
       fence = tonumber(fence)

@@ -52,11 +52,9 @@
 -- A release changes no counter: the version "<changes>.<live permits>" moves
 -- because the live count falls (and for one change count it only falls). A
 -- release never starts a lock-delay: only an expiry does.
---#include lib/prune.lua
---#include lib/bound.lua
+--#include lib/permit.lua
 --#include lib/time.lua
 --#include lib/sequence.lua
---#include lib/fence.lua
 local tag = tonumber(ARGV[9]) * 16 + 9
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- The clean-up (mode 'a') is refused whenever a replay's claim would be
@@ -88,11 +86,12 @@ local extra, delayed, delayed_end = 0, 0, 0
 -- Permits whose expiry is in the history already: a negative index score,
 -- -(expiresAt + lockDelayMs) (see acquire.lua).
 local recorded = {}
---#include lib/index.lua
+--#include lib/limits.lua
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif type(cur) == 'table' then
+  --#include lib/index.lua
   IDX = KEYS[5]
   -- A small record (SMALL_RECORD fields at most) is read whole, as
   -- acquire.lua does: one read costs Redis less than the index's reads.
@@ -159,11 +158,7 @@ local seen
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local exp, acq, ren, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|(%d+)|%d+|(%d+)|()')
-    exp = tonumber(exp)
-    if string.byte(rec[i + 1], at) == 30 then
-      exp = capped(rec[i + 1], at, acq, exp)
-    end
+    local fence, exp, acq, ren, _, ld, at = permit(rec[i + 1])
     if exp > now then
       live = live + 1
     end
@@ -173,7 +168,7 @@ for i = 1, #rec, 2 do
     local noted = exp <= now and recorded[field]
     if exp <= now and not noted and (not seen or #seen < SEEN_MAX * 6) then
       seen = seen or {}
-      seen[#seen + 1] = string.match(rec[i + 1], '^(%d+)|')
+      seen[#seen + 1] = fence
       seen[#seen + 1] = exp -- its end (a bound caps it)
       seen[#seen + 1] = ld
       seen[#seen + 1] = string.sub(rec[i + 1], at)
@@ -210,8 +205,9 @@ do
     last, changes, watched, queued = a, b, c, d
   end
 end
---#include lib/expiries.lua
+--#include lib/reply.lua
 if seen then
+  --#include lib/expiries.lua
   -- As acquire.lua: each expiry once ('x', then 'd' for a lock-delay).
   write_expiries(H, seen, changes .. '.' .. (held and live - 1 or live))
   if IDX then
@@ -303,6 +299,10 @@ if type(done) == 'number' and done > HMAX then
 end
 redis.pcall('PEXPIRE', H, ARGV[7])
 if ask then
+  -- (the helpers only a grant needs, spliced here: a closure is made
+  -- per run from where it stands)
+  --#include lib/fence.lua
+  --#include lib/prune.lua
   -- The grant, as acquire.lua's general path writes a plain lease.
   local granted = false
   local ttl_text, owner, op, label = string.match(ask, '^(%d+)|([^|]*)|([^|]*)|(.*)$')

@@ -29,10 +29,8 @@
 -- break.lua, 'max_hold': above), {tag(-9), error} Redis
 -- refused (nothing applied: the permit's own expiresAt is what counts, and
 -- it is written last).
---#include lib/prune.lua
---#include lib/bound.lua
+--#include lib/permit.lua
 --#include lib/time.lua
---#include lib/sequence.lua
 local tag = tonumber(ARGV[11]) * 16 + 9
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
@@ -68,11 +66,7 @@ elseif type(cur) == 'table' then
   -- permit that is gone (absent or someone else's?).
   local own = redis.call('HGET', KEYS[1], mine)
   if own then
-    local exp, acq, at = string.match(own, '^%d+|(%d+)|(%d+)|%d+|%d+|%d+|()')
-    exp = tonumber(exp)
-    if string.byte(own, at) == 30 then
-      exp = capped(own, at, acq, exp)
-    end
+    local _, exp, _, _, _, _, at = permit(own)
     if exp > now and (not relabel_asked or string.sub(own, select(2, slot(own, at))) == ARGV[4]) then
       v = own
       rec = {}
@@ -94,11 +88,7 @@ end
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local exp, acq, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
-    exp = tonumber(exp)
-    if string.byte(rec[i + 1], at) == 30 then
-      exp = capped(rec[i + 1], at, acq, exp)
-    end
+    local _, exp, _, _, _, ld = permit(rec[i + 1])
     if field == mine then
       if exp > now then
         v = rec[i + 1]
@@ -187,6 +177,7 @@ else
   end
 end
 if hold_end then
+  --#include lib/prune.lua
   -- Capped at the hold bound: the tombstone that tells the holder why its
   -- lease ends there, kept one asked TTL past the bound.
   local T = KEYS[3]
@@ -198,6 +189,7 @@ if hold_end then
   prune_ended(T, now, 1)
 end
 if relabel then
+  --#include lib/sequence.lua
   -- A new label is a change watchers see: bump the change counter.
   local last, changes, watched, queued = fence, 0, '0', '0'
   local a, b, c, d = sequence(redis.call('GET', KEYS[2]))

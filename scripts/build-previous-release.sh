@@ -60,8 +60,9 @@ git archive --format=tar "$commit" | tar -x -C "$SRC"
 # includes of lua/lib/; a release older than that subcommand has whole
 # scripts in lua/).
 rm -rf "$DIR/lua"
-if ! "$ROOT/target/previous-release/cargo-target/debug/leasehold" scripts --dump "$DIR/lua" 2>/dev/null; then
-  rm -rf "$DIR/lua"
+if grep -q '^--#include ' "$SRC/lua/acquire.lua"; then
+  "$ROOT/target/previous-release/cargo-target/debug/leasehold" scripts --dump "$DIR/lua" >&2
+else
   cp -r "$SRC/lua" "$DIR/lua"
 fi
 cp "$ROOT/target/previous-release/cargo-target/debug/leasehold" "$BIN.tmp"

@@ -21,11 +21,7 @@ for i = 1, rec and #rec or 0, 2 do
   local b = string.byte(field, 1)
   if b == 112 then -- 'p'
     local v = rec[i + 1]
-    local fence, exp, acq, ren, granted, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
-    exp = tonumber(exp)
-    if string.byte(v, at) == 30 then
-      exp = capped(v, at, acq, exp)
-    end
+    local fence, exp, acq, ren, granted, ld, at = permit(v)
     if exp > now then
       if field == mine then
         -- 1 when the caller waits and a release granted its entry this
@@ -160,14 +156,11 @@ if rebuild then
   local add, gone = {}, {}
   for i = 1, #rec, 2 do
     if string.byte(rec[i], 1) == 112 then -- 'p'
-      local exp, acq, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
-      if string.byte(rec[i + 1], at) == 30 then
-        exp = string.format('%d', capped(rec[i + 1], at, acq, tonumber(exp)))
-      end
-      if tonumber(exp) + tonumber(ld) > now or not recorded[rec[i]] then
+      local _, exp, _, _, _, ld = permit(rec[i + 1])
+      if exp + tonumber(ld) > now or not recorded[rec[i]] then
         -- (a long-expired permit whose expiry is not written yet stays,
         -- due: this run or a later one writes it, then sweeps it)
-        add[#add + 1] = recorded[rec[i]] and string.format('%d', -(tonumber(exp) + tonumber(ld))) or exp
+        add[#add + 1] = string.format('%d', recorded[rec[i]] and -(exp + tonumber(ld)) or exp)
         add[#add + 1] = rec[i]
         if #add == 200 then
           redis.pcall('ZADD', IDX, unpack(add))

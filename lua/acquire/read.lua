@@ -53,11 +53,7 @@ elseif cur then
       end
     end
     rebuild = #scores / 2 ~= permits
-  elseif own and (function()
-    local e, a, at = string.match(own, '^%d+|(%d+)|(%d+)|%d+|%d+|%d+|()')
-    e = tonumber(e)
-    return (string.byte(own, at) == 30 and capped(own, at, a, e) or e) > now
-  end)() then
+  elseif own and select(2, permit(own)) > now then
     -- The same attempt holds a permit: the loop answers the replay.
     rec = {mine, own}
   else

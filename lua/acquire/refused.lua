@@ -16,8 +16,7 @@ local function refused(retry, why)
       return answer({tag, retry, why})
     end
     redis.pcall('HDEL', KEYS[6], member)
-    redis.pcall('PUBLISH', (string.gsub(KEYS[1], ':lease:v2:{.*$', ':wake:v2')),
-      string.match(KEYS[1], '{(.*)}$') .. '\t\tqueue')
+    publish('\t\tqueue')
     return answer({tag, retry, why + 8})
   end
   if not enter_as then

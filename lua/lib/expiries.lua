@@ -5,10 +5,10 @@
 -- index becomes -(expiresAt + lockDelayMs) (`recorded_in`), so that no
 -- later run writes it again or reads it as due. Needs the locals `now`,
 -- `IDX` (the index key, once the record is a hash) and `HMAX` (the
--- history length, ARGV[6] of both acquire.lua and release.lua); reads
--- KEYS[1] (the record) and ARGV[7] (the history's ttl ms), the same in
--- both.
+-- history length); reads KEYS[1] (the record), the same in acquire.lua
+-- and release.lua (and, through lib/history.lua, ARGV[7]).
 --#include lib/reply.lua
+--#include lib/history.lua
 -- The permits of `list` (every `step` items: fence, expiresAt, lock-delay
 -- ms, ..., the field last) whose expiries were just written: each scored
 -- -(expiresAt + lockDelayMs) in the index, never due again; one whose
@@ -62,19 +62,6 @@ local function write_expiries(hist, list, version)
       push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. who
     end
   end
-  -- In slices of 200 (unpack puts every element on Lua's C stack, about
-  -- 8 000 at most): a whole read sees every permit. Only the newest
-  -- HMAX: the trim below would drop any older at once.
-  local n
-  for i = math.max(1, #push - HMAX + 1), #push, 200 do
-    n = redis.pcall('LPUSH', hist, unpack(push, i, math.min(i + 199, #push)))
-  end
-  if type(n) == 'number' and n > HMAX then
-    redis.pcall('LTRIM', hist, 0, HMAX - 1)
-  end
-  -- The TTL with the write: the answer may come before the script's own
-  -- entry (a key without one would never go).
-  if n then
-    redis.pcall('PEXPIRE', hist, ARGV[7])
-  end
+  -- (a whole read sees every permit: many entries)
+  push_history(hist, push)
 end

@@ -4,14 +4,7 @@
 -- expiresAt, or -(expiresAt + lockDelayMs) once its expiry is in the
 -- history). Needs the locals `IDX` (the index key), `now` and `recorded`
 -- (the fields whose expiry is in the history already).
--- Records of at most SMALL_RECORD fields are read whole: one read costs
--- Redis less than the index's reads. At most INDEX_DUE due permits are
--- read through the index (more: the whole hash is read), and a call
--- deletes at most STALE_SWEEP long-expired permits (the rest go with
--- later calls), so that no call's work grows with the holders. A call
--- writes the expiries of at most SEEN_MAX permits it read expired (the
--- rest stay due for later calls; acquire.lua's own rules, "seen").
-local INDEX_DUE, SMALL_RECORD, STALE_SWEEP, SEEN_MAX = 256, 32, 256, 256
+--#include lib/limits.lua
 -- read_due(fields): the permits the index says are due (expired by their
 -- score), and the recorded ones whose delay is over (read as due, and
 -- marked in `recorded`, so that they are swept without their expiry

@@ -25,13 +25,24 @@ pub struct Source {
 
 /// Every file an entry may include, by its path below `lua/`.
 pub const PIECES: &[(&str, &str)] = &[
-    ("lib/bound.lua", include_str!("../../../lua/lib/bound.lua")),
     (
         "lib/expiries.lua",
         include_str!("../../../lua/lib/expiries.lua"),
     ),
     ("lib/fence.lua", include_str!("../../../lua/lib/fence.lua")),
+    (
+        "lib/history.lua",
+        include_str!("../../../lua/lib/history.lua"),
+    ),
     ("lib/index.lua", include_str!("../../../lua/lib/index.lua")),
+    (
+        "lib/limits.lua",
+        include_str!("../../../lua/lib/limits.lua"),
+    ),
+    (
+        "lib/permit.lua",
+        include_str!("../../../lua/lib/permit.lua"),
+    ),
     ("lib/prune.lua", include_str!("../../../lua/lib/prune.lua")),
     (
         "lib/queue_until.lua",
@@ -48,6 +59,10 @@ pub const PIECES: &[(&str, &str)] = &[
         include_str!("../../../lua/lib/tombstone.lua"),
     ),
     (
+        "acquire/announce.lua",
+        include_str!("../../../lua/acquire/announce.lua"),
+    ),
+    (
         "acquire/closed.lua",
         include_str!("../../../lua/acquire/closed.lua"),
     ),
@@ -58,6 +73,10 @@ pub const PIECES: &[(&str, &str)] = &[
     (
         "acquire/permits.lua",
         include_str!("../../../lua/acquire/permits.lua"),
+    ),
+    (
+        "acquire/publish.lua",
+        include_str!("../../../lua/acquire/publish.lua"),
     ),
     (
         "acquire/queue.lua",
@@ -175,12 +194,18 @@ const fn splice(text: &[u8], pieces: &[(&str, &str)], walk: &mut Walk) {
             end += 1;
         }
         let next = if end < text.len() { end + 1 } else { end };
-        if starts_with(text, start, end, b"--#") {
+        // An include may be indented (inside a block: its locals are the
+        // block's); the text is spliced in as it is.
+        let mut first = start;
+        while first < end && matches!(text[first], b' ' | b'\t') {
+            first += 1;
+        }
+        if starts_with(text, first, end, b"--#") {
             assert!(
-                starts_with(text, start, end, DIRECTIVE),
+                starts_with(text, first, end, DIRECTIVE),
                 "lua: a line starts `--#` but is not `--#include <file>`"
             );
-            let piece = find(text, start + DIRECTIVE.len(), end, pieces);
+            let piece = find(text, first + DIRECTIVE.len(), end, pieces);
             match walk.state[piece] {
                 Spliced::Not => {
                     walk.state[piece] = Spliced::Now;
@@ -268,6 +293,11 @@ mod tests {
             assembled(entry, PARTS),
             "-- KEYS[1] x\n-- a\nlocal a = 1\nlocal b = a\nreturn b"
         );
+        let indented = "if x then\n  --#include lib/a.lua\nend\n";
+        assert_eq!(
+            assembled(indented, PARTS),
+            "if x then\n-- a\nlocal a = 1\nend\n"
+        );
     }
 
     #[test]
@@ -291,7 +321,8 @@ mod tests {
     #[test]
     fn every_script_is_assembled_without_directives() {
         for script in ALL {
-            assert!(!script.assembled.contains("\n--#"), "{}", script.name);
+            let directive = |l: &str| l.trim_start().starts_with("--#");
+            assert!(!script.assembled.lines().any(directive), "{}", script.name);
             assert_eq!(script.assembled, assembled(script.entry, PIECES));
         }
     }
@@ -329,7 +360,7 @@ mod tests {
                 .iter()
                 .map(|s| s.entry)
                 .chain(PIECES.iter().map(|(_, t)| *t))
-                .any(|t| t.lines().any(|l| l.trim_end() == directive));
+                .any(|t| t.lines().any(|l| l.trim() == directive));
             assert!(used, "lua/{file}: included by nothing");
             assert!(text.ends_with('\n'), "lua/{file}: no newline at its end");
         }
