@@ -76,8 +76,11 @@ mod workers;
 // The scenarios that only the service has, one file each.
 #[path = "load/fair.rs"]
 mod fair;
+// `fair`'s script runs by kind and the looks that found nothing (issue 41).
 #[path = "load/list.rs"]
 mod list;
+#[path = "load/looks.rs"]
+mod looks;
 #[path = "load/permits.rs"]
 mod permits;
 // `permits-many` (issue 21): renew cost with 100 against 10 000 holders.

@@ -94,7 +94,8 @@ local seq0 = not cur and redis.call('GET', KEYS[2])
 -- ('X', acquire/closed.lua) before this acquire's, for every acquire or
 -- holder change nothing closed. One LINDEX on the fast path; the rest
 -- only then, on the general path. (No sequence: nothing was acquired
--- here for 7 days, so no holder is left to close.)
+-- here for the history's age, at least the last TTL and lock-delay: no
+-- history entry is left to close.)
 local dropped = false
 if seq0 then
   H = KEYS[3]
@@ -125,11 +126,12 @@ elseif ARGV[5] ~= '' then
     member, leaving = string.sub(q1, 2), true
   end
 end
--- The sequence key outlives every lease: 7 days, or the TTL if longer.
-local SEQ_TTL = '604800000'
-if ttl > 604800000 then
-  SEQ_TTL = ARGV[3]
-end
+-- The sequence key outlives the lease it numbers (TTL and lock-delay) and
+-- lives as long as the history its change count annotates (ARGV[7]), at
+-- least a minute (past the watch and queue marks it carries, and a margin
+-- for a server clock stepped back); then it may go: the server clock floors
+-- the next token (docs/storage.md, "Keys"; src/store/redis/keys.rs).
+local SEQ_TTL = string.format('%d', math.max(ttl + delay, tonumber(ARGV[7]), 60000))
 -- A plain lease (limit 1, exclusive, no lock-delay) is kept as a string,
 -- "<permit field>|<permit value>", with the key's PTTL its expiry: the
 -- uncontended acquire then costs what v1's did (one GET, one SET PX).

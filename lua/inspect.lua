@@ -12,7 +12,7 @@
 -- (see acquire.lua).
 -- Returns {tag(status), changes, live, limit, mode, lock-delay left, held_by,
 -- then per shown permit: remaining, fence, acquiredAt, renewedAt, ttlMs,
--- holder}: the SHOWN (100) live permits with the lowest fencing tokens (the
+-- holder, lockDelayMs}: the SHOWN (100) live permits with the lowest fencing tokens (the
 -- oldest), in token order; `live` counts them all. A reply stays bounded
 -- however many hold a counting lease (a list page reads one per lease).
 -- status 0 free (no live permit), 1 held. held_by: 0 not asked, 1 caller,
@@ -30,8 +30,11 @@ end
 local watch = tonumber(ARGV[3])
 if watch > 0 and watched < now + watch / 2 then
   local mark = string.format('%d', now + watch)
-  if a then
+  -- Kept at least past the mark (the sequence may be near its end).
+  if a and redis.call('PTTL', KEYS[2]) > watch then
     redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. d, 'KEEPTTL')
+  elseif a then
+    redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. d, 'PX', ARGV[4])
   else
     redis.pcall('SET', KEYS[2], '0:0:' .. mark .. ':0', 'PX', ARGV[4])
   end
@@ -69,7 +72,7 @@ for i = 1, #rec, 2 do
           shown[j + 1] = shown[j]
           j = j - 1
         end
-        shown[j + 1] = {fence, exp - now, tonumber(acq), tonumber(ren), tonumber(ttl), string.sub(v, at)}
+        shown[j + 1] = {fence, exp - now, tonumber(acq), tonumber(ren), tonumber(ttl), string.sub(v, at), tonumber(ld)}
         if n + 1 > SHOWN then
           shown[n + 1] = nil
         end
@@ -105,5 +108,6 @@ for i = 1, #shown do
   reply[#reply + 1] = p[4]
   reply[#reply + 1] = p[5]
   reply[#reply + 1] = p[6]
+  reply[#reply + 1] = p[7]
 end
 return reply

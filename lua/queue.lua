@@ -124,7 +124,7 @@ redis.pcall('ZREMRANGEBYSCORE', KEYS[1], -now, '(0')
 redis.pcall('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
 redis.pcall('PEXPIRE', ASK, tonumber(ARGV[3]) + 1000)
 -- Tell acquire the queue exists until this deadline.
-done = mark_queue(deadline, ARGV[4])
+done = mark_queue(deadline, tonumber(ARGV[3]), ARGV[4])
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end

@@ -311,8 +311,11 @@ if ask then
     local _, fence_text, now_text = next_fence(tonumber(last))
     local ttl = tonumber(ttl_text)
     local changes_text = string.format('%d', tonumber(changes) + 1)
+    -- The sequence's lifetime as acquire.lua's: the history's, at least
+    -- the TTL and a minute.
+    local seq_ms = math.max(ttl, tonumber(ARGV[7]), 60000)
     done = redis.pcall('SET', KEYS[2], fence_text .. ':' .. changes_text .. ':' .. watched .. ':' .. queued,
-      'PX', ttl > 604800000 and ttl_text or '604800000')
+      'PX', string.format('%d', seq_ms))
     if not (type(done) == 'table' and done.err) then
       done = redis.pcall('SET', KEYS[1], 'p:' .. owner .. ':' .. op .. '|' .. fence_text .. '|'
         .. string.format('%d', now + ttl) .. '|' .. now_text .. '|' .. now_text .. '|' .. ttl_text .. '|0|'

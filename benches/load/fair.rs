@@ -26,6 +26,7 @@ use tokio::sync::Mutex;
 
 use crate::env::Env;
 use crate::http_client::{body_json, digest, lease_path, Client, Http};
+use crate::looks::{script_runs, Grants, Looks, Requests, SharedRequests};
 use crate::opts::Opts;
 use crate::procs::Service;
 use crate::raw::{command_calls, redis_cmd};
@@ -62,6 +63,9 @@ struct Round {
     evalsha_per_take: f64,
     /// Redis' own µs per EVALSHA over the phase (`usec_per_call`).
     redis_usec: f64,
+    /// Script runs per acquisition by kind, and the looks that found
+    /// nothing (issue 41), over the whole phase.
+    looks: Looks,
     errors: Stats,
 }
 
@@ -81,6 +85,10 @@ pub(crate) struct FairFigures {
     pub(crate) p50_same: Option<f64>,
     /// Share of the hand-offs that went to the other instance, all rounds.
     pub(crate) other_share: Option<f64>,
+    /// Looks that found nothing per acquisition, median over rounds
+    /// (issue 41: none), and the round's split by kind.
+    pub(crate) empty_looks_per_take: Option<f64>,
+    pub(crate) looks: Option<String>,
 }
 
 /// Runs the rounds and returns the section of the summary and the new
@@ -177,6 +185,9 @@ pub(crate) async fn run(
             figures.p50_other = Some(percentile(&other, 50.0));
             figures.p50_same = Some(percentile(&within, 50.0));
             figures.other_share = Some(share);
+            figures.empty_looks_per_take =
+                Some(median(v.iter().map(|r| r.looks.empty_per_take).collect()));
+            figures.looks = v.last().map(|r| r.looks.text());
         }
         let per_round: Vec<String> = v
             .iter()
@@ -225,6 +236,17 @@ pub(crate) async fn run(
             median(v.iter().map(|r| r.redis_usec * r.evalsha_per_take).collect()),
             v.iter().map(|r| r.errors.errors() + r.errors.typed()).sum::<u64>(),
         );
+        // Script runs per acquisition by kind and the looks that found
+        // nothing (issue 41), per round.
+        for (i, r) in v.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  fair {} round {}, script runs per acquisition: {}",
+                side.name(),
+                i + 1,
+                r.looks.text()
+            );
+        }
         for r in v {
             for (k, n) in r.errors.untyped.iter().chain(&r.errors.typed_5xx) {
                 let _ = writeln!(out, "  fair {} error: {n} × {k}", side.name());
@@ -246,20 +268,27 @@ async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Res
     };
     let path = Arc::new(lease_path(&digest(0xfa1, 0, 0)));
     let takes = Arc::new(Mutex::new(Vec::<Take>::new()));
+    let requests: SharedRequests = Arc::new(Requests::default());
+    let runs_before = script_runs(&pair).await?;
+    let grants = Grants::start(&env.redis_url).await?;
     let mut handles = Vec::new();
     for waiter in 0..opts.fair_waiters {
-        let (path, takes) = (Arc::clone(&path), Arc::clone(&takes));
+        let (path, takes, requests) =
+            (Arc::clone(&path), Arc::clone(&takes), Arc::clone(&requests));
         let addr = pair[waiter % 2];
         handles.push(tokio::spawn(async move {
-            contender(waiter, addr, &path, win, &takes).await
+            contender(waiter, addr, &path, win, &takes, &requests).await
         }));
     }
     let mut errors = Stats::default();
     for h in handles {
         errors.merge(h.await.map_err(|e| format!("contender panicked: {e}"))?);
     }
+    let granted = grants.finish(&mut env.admin.clone()).await?;
+    let runs_after = script_runs(&pair).await?;
     let mut takes = std::mem::take(&mut *takes.lock().await);
     takes.sort_by_key(|t| t.fence);
+    let looks = Looks::new(&runs_before, &runs_after, &requests, granted, takes.len());
     let calls = command_calls(&mut env.admin.clone()).await?;
     let evalsha_per_take =
         calls.get("evalsha").copied().unwrap_or(0) as f64 / takes.len().max(1) as f64;
@@ -302,6 +331,7 @@ async fn phase(opts: &Opts, env: &Env, side: Side, pair: [SocketAddr; 2]) -> Res
         same_twice,
         evalsha_per_take,
         redis_usec,
+        looks,
         errors,
     })
 }
@@ -313,6 +343,7 @@ async fn contender(
     path: &str,
     win: Window,
     takes: &Mutex<Vec<Take>>,
+    requests: &Requests,
 ) -> Stats {
     let mut stats = Stats::default();
     let mut me = match Client::new(1000 + waiter) {
@@ -336,9 +367,13 @@ async fn contender(
             ("lease-owner-token", me.token.as_str()),
             ("lease-operation-id", op.as_str()),
         ];
+        requests.sent();
         let fence = match conn.call(Method::PUT, path, &headers, Some(&body)).await {
             Ok((201, body)) => match fencing_token(&body) {
-                Some(f) => f,
+                Some(f) => {
+                    requests.acquired(&body);
+                    f
+                }
                 None => {
                     stats.untyped("acquired without a fencingToken");
                     continue;

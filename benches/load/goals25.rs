@@ -142,6 +142,26 @@ pub(crate) fn write(summary: &mut String, i: Inputs<'_>) -> bool {
         Some(None) => goal(None, &text, "no figure".into()),
         None => goal(None, &text, not_run("fair")),
     }
+    // Issue 41, "only the head looks": a woken waiter's look finds the
+    // permit it was woken for.
+    let text =
+        "only the head looks: looks that found nothing per contended acquisition = 0 (issue 41)";
+    match i.fair.filter(|_| fair_ran) {
+        Some(FairFigures {
+            empty_looks_per_take: Some(e),
+            looks,
+            ..
+        }) => goal(
+            Some(*e <= 0.0),
+            text,
+            format!(
+                "{e:.3} (median over rounds; last round: {})",
+                looks.as_deref().unwrap_or("-")
+            ),
+        ),
+        Some(_) => goal(None, text, "no figure".into()),
+        None => goal(None, text, not_run("fair")),
+    }
     let text = format!("fair queue: hand-off p50 ≤ {FAIR_P50_MS} ms across two instances");
     match i.fair.filter(|_| fair_ran) {
         Some(FairFigures {

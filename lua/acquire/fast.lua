@@ -38,8 +38,11 @@ if not cur and not dropped and (ARGV[5] == '' or string.byte(ARGV[5], 1) == 43) 
     end
     changes = changes + 1
     local changes_text = changes == 1 and '1' or string.format('%d', changes)
+    -- The sequence lives as the history (ARGV[7]), at least this TTL and
+    -- a minute (see SEQ_TTL below).
+    local hist_ms = tonumber(ARGV[7])
     local done = redis.pcall('SET', KEYS[2], fence_text .. ':' .. changes_text .. marks, 'PX',
-      ttl > 604800000 and ARGV[3] or '604800000')
+      (ttl > hist_ms and ttl > 60000) and ARGV[3] or (hist_ms > 60000 and ARGV[7] or '60000'))
     if type(done) == 'table' and done.err then
       return {tag - 9, done.err}
     end

@@ -39,7 +39,7 @@ local function refused(retry, why)
   end
   redis.pcall('PEXPIRE', QUEUE, horizon + 1000)
   redis.pcall('PEXPIRE', ASK, horizon + 1000)
-  done = mark_queue(deadline, SEQ_TTL)
+  done = mark_queue(deadline, horizon, SEQ_TTL)
   if type(done) == 'table' and done.err then
     redis.pcall('ZREM', QUEUE, enter_as)
     redis.pcall('HDEL', ASK, enter_as)

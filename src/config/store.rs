@@ -112,7 +112,7 @@ pub struct StoreArgs {
     #[arg(
         long,
         env = "LEASEHOLD_HISTORY_MAX_AGE_MS",
-        default_value_t = 604_800_000,
+        default_value_t = 3_600_000,
         display_order = 314
     )]
     pub history_max_age_ms: u64,

@@ -214,11 +214,12 @@ impl HistoryBound {
 }
 
 impl Default for HistoryBound {
-    /// 100 entries, 7 days.
+    /// 100 entries, one hour (what a released resource leaves lives at
+    /// most that long by default, design §20).
     fn default() -> Self {
         Self {
             entries: 100,
-            max_age_ms: 7 * 24 * 3600 * 1000,
+            max_age_ms: 3600 * 1000,
         }
     }
 }

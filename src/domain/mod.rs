@@ -6,6 +6,7 @@ mod history;
 mod list;
 mod names;
 mod outcome;
+mod queue;
 mod setting;
 mod time;
 
@@ -22,6 +23,10 @@ pub use outcome::{
     AcquireOutcome, BreakOutcome, ContendedReason, EndedReason, Failure, FieldError, Guarantee,
     HeldBy, Inspection, Lease, LostReason, OutcomeName, PermitView, ReleaseOutcome, RenewOutcome,
     Replication,
+};
+pub use queue::{
+    QueueEntry, QueueInstance, QueueRead, Waiter, Waiters, WaitersLimit, QUEUE_SCAN,
+    WAITERS_DEFAULT, WAITERS_MAX,
 };
 pub use setting::ConfigError;
 pub use time::StoreTime;

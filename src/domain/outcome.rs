@@ -190,6 +190,13 @@ pub struct PermitView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-03T15:55:00.123Z", nullable = false)]
     pub hold_ends_at: Option<StoreTime>,
+    /// The lock-delay that follows its expiry (`lockDelayMs` of its
+    /// acquisition), when it has one: another attempt may acquire only
+    /// this long after the permit expires (a release or a break starts
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 60000, example = 5000, nullable = false)]
+    pub lock_delay_ms: Option<u64>,
 }
 
 /// Why a renew found the lease gone.

@@ -73,7 +73,7 @@ impl Answer for History {
 /// permit (an acquire or release), with the permit's expiry as its time
 /// (or, marked `noticed`, the time it was found, when the store had
 /// already dropped the permit). Kept per resource: the newest 100 entries
-/// and 7 days by default (`LEASEHOLD_HISTORY_ENTRIES`,
+/// and one hour by default (`LEASEHOLD_HISTORY_ENTRIES`,
 /// `LEASEHOLD_HISTORY_MAX_AGE_MS`). Needs the `read` scope.
 #[utoipa::path(
     get,

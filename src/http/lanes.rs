@@ -51,7 +51,7 @@ use hyper::body::Body as _;
 use tokio::net::TcpStream;
 
 use super::verb::Verb;
-use super::{attempts, console, docs, health, history, leases, list, openapi};
+use super::{attempts, console, docs, health, history, leases, list, openapi, waiters};
 use super::{operator, problem, problems, purpose_watch, watch};
 
 /// Most bytes of one request (head and body) read outside hyper; a larger
@@ -147,6 +147,7 @@ pub fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             (Some(_), Some(end)) => match &rest[end + 1..] {
                 "events" => watch::ROUTE,
                 "history" => history::ROUTE,
+                "waiters" => waiters::ROUTE,
                 "break" => operator::ROUTE,
                 _ => "unmatched",
             },

@@ -45,6 +45,7 @@ pub mod schemas;
 pub mod server;
 pub mod tls;
 pub mod verb;
+pub mod waiters;
 pub mod watch;
 pub mod watch_stream;
 pub mod write_timeout;
@@ -161,6 +162,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(leases::routes())
         .merge(list::routes())
         .merge(history::routes())
+        .merge(waiters::routes())
         .merge(watch::routes())
         .merge(operator::routes())
         .merge(purpose_watch::routes())

@@ -188,6 +188,7 @@ impl PurposeHub {
                         live: BTreeMap::new(),
                         renewals: HashMap::new(),
                         owed: HashMap::new(),
+                        window: (tokio::time::Instant::now(), 0),
                     }),
                     tx,
                     loaded,

@@ -30,9 +30,22 @@ pub const LINGER: Duration = Duration::from_secs(30);
 /// After a failed read or listing, a group tries again this much later.
 pub(super) const RETRY: Duration = Duration::from_secs(1);
 
+/// At most one full re-read of a purpose (a listing and a read of every
+/// live lease) asked for by opening streams or missed events per this
+/// gap: streams that open within it share the pass at its end, so N opens
+/// in a burst cost one re-read, and a steady stream of opens at most one
+/// per gap (their snapshots are at most this much later).
+pub const RELIST_GAP: Duration = Duration::from_millis(250);
+
 /// At most one `renewed` event per lease this often: a renewal sooner is
 /// sent at the gap's end, from a fresh read.
 pub const RENEWAL_GAP: Duration = Duration::from_secs(1);
+
+/// At most this many `renewed` events per purpose per [`RENEWAL_GAP`]
+/// (and as many reads of renewals held back): a purpose with many
+/// renewing leases cannot flood its streams. A renewal past the budget is
+/// owed at the window's end, the longest owed first.
+pub const RENEWALS_PER_GAP: usize = 128;
 
 /// A boxed future of the store calls a group makes.
 pub(super) type Call<T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send>>;
@@ -62,8 +75,13 @@ pub(super) struct Ring {
     pub(super) live: BTreeMap<ResourceDigest, Arc<Snapshot>>,
     /// When each live lease's last `renewed` went out.
     pub(super) renewals: HashMap<ResourceDigest, Instant>,
-    /// Renewals held back by [`RENEWAL_GAP`]: when each is due.
-    pub(super) owed: HashMap<ResourceDigest, Instant>,
+    /// Renewals held back by [`RENEWAL_GAP`] or [`RENEWALS_PER_GAP`]:
+    /// when each is due, and since when it is owed (the longest owed go
+    /// first when more are due than a window sends).
+    pub(super) owed: HashMap<ResourceDigest, (Instant, Instant)>,
+    /// The purpose's current window of `renewed` events: when it started
+    /// and how many went out in it (at most [`RENEWALS_PER_GAP`]).
+    pub(super) window: (Instant, usize),
 }
 
 /// Where a group's load stands.

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::purpose_event::{PurposeChange, PurposeEvent};
 use super::purpose_group::{
     end_if_idle, end_if_unwatched, Group, Groups, Loaded, PurposeIo, Ring, LINGER, READS_AT_ONCE,
-    RENEWAL_GAP, RETRY, RING,
+    RELIST_GAP, RENEWALS_PER_GAP, RENEWAL_GAP, RETRY, RING,
 };
 use super::watch::{classify, Snapshot, REFRESH};
 use crate::domain::{Change, Failure, Inspection, Purpose, ResourceDigest, ResourceId, Revocation};
@@ -76,6 +76,9 @@ pub(super) async fn run_group(
         // Every instance announces the purpose's changes from here on.
         tokio::time::sleep(settle).await;
         let mut relist = true;
+        // When the last listing asked for (by opening streams, or missed
+        // events) started: the next waits out `RELIST_GAP` after it.
+        let mut listed_at: Option<Instant> = None;
         let mut idle_since: Option<Instant> = None;
         loop {
             if group.watchers.load(Ordering::Relaxed) == 0 {
@@ -90,7 +93,14 @@ pub(super) async fn run_group(
             // The fresh snapshots this pass serves: those asked before it
             // decided to list (a watcher asks, then sets `relist`).
             let mut serves = None;
-            if relist || group.relist.swap(false, Ordering::AcqRel) {
+            let gap_end = listed_at.map(|at| at + RELIST_GAP);
+            let held_off = gap_end.filter(|end| *end > Instant::now());
+            let asked_for =
+                !relist && held_off.is_none() && group.relist.swap(false, Ordering::AcqRel);
+            if asked_for {
+                listed_at = Some(Instant::now());
+            }
+            if relist || asked_for {
                 serves = Some(group.asked.load(Ordering::Acquire));
                 match (io.live)(purpose.clone()).await {
                     Ok(found) => {
@@ -123,6 +133,7 @@ pub(super) async fn run_group(
             }
             let now = Instant::now();
             let mut owed: Vec<ResourceDigest> = Vec::new();
+            let mut more_owed = false;
             {
                 let ring = group.ring();
                 digests.extend(
@@ -131,12 +142,19 @@ pub(super) async fn run_group(
                         .filter(|(_, s)| s.expires_at().is_some_and(|at| at <= now))
                         .map(|(d, _)| d.clone()),
                 );
-                owed.extend(
-                    ring.owed
-                        .iter()
-                        .filter(|(_, due)| **due <= now)
-                        .map(|(d, _)| d.clone()),
-                );
+                // The longest owed first, at most a window's budget a pass.
+                let mut due: Vec<(Instant, &ResourceDigest)> = ring
+                    .owed
+                    .iter()
+                    .filter(|(_, (due, _))| *due <= now)
+                    .map(|(d, (_, since))| (*since, d))
+                    .collect();
+                if due.len() > RENEWALS_PER_GAP {
+                    due.select_nth_unstable(RENEWALS_PER_GAP - 1);
+                    due.truncate(RENEWALS_PER_GAP);
+                    more_owed = true;
+                }
+                owed.extend(due.into_iter().map(|(_, d)| d.clone()));
             }
             digests.extend(owed.iter().cloned());
             digests.sort();
@@ -178,7 +196,11 @@ pub(super) async fn run_group(
                 let ring = group.ring();
                 let ends = ring.live.values().filter_map(|s| s.expires_at());
                 // A renewal owed and past due failed its read: `RETRY`.
-                let owed = ring.owed.values().copied().filter(|due| *due > now);
+                let owed = ring
+                    .owed
+                    .values()
+                    .map(|(due, _)| *due)
+                    .filter(|due| *due > now);
                 ends.chain(owed).min()
             };
             let mut wake_at = marked_at + REFRESH;
@@ -187,6 +209,15 @@ pub(super) async fn run_group(
             }
             if failed {
                 wake_at = wake_at.min(Instant::now() + RETRY);
+            }
+            if more_owed {
+                // Renewals owed past the pass's budget: at the next window.
+                let window_end = group.ring().window.0 + RENEWAL_GAP;
+                wake_at = wake_at.min(window_end.max(Instant::now() + Duration::from_millis(10)));
+            }
+            if let (Some(end), true) = (held_off, group.relist.load(Ordering::Acquire)) {
+                // A listing asked for within the gap: at its end.
+                wake_at = wake_at.min(end);
             }
             if let Some(at) = soonest {
                 // +1 ms: the remaining time is truncated to whole milliseconds.
@@ -281,18 +312,36 @@ fn apply(
 }
 
 /// A renewal of `digest` now: true when its last `renewed` went out less
-/// than [`RENEWAL_GAP`] ago (then it is owed at the gap's end, and the
-/// group reads the lease again then), else false and the time is noted.
+/// than [`RENEWAL_GAP`] ago, or the purpose's window has sent
+/// [`RENEWALS_PER_GAP`] already (then it is owed at the gap's or the
+/// window's end, and the group reads the lease again then), else false
+/// and the time is noted.
 fn held_back(ring: &mut Ring, digest: &ResourceDigest) -> bool {
     let now = Instant::now();
     if let Some(last) = ring.renewals.get(digest) {
         let due = *last + RENEWAL_GAP;
         if now < due {
-            ring.owed.insert(digest.clone(), due);
+            owe(ring, digest, due, now);
             return true;
         }
     }
+    if now >= ring.window.0 + RENEWAL_GAP {
+        ring.window = (now, 0);
+    }
+    if ring.window.1 >= RENEWALS_PER_GAP {
+        let due = ring.window.0 + RENEWAL_GAP;
+        owe(ring, digest, due, now);
+        return true;
+    }
+    ring.window.1 += 1;
     ring.renewals.insert(digest.clone(), now);
     ring.owed.remove(digest);
     false
+}
+
+/// Owes `digest` a `renewed` at `due`, owed since `now` unless it was
+/// owed already (then since then: the longest owed go first).
+fn owe(ring: &mut Ring, digest: &ResourceDigest, due: Instant, now: Instant) {
+    let since = ring.owed.get(digest).map_or(now, |(_, since)| *since);
+    ring.owed.insert(digest.clone(), (due, since));
 }

@@ -53,6 +53,13 @@ pub struct ResourceWaiters {
     members: Mutex<Vec<Member>>,
 }
 
+/// Most places of the same attempt one place's end tells to look (the
+/// oldest): each look is a store call, and a caller that sent the same
+/// wait N times and drops them one by one would otherwise cost N²/2 of
+/// them. A told place that then acquires, or is answered, tells the next
+/// ones in turn; one beyond them looks at its own wake-up or deadline.
+pub const SIBLINGS_TOLD: usize = 8;
+
 /// One live place of this instance in a resource's fair queue.
 struct Member {
     /// The queue member (the store's name for the entry).
@@ -112,7 +119,8 @@ impl ResourceWaiters {
 
     /// The place of `member` is gone (taken with the permit, or left).
     ///
-    /// Every other place of the same attempt is told to look: when this
+    /// Every other place of the same attempt (the oldest
+    /// `SIBLINGS_TOLD`) is told to look: when this
     /// one acquired (its own look, or a grant), that attempt holds the
     /// lease from now on, and no wake-up comes for a resource that is held
     /// again, so the other would answer (a replay) only at its deadline
@@ -132,6 +140,7 @@ impl ResourceWaiters {
                 Some(attempt) => members
                     .iter()
                     .filter(|m| m.attempt.as_ref() == Some(&attempt))
+                    .take(SIBLINGS_TOLD)
                     .map(|m| Arc::clone(&m.look))
                     .collect(),
                 None => Vec::new(),
@@ -461,5 +470,47 @@ mod tests {
             assert_eq!(registry.resources(), 0, "entry left behind");
             assert_eq!(registry.waiting(), 0);
         }
+    }
+
+    /// Review of issue 39's item 13 fix: a place's end tells the other
+    /// places of its attempt to look, each look a store call. 100 places
+    /// of one attempt leaving one by one told 99 + 98 + … = 4 950 looks;
+    /// now each end tells at most [`SIBLINGS_TOLD`], the oldest first.
+    #[test]
+    fn a_place_that_ends_tells_a_bounded_number_of_its_twins() {
+        use futures_util::FutureExt as _;
+        const PLACES: usize = 100;
+        let registry = Arc::new(WaitRegistry::new(1000));
+        let guard = registry.enter("p:d").expect("admitted");
+        let queue = guard.resource();
+        let attempt = Attempt {
+            owner_token: crate::domain::OwnerToken::parse(&"t".repeat(32)).expect("token"),
+            operation_id: crate::domain::OperationId::parse("op").expect("op"),
+        };
+        let seats: Vec<Seat> = (0..PLACES)
+            .map(|i| queue.join_as(&format!("x:i:{i}"), Some(&attempt)))
+            .collect();
+        let mut told = 0;
+        for gone in 0..PLACES {
+            queue.part(&format!("x:i:{gone}"));
+            // Each place told takes its word (it looks, then waits again).
+            for seat in &seats[gone + 1..] {
+                if seat.look.notified().now_or_never().is_some() {
+                    told += 1;
+                }
+            }
+        }
+        assert!(
+            told <= SIBLINGS_TOLD * PLACES,
+            "{told} looks for {PLACES} places ending"
+        );
+        assert_eq!(
+            told,
+            (0..PLACES)
+                .map(|i| (PLACES - 1 - i).min(SIBLINGS_TOLD))
+                .sum::<usize>(),
+            "each end tells the oldest {SIBLINGS_TOLD} still there"
+        );
+        assert_eq!(queue.roster(), "", "every place left");
     }
 }

@@ -402,6 +402,7 @@ impl From<StoreLease> for PermitView {
         PermitView {
             hold_ends_at: hold_end(&p),
             max_hold_ms: p.max_hold_ms,
+            lock_delay_ms: p.lock_delay_ms.filter(|ms| *ms > 0),
             holder: p.holder,
             fencing_token: p.fencing_token,
             remaining_ms: p.remaining_ms,

@@ -10,6 +10,7 @@ mod look;
 mod operator;
 mod place;
 mod waited;
+mod waiters;
 
 pub use self::acquire::AcquireRequest;
 pub use self::core::{inspection, LeaseService, ServiceSettings};

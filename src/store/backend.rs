@@ -41,10 +41,10 @@ impl Store {
         spec: &AcquireSpec<'_>,
     ) -> Result<Replicated<StoreAcquire>, StoreError> {
         match self {
-            Store::Memory(s) => s
-                .acquire(resource, attempt, spec)
-                .await
-                .map(|v| Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))),
+            Store::Memory(s) => s.acquire(resource, attempt, spec).await.map(|v| {
+                s.settle_place(resource, spec, &v);
+                Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))
+            }),
             Store::Redis(s) => s.acquire(resource, attempt, spec).await,
         }
     }

@@ -16,6 +16,7 @@ pub mod memory;
 mod queueing;
 pub mod redis;
 mod types;
+mod waiters;
 
 pub use backend::Store;
 pub use queueing::{Ask, InQueue, Moved, QueueOp, Queued};

@@ -27,6 +27,9 @@ pub struct StoreLease {
     /// The bound on the whole hold (`maxHoldMs` of the acquisition), if
     /// one was asked: no renewal reaches past `acquired_at + max_hold_ms`.
     pub max_hold_ms: Option<u64>,
+    /// The lock-delay that would follow its expiry (`lockDelayMs` of the
+    /// acquisition; 0: none); `None` where the store call did not read it.
+    pub lock_delay_ms: Option<u64>,
 }
 
 impl StoreLease {
@@ -40,6 +43,7 @@ impl StoreLease {
             renewed_at: at,
             holder: spec.holder.cloned(),
             max_hold_ms: spec.max_hold_ms,
+            lock_delay_ms: Some(spec.shape.lock_delay_ms),
         }
     }
 }

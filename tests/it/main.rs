@@ -20,6 +20,7 @@ mod client;
 mod conformance;
 mod console;
 mod contract;
+mod contract_waiters;
 #[cfg(feature = "client")]
 mod election;
 mod fairness;
@@ -43,6 +44,7 @@ mod redis_failures;
 mod refusals;
 mod roles;
 mod scripts;
+mod seq_lifetime;
 mod soak;
 mod store_keys;
 mod tls;

@@ -60,9 +60,9 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 ///
 /// A self-contained page (its script and style sheet served beside it, no
 /// CDN) that lists the purposes the API key may read, the live leases of
-/// one with their holders, permits, remaining time and lock-delay, a
-/// lease's history, and for `admin` keys a break button with a
-/// confirmation. Sent with a `Content-Security-Policy` allowing only
+/// one with their holders, permits, remaining time and lock-delay, their
+/// waiters and the purpose's longest waits, a lease's history, and for
+/// `admin` keys a break button with a confirmation. Sent with a `Content-Security-Policy` allowing only
 /// `'self'`.
 #[utoipa::path(
     get,

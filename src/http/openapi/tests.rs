@@ -11,8 +11,8 @@ use crate::domain::{
 };
 use crate::http::problem::{respond_one, ApiError, FieldError};
 
-/// A JSON Schema subset: what this document uses (`$ref`, `oneOf`, `allOf`, `type`,
-/// `enum`, `properties`, `required`, `additionalProperties: false`, bounds, `items`).
+/// The JSON Schema subset this document uses: `$ref`, `oneOf`, `allOf`, `type`, `enum`,
+/// `properties`, `required`, `additionalProperties: false`, bounds, `items`.
 fn validate(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
     if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
         let name = r.trim_start_matches("#/components/schemas/");
@@ -209,6 +209,7 @@ fn permit(holder: Option<&str>) -> crate::domain::PermitView {
         renewed_at: StoreTime(1_764_686_400_000),
         max_hold_ms: None,
         hold_ends_at: None,
+        lock_delay_ms: None,
     }
 }
 
@@ -465,8 +466,7 @@ async fn every_outcome_conforms_to_its_documented_response() {
     }
 }
 
-/// openapi-typescript (and other generators) make a member with a
-/// `default` required; a member a caller may leave out must not carry one.
+/// Generators (openapi-typescript) make a member with a `default` required: optional ones carry none.
 #[test]
 fn optional_members_carry_no_default() {
     let doc: Value = serde_json::from_str(&super::document_json()).expect("document");

@@ -1,11 +1,14 @@
 //! What the embedded store keeps per resource: each holder's [`Permit`]
-//! and the resource's [`Entry`] (limit, mode, permits, change stamp), with
-//! the reads every verb makes of them, and the [`Tomb`] of a permit that
-//! ended early.
+//! and the resource's [`Entry`] (limit, mode, permits, change stamp), the fair
+//! queue's places kept to be read ([`Queues`]), with the reads every verb
+//! makes of them, and the [`Tomb`] of a permit that ended early.
 
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::domain::{Attempt, HeldBy, HolderLabel, Mode, StoreTime};
+use crate::domain::{Attempt, HeldBy, HolderLabel, Mode, QueueEntry, StoreTime};
 use crate::store::{EndedEarly, Probe, StoreLease};
 
 /// One holder's permit.
@@ -77,6 +80,7 @@ impl Permit {
             renewed_at: self.renewed_at,
             holder: self.holder.clone(),
             max_hold_ms: self.max_hold_ms,
+            lock_delay_ms: Some(u64::try_from(self.lock_delay.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 }
@@ -168,6 +172,36 @@ impl Tomb {
             operation_id: permit.operation_id.clone(),
             until,
             why: EndedEarly::MaxHold,
+        }
+    }
+}
+
+/// The instance name of the embedded store's waiters.
+pub(super) const LOCAL: &str = "local";
+
+/// Every resource's places, in queue order.
+#[derive(Default)]
+pub(super) struct Queues {
+    pub(super) members: AtomicU64,
+    places: Mutex<HashMap<String, Vec<(String, QueueEntry)>>>,
+}
+
+impl Queues {
+    pub(super) fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, Vec<(String, QueueEntry)>>> {
+        self.places.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops `tag`'s places for which `gone` holds (and the resource when
+    /// none is left).
+    pub(super) fn drop_where(&self, tag: &str, gone: impl Fn(&str) -> bool) {
+        let mut places = self.lock();
+        if let Some(list) = places.get_mut(tag) {
+            list.retain(|(member, _)| !gone(member));
+            if list.is_empty() {
+                places.remove(tag);
+            }
         }
     }
 }

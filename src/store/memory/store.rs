@@ -54,6 +54,8 @@ pub struct MemoryStore {
     state: Mutex<State>,
     max_leases: usize,
     waiters: Arc<WaitRegistry>,
+    /// The fair queue's places, kept to be read (see [`queue`]).
+    queues: super::records::Queues,
 }
 
 fn wall_ms() -> StoreTime {
@@ -80,6 +82,7 @@ impl MemoryStore {
             }),
             max_leases,
             waiters,
+            queues: super::records::Queues::default(),
         }
     }
 

@@ -86,11 +86,24 @@ pub(super) fn key(namespace: &str, kind: &str, resource: &ResourceId) -> String 
     key
 }
 
-/// How long a fencing counter outlives its last acquisition. Losing it is
-/// safe (the server clock floors the next token); keeping it bounds memory.
-pub(super) const SEQ_KEY_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
-/// [`SEQ_KEY_TTL_MS`] as a script argument.
-pub(super) const SEQ_KEY_TTL_TEXT: &str = "604800000";
+/// The least a sequence key (`<ns>:seq:v2:T`: fencing token, change
+/// count, watch and queue marks) outlives its last write: past the watch
+/// mark (30 s) and the queue's horizon it carries, and a margin against a
+/// server clock stepped back (the clock floors the next token, design §8).
+pub(super) const SEQ_KEY_FLOOR_MS: u64 = 60_000;
+
+/// How long a sequence key outlives a write that comes without a lease's
+/// TTL (docs/storage.md, "Keys"): the history's age, at least
+/// [`SEQ_KEY_FLOOR_MS`]. Its change count numbers the history's versions and
+/// tells an acquire that a holder may have expired unnoticed, so it lives
+/// as long as the history it annotates, and no longer: losing it is safe
+/// (the server clock floors the next token), and what a released resource
+/// leaves behind lives an hour by default, not 7 days (design §20). An
+/// acquire (and a renew's label change) keeps it at least the lease's TTL
+/// and lock-delay.
+pub(super) fn seq_key_ttl_ms(history_age_ms: u64) -> u64 {
+    history_age_ms.max(SEQ_KEY_FLOOR_MS)
+}
 /// How far ahead an instance that follows a resource marks it watched; its
 /// watch group re-reads (and so re-marks) well within this.
 pub(super) const WATCH_MARK_MS: &str = "30000";

@@ -131,10 +131,12 @@ pub const BREAK: Source = source!("break");
 pub const HISTORY: Source = source!("history");
 /// `lua/purposes.lua`.
 pub const PURPOSES: Source = source!("purposes");
+/// `lua/waiters.lua`.
+pub const WAITERS: Source = source!("waiters");
 
 /// Every script the service runs.
-pub const ALL: [Source; 8] = [
-    ACQUIRE, RENEW, RELEASE, INSPECT, QUEUE, BREAK, HISTORY, PURPOSES,
+pub const ALL: [Source; 9] = [
+    ACQUIRE, RENEW, RELEASE, INSPECT, QUEUE, BREAK, HISTORY, PURPOSES, WAITERS,
 ];
 
 /// The length of `entry` assembled from `pieces`.

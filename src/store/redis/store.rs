@@ -42,6 +42,10 @@ pub struct RedisStore {
     pub(in crate::store) history: crate::domain::HistoryBound,
     /// The scripts' `history length` and `history ttl ms` arguments, as text once.
     pub(super) history_args: [String; 2],
+    /// The scripts' `sequence key ttl ms` argument ([`super::keys::seq_key_ttl_ms`]).
+    pub(super) seq_ttl_ms: u64,
+    /// [`RedisStore::seq_ttl_ms`] as text.
+    pub(super) seq_ttl_text: String,
     /// `leasehold_store_command_duration_seconds` by script.
     pub(super) durations: crate::telemetry::Handles<&'static str, metrics::Histogram>,
     /// The purposes marked watched at this instance's last read of the
@@ -187,6 +191,8 @@ impl RedisStore {
                 settings.history.entries.to_string(),
                 settings.history.max_age_ms.to_string(),
             ],
+            seq_ttl_ms: super::keys::seq_key_ttl_ms(settings.history.max_age_ms),
+            seq_ttl_text: super::keys::seq_key_ttl_ms(settings.history.max_age_ms).to_string(),
             durations: crate::telemetry::Handles::new(),
             watched_purposes: super::watched::WatchedPurposes::default(),
         })

@@ -4,8 +4,10 @@
 //! **Keys.** [`KINDS`] is the storage layout as a table (docs/storage.md,
 //! docs/decisions/storage-v2.md "Keys", the headers of `lua/*.lua`): every kind of key
 //! the service writes, with the TTL it may carry at most, the size its
-//! structure may reach at most, and whether it is *long-lived* (it outlives
-//! a quiet period of the test's length: only the fencing sequence, 7 days).
+//! structure may reach at most, and whether it is *long-lived* (it may
+//! outlive a quiet period of the test's length: only the fencing sequence,
+//! which lives the history's age, at least a minute and the longest TTL and
+//! lock-delay).
 //! The bounds depend on what the test's callers asked for ([`Layout`]:
 //! their longest TTL, largest limit, the history settings, how many waits
 //! can be in flight).
@@ -30,8 +32,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a fencing sequence outlives its last write (`SEQ_KEY_TTL_MS`).
-pub const SEQ_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+/// The least a fencing sequence outlives its last write (`SEQ_KEY_FLOOR_MS`
+/// in src/store/redis/keys.rs); else the history's age, or the lease's TTL
+/// and lock-delay when longer.
+pub const SEQ_FLOOR_MS: u64 = 60_000;
 /// A queue lives 1 s past the latest heartbeat deadline, which a beat sets
 /// 2 s ahead (`QUEUE_HORIZON_MS`); the ask hash lives as the queue.
 pub const QUEUE_TTL_MS: u64 = 2_000 + 1_000;
@@ -104,7 +108,8 @@ pub struct Kind {
     pub size: fn(&Layout, u64) -> u64,
     /// What the size counts, for reports.
     pub counts: &'static str,
-    /// Outlives any quiet period a test waits (only the sequence: 7 days).
+    /// May outlive the quiet period a test waits (only the sequence: the
+    /// history's age, at least a minute).
     pub long_lived: bool,
 }
 
@@ -127,8 +132,8 @@ fn delayed(l: &Layout, limit: u64) -> u64 {
 fn one(_: &Layout, _: u64) -> u64 {
     1
 }
-fn seq_ttl(_: &Layout) -> u64 {
-    SEQ_TTL_MS
+fn seq_ttl(l: &Layout) -> u64 {
+    lease_ttl(l).max(l.history_age_ms).max(SEQ_FLOOR_MS)
 }
 fn hist_ttl(l: &Layout) -> u64 {
     l.history_age_ms
@@ -832,7 +837,10 @@ mod tests {
         assert!(v[0].what.contains("4 fields above its bound 3"), "{}", v[0]);
         let v = judge(&seen("ns:odd:v2:{p:d}", 5, 1), &l);
         assert_eq!(v[0].kind, "unknown");
-        assert!(judge(&seen("ns:seq:v2:{p:d}", 86_400_000, 1), &l).is_empty());
+        assert!(judge(&seen("ns:seq:v2:{p:d}", 60_000, 1), &l).is_empty());
+        // No longer than the history's age and a minute: not 7 days (§20).
+        let v = judge(&seen("ns:seq:v2:{p:d}", 86_400_000, 1), &l);
+        assert!(v[0].what.contains("above its bound 60000"), "{}", v[0]);
     }
 
     #[test]

@@ -418,6 +418,7 @@ async function everyPurpose(cdp, dir) {
     }),
   );
   const lockErr = locks.map(() => '');
+  let waiter = null;
   locks.forEach((c, n) => c.stderr.on('data', (d) => (lockErr[n] += d)));
   try {
     await click(cdp, '#forget');
@@ -463,21 +464,51 @@ async function everyPurpose(cdp, dir) {
     }
     check(true, `${rounds} rounds over ${(rounds - 1) * 5} s: every countdown within 1 s of inspect (worst ${Math.round(worst)} ms)`);
 
-    // A bounded hold and a lock-delay.
+    // A bounded hold with a lock-delay (issue 43: "lock-delay none" and no
+    // hold end were shown): the hold end and bound, the delay its expiry
+    // would start while it is held, its limit and mode.
     const bounded = digestOf(`bounded-${process.pid}`);
-    await acquire(EVERY, `bounded-${process.pid}`, 'bounded', { maxHoldMs: 3600000 }, OTHER);
+    await acquire(EVERY, `bounded-${process.pid}`, 'bounded', { maxHoldMs: 3600000, lockDelayMs: 5000 }, OTHER);
     await until(cdp, `document.querySelector('#leases tr[data-digest="${bounded}"]')`, 'the bounded lease listed');
     await click(cdp, `#leases tr[data-digest="${bounded}"]`);
     await until(cdp, `${text('#detail')}.includes('1 h 0 min') && ${text('#detail')}.includes('UTC')`, 'the hold end and maxHoldMs, local time with UTC');
     check(true, 'a bounded hold shows its end and maxHoldMs');
+    await until(cdp, `${text('#detail-delay')}.startsWith('5.0 s, starts if it expires') && ${text('#detail')}.includes('not started: held')`, "the held lease's lock-delay (5 s, not started)");
+    check((await js(cdp, text('#detail'))).includes('limit 1, exclusive'), 'the held lease shows its lock-delay, limit and mode');
     const delayed = digestOf(`delayed-${process.pid}`);
     await acquire(EVERY, `delayed-${process.pid}`, 'delayed', { ttlMs: 1000, lockDelayMs: 5000 }, OTHER);
     await until(cdp, `/^\\d/.test(document.querySelector('#leases tr[data-digest="${delayed}"]')?.cells[6].textContent ?? '')`, 'the lock-delay after the expiry', 5000);
     await click(cdp, `#leases tr[data-digest="${delayed}"]`);
     await until(cdp, `${text('#detail-delay')}.endsWith('left')`, 'the lock-delay and its end in the detail');
     check(true, 'a lock-delay shows in the list and the detail');
+    // Contention: a fourth `leasehold lock` waits for lock-1's lease (the
+    // issue's "waiters column shows — while a waiter is queued").
+    waiter = spawn(BIN, ['lock', '--url', BASE, '--api-key-file', keyFile, ...tls, '--ttl', '9s', '--wait', '25s', '--holder', 'lock-4', OTHER, raws[0], '--', 'true'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let waiterErr = '';
+    waiter.stderr.on('data', (d) => (waiterErr += d));
     await click(cdp, `#leases tr[data-digest="${digests[0]}"]`);
     await until(cdp, `${text('#detail')}.includes('lock-1')`, 'a lock lease in the detail');
+    await until(
+      cdp,
+      `document.querySelector('#waiters tbody tr[data-position="1"]')?.textContent.includes('lock-4')`,
+      `the queued waiter in the lease's detail (${waiterErr})`,
+      10000,
+    );
+    const queue = await call('GET', `/leases/${OTHER}/${digests[0]}/waiters`, EVERY);
+    const first = queue.body?.waiters?.[0];
+    check(queue.body?.waiting === 1 && first?.holder === 'lock-4', `the API has lock-4 first in the queue (${queue.text})`);
+    const cells = await js(cdp, `[...document.querySelector('#waiters tbody tr[data-position="1"]').cells].map((c) => c.textContent)`);
+    check(cells[0] === '1' && cells[1] === 'lock-4' && cells[2] === first.instance && /^waiting \d/.test(cells[5]), `the waiter shown with its position, instance and time waited (${cells.join(' | ')})`);
+    await until(cdp, `document.querySelector('#leases tr[data-digest="${digests[0]}"]')?.cells[7].textContent === '1'`, 'the waiters column counting it');
+    await until(cdp, `[...document.querySelectorAll('#longest li')].some((li) => li.textContent.includes('lock-4') && li.textContent.includes('waiting'))`, "the purpose's longest waits naming it");
+    check(true, "a queued waiter is counted in the list and named in the purpose's longest waits");
+    if ((queue.body.instances ?? []).length) {
+      // Redis: the instance it waits on, with its heartbeat, in the health area.
+      await until(cdp, `${text('#instances')}.includes(${JSON.stringify(first.instance + ' (heartbeat ')})`, 'the waiting instance and its heartbeat in the health area');
+      check(true, `the health area names instance ${first.instance} with its heartbeat's age`);
+    }
     await axe(cdp, 'on a purpose with a lease open at 1280 px');
     await shot(cdp, 'console-wide.png');
 
@@ -493,8 +524,9 @@ async function everyPurpose(cdp, dir) {
     await axe(cdp, 'at 390 px');
     await width(cdp, 1280, 1000);
   } finally {
-    for (const c of locks) c.kill('SIGTERM');
-    await Promise.all(locks.map((c) => (c.exitCode !== null ? null : new Promise((resolve) => c.on('exit', resolve)))));
+    const all = waiter ? [...locks, waiter] : locks;
+    for (const c of all) c.kill('SIGTERM');
+    await Promise.all(all.map((c) => (c.exitCode !== null ? null : new Promise((resolve) => c.on('exit', resolve)))));
   }
 }
 

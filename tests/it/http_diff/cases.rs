@@ -592,3 +592,65 @@ impl ReplaceBytes for Vec<u8> {
         self
     }
 }
+
+/// Review finding 3a (issue 39): heads hyper itself refuses, before any
+/// code of the service runs, are answered by hyper with a bare status, no
+/// body and `connection: close`, whichever turn (the hand-written paths
+/// hand every such head to hyper: `src/http/lanes.rs`). The one place the
+/// service answers without problem+json (docs/behaviour.md,
+/// "Connections"); pinned here both ways, so a change on either side shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_hyper_refuses_are_answered_bare_both_ways() {
+    let app = TestApp::spawn(&Backend::Memory).await;
+    let many = (0..101)
+        .map(|i| format!("x-h{i}: v\r\n"))
+        .collect::<String>();
+    let cases: Vec<(&str, u16, Vec<u8>)> = vec![
+        (
+            "101 more headers",
+            431,
+            bare("GET", LEASE, "HTTP/1.1", &many),
+        ),
+        (
+            "a head over hyper's buffer",
+            431,
+            bare(
+                "GET",
+                LEASE,
+                "HTTP/1.1",
+                &format!("x-a: {}\r\n", "v".repeat(500 * 1024)),
+            ),
+        ),
+        (
+            "a target over 64 KiB",
+            414,
+            get(&format!("/leases/diff/{{d}}?x={}", "y".repeat(70 * 1024))),
+        ),
+        ("a space in the target", 400, get("/leases/di ff/{d}")),
+    ];
+    for (name, status, template) in &cases {
+        for hyper in [false, true] {
+            let fresh = Fresh::new(&app).await;
+            let mut conn = if hyper {
+                Conn::hyper(app.addr).await
+            } else {
+                Conn::open(app.addr).await
+            };
+            let _ = conn.try_send(&fresh.fill(template)).await;
+            let turn = if hyper { "after hyper" } else { "fresh" };
+            match conn.next(WAIT).await {
+                Next::Answer(a) => {
+                    assert_eq!(a.status, *status, "{name} ({turn}): {a:?}");
+                    assert!(a.body.is_empty(), "{name} ({turn}): {a:?}");
+                    assert_eq!(a.header("content-length"), Some("0"), "{name} ({turn})");
+                    assert_eq!(a.header("connection"), Some("close"), "{name} ({turn})");
+                }
+                other => panic!("{name} ({turn}): {other:?}"),
+            }
+            assert!(
+                conn.closes_within(WAIT).await,
+                "{name} ({turn}): the connection stays open"
+            );
+        }
+    }
+}

@@ -12,6 +12,8 @@
   const RECENT_MS = 600000; // "changed in 10 min"
   const OVERVIEW_MAX = 50; // purposes listed on the overview
   const NEAR_ZERO_MS = 1000; // a countdown this close to zero is read again
+  const QUEUE_MS = 2000; // each listed lease's waiters, re-read
+  const QUEUE_LEASES = 50; // leases whose waiters are read, at most
   const $ = (id) => document.getElementById(id);
 
   const state = {
@@ -32,6 +34,9 @@
     permitsShown: '', // what the permits table shows
     overview: new Map(), // purpose -> {leases, at} or {error}
     reread: new Map(), // digest -> when a near-zero countdown was read again
+    queues: new Map(), // digest -> {waiting, complete, head, at}: its waiters
+    waitersAvailable: true, // the service answers GET …/waiters
+    detailQueue: null, // the selected lease's waiters {body, at}
   };
 
   // ------------------------------------------------------------ requests --
@@ -294,6 +299,7 @@
 
   function showOverview() {
     stopFeed();
+    $('instances').hidden = true;
     state.purpose = null;
     state.selected = null;
     $('overview-panel').hidden = false;
@@ -440,15 +446,20 @@
     $('leases-panel').hidden = false;
     $('detail-panel').hidden = true;
     $('leases-title').textContent = 'Leases of ' + purpose;
+    state.queues.clear();
+    renderInstances(purpose);
     renderPurposes();
     renderLeases();
+    renderLongest();
     startFeed(purpose);
     if (digest) selectLease(digest);
+    loadQueues(purpose);
   }
 
   function stopFeed() {
     if (state.feed) state.feed.abort();
     state.feed = null;
+    clearTimeout(queueTimer);
   }
 
   function feedStatus(text) {
@@ -629,7 +640,7 @@
   // pointer would swallow the click); one listener serves them all.
   const rows = new Map(); // digest -> tr
   let emptyRow = null;
-  const COLUMNS = 7;
+  const COLUMNS = 8;
 
   function leaseCells(entry) {
     const l = entry.lease;
@@ -644,7 +655,146 @@
       held === undefined ? '—' : dur(held),
       renewed === undefined ? '—' : dur(renewed) + ' ago',
       l.lockDelayRemainingMs ? dur(left(entry, 'lockDelayRemainingMs')) : '—',
+      queueCell(l.digest),
     ];
+  }
+
+  // ------------------------------------------------------------ waiters --
+  // Each listed lease's waiters (how many, the first), read every QUEUE_MS
+  // for at most QUEUE_LEASES leases: the waiters column and the purpose's
+  // longest waits. The selected lease's whole queue is read with it.
+  let queueTimer = null;
+
+  function queueCell(digest) {
+    const q = state.queues.get(digest);
+    if (!state.waitersAvailable) return 'n/a';
+    if (!q) return '…';
+    return String(q.waiting) + (q.complete ? '' : '+');
+  }
+
+  function waitersPath(purpose, digest, limit) {
+    return leasePath(purpose, digest) + '/waiters?limit=' + limit;
+  }
+
+  async function loadQueues(purpose) {
+    clearTimeout(queueTimer);
+    if (state.purpose !== purpose || !state.waitersAvailable) return;
+    const digests = [...state.leases.keys()].sort().slice(0, QUEUE_LEASES);
+    await Promise.all(
+      digests.map(async (digest) => {
+        const reply = await api(waitersPath(purpose, digest, 1)).catch(() => null);
+        if (state.purpose !== purpose || !reply) return;
+        if (reply.status === 404 && reply.body && reply.body.outcome === 'not_found') {
+          state.waitersAvailable = false;
+          return;
+        }
+        if (reply.status !== 200 || !reply.body) return;
+        const b = reply.body;
+        state.queues.set(digest, { waiting: b.waiting, complete: b.complete, head: (b.waiters || [])[0], instances: b.instances || [], at: performance.now() });
+      }),
+    );
+    if (state.purpose !== purpose) return;
+    for (const digest of state.queues.keys()) if (!state.leases.has(digest)) state.queues.delete(digest);
+    renderInstances(purpose);
+    renderLeases();
+    renderLongest();
+    if (state.selected) refreshWaiters();
+    queueTimer = setTimeout(() => loadQueues(purpose), QUEUE_MS);
+  }
+
+  // Health beside the data: the instances sharing the store that have
+  // waiters in this purpose's queues, from their heartbeats there (Redis;
+  // an instance's heartbeat lives only in the queues it waits in).
+  function renderInstances(purpose) {
+    const out = $('instances');
+    const seen = new Map();
+    for (const q of state.queues.values()) {
+      for (const i of q.instances || []) {
+        const was = seen.get(i.instance);
+        if (!was || was.heartbeatAgeMs > i.heartbeatAgeMs) seen.set(i.instance, i);
+      }
+    }
+    out.hidden = !seen.size;
+    const list = [...seen.values()].sort((a, b) => (a.instance < b.instance ? -1 : 1));
+    out.textContent = seen.size
+      ? `instances with waiters in ${purpose}: ` + list.map((i) => `${i.instance} (heartbeat ${dur(i.heartbeatAgeMs)} ago)`).join(', ')
+      : '';
+  }
+
+  // A waiter's time waited, counted on from when it was read.
+  const waitedNow = (w, at) => w.waitedMs + (performance.now() - at);
+
+  function renderLongest() {
+    const ul = $('longest');
+    ul.replaceChildren();
+    if (!state.waitersAvailable) {
+      $('longest-status').textContent = 'Waiters are not available on this service.';
+      return;
+    }
+    const heads = [...state.queues.entries()].filter(([, q]) => q.head).sort((a, b) => waitedNow(b[1].head, b[1].at) - waitedNow(a[1].head, a[1].at));
+    $('longest-status').textContent = heads.length ? 'The first waiter of each lease, longest first.' : 'Nobody waits.';
+    for (const [digest, q] of heads.slice(0, 5)) {
+      const li = el('li');
+      li.dataset.digest = digest;
+      const open = el('button', shortDigest(digest));
+      open.type = 'button';
+      open.title = digest;
+      open.addEventListener('click', () => selectLease(digest));
+      li.appendChild(open);
+      const who = (q.head.holder || 'a waiter') + ' on ' + q.head.instance;
+      li.appendChild(document.createTextNode(` ${who}, waiting ${dur(waitedNow(q.head, q.at))}` + (q.waiting > 1 ? ` (${q.waiting} waiting)` : '')));
+      ul.appendChild(li);
+    }
+  }
+
+  async function refreshWaiters() {
+    const purpose = state.purpose;
+    const digest = state.selected;
+    if (!purpose || !digest) return;
+    if (!state.waitersAvailable) {
+      $('waiters-status').textContent = 'Waiters are not available on this service.';
+      $('waiters').hidden = true;
+      return;
+    }
+    const reply = await api(waitersPath(purpose, digest, 20)).catch(() => null);
+    if (state.purpose !== purpose || state.selected !== digest) return;
+    if (!reply || reply.status !== 200 || !reply.body) {
+      $('waiters-status').textContent = 'Could not read the waiters' + (reply ? ': ' + problemText(reply) : '.');
+      return;
+    }
+    state.detailQueue = { body: reply.body, at: performance.now() };
+    renderWaiters();
+  }
+
+  function renderWaiters() {
+    const q = state.detailQueue;
+    const tbody = $('waiters').tBodies[0];
+    if (!q) return;
+    const list = q.body.waiters || [];
+    $('waiters').hidden = !list.length;
+    const count = q.body.waiting + (q.body.complete ? '' : '+');
+    $('waiters-status').textContent = list.length
+      ? `${count} waiting, in the order they will acquire` + (list.length < q.body.waiting ? ` (the first ${list.length} shown)` : '') + '.'
+      : 'Nobody waits.';
+    // The instances they wait on, from their heartbeats (Redis).
+    const beats = (q.body.instances || []).map((i) => i.instance + ' (heartbeat good for ' + dur(i.aliveForMs) + ')');
+    if (beats.length) $('waiters-status').textContent += ' Waiting on ' + beats.join(', ') + '.';
+    tbody.replaceChildren();
+    for (const w of list) {
+      const tr = row([el('td', w.position, 'num'), w.holder || '—', el('code', w.instance), w.mode, when(w.since), el('td', 'waiting ' + dur(waitedNow(w, q.at)), 'num waited')]);
+      tr.dataset.position = String(w.position);
+      tbody.appendChild(tr);
+    }
+  }
+
+  // The waited times count on between reads.
+  function tickWaiters() {
+    const q = state.detailQueue;
+    if (!q || $('detail-panel').hidden) return;
+    const cells = $('waiters').querySelectorAll('td.waited');
+    (q.body.waiters || []).forEach((w, n) => {
+      if (cells[n]) setText(cells[n], 'waiting ' + dur(waitedNow(w, q.at)));
+    });
   }
 
   function renderLeases() {
@@ -700,6 +850,7 @@
       rereadNearZero();
       renderLeases();
       tickDetail();
+      tickWaiters();
     }
   }, 250);
 
@@ -718,7 +869,12 @@
     $('permits').tBodies[0].replaceChildren();
     $('history').tBodies[0].replaceChildren();
     $('history-status').textContent = 'Loading…';
+    state.detailQueue = null;
+    $('waiters').tBodies[0].replaceChildren();
+    $('waiters').hidden = true;
+    $('waiters-status').textContent = 'Loading…';
     refreshDetail();
+    refreshWaiters();
   }
 
   let detailSeq = 0;
@@ -771,7 +927,8 @@
     const bound = holdEnd(i);
     fact(dl, 'held', i.held ? 'yes' : 'no');
     fact(dl, 'holder', i.holder || '—');
-    fact(dl, 'holders', (i.holders ?? 0) + ' of ' + (i.limit ?? 1) + (i.mode ? ' (' + i.mode + ')' : ''));
+    fact(dl, 'holders', (i.holders ?? 0) + ' of ' + (i.limit ?? 1));
+    fact(dl, 'limit and mode', 'limit ' + (i.limit ?? 1) + ', ' + (i.mode || 'exclusive'));
     fact(dl, 'fencing token', i.fencingToken ?? '—');
     fact(dl, 'remaining', i.held ? dur(i.remainingMs) : '—', 'detail-remaining');
     fact(dl, 'TTL', dur(i.ttlMs));
@@ -779,9 +936,13 @@
     fact(dl, 'renewed', when(i.renewedAt, ago));
     fact(dl, 'hold ends', bound ? when(bound.at, ahead) : 'no bound');
     fact(dl, 'max hold', bound && bound.max ? dur(bound.max) : 'none');
+    // A running lock-delay (after an expiry), or the one a held permit's
+    // expiry would start (a release or a break starts none).
     const delay = i.lockDelayRemainingMs;
-    fact(dl, 'lock-delay', delay ? dur(delay) + ' left' : 'none running', 'detail-delay');
-    fact(dl, 'lock-delay ends', delay ? when(new Date(Date.now() + delay).toISOString(), ahead) : '—');
+    const planned = (i.permits || []).find((p) => p.lockDelayMs);
+    const would = planned ? dur(planned.lockDelayMs) + ', starts if it expires (not on release)' : 'none';
+    fact(dl, 'lock-delay', delay ? dur(delay) + ' left' : would, 'detail-delay');
+    fact(dl, 'lock-delay ends', delay ? when(new Date(Date.now() + delay).toISOString(), ahead) : planned && i.held ? 'not started: held' : '—');
     fact(dl, 'version', i.version);
     const admin = state.scopes.includes('admin');
     $('break-area').hidden = !(admin && i.held);

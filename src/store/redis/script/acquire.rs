@@ -172,6 +172,7 @@ fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire
                 renewed_at: store_time(int(items, RENEWED_AT)?)?,
                 holder,
                 max_hold_ms,
+                lock_delay_ms: None,
             };
             // A grant whose message this instance missed: the waiter's
             // acquisition, not a replay of an earlier one.

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{KeyBuf, SEQ_KEY_TTL_TEXT};
+use super::super::keys::KeyBuf;
 use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
@@ -99,7 +99,7 @@ impl RedisStore {
         let token = fencing_token.map(|t| t.to_string()).unwrap_or_default();
         let args = Args {
             fencing_token: &token,
-            seq_ttl_ms: SEQ_KEY_TTL_TEXT,
+            seq_ttl_ms: &self.seq_ttl_text,
             event_channel: &self.wake_channel,
             resource_tag: &tag,
             reason: revocation.reason.as_ref().map_or("", |r| r.as_str()),

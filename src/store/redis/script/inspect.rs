@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use redis::Value;
 
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{lease_key, record_keys, seq_key, SEQ_KEY_TTL_TEXT, WATCH_MARK_MS};
+use super::super::keys::{lease_key, record_keys, seq_key, WATCH_MARK_MS};
 use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
@@ -60,7 +60,7 @@ mod head {
 }
 
 /// Positions in one live permit's group (from its start): `remaining,
-/// fence, acquiredAt, renewedAt, ttlMs, holder`.
+/// fence, acquiredAt, renewedAt, ttlMs, holder, lockDelayMs`.
 mod permit {
     pub const REMAINING: usize = 0;
     pub const FENCE: usize = 1;
@@ -68,8 +68,9 @@ mod permit {
     pub const RENEWED_AT: usize = 3;
     pub const TTL_MS: usize = 4;
     pub const HOLDER: usize = 5;
+    pub const LOCK_DELAY_MS: usize = 6;
     /// Items per permit.
-    pub const LEN: usize = 6;
+    pub const LEN: usize = 7;
 }
 
 /// The mode letter at `items[at]`.
@@ -96,6 +97,7 @@ fn permit_at(items: &[Value], at: usize) -> Result<StoreLease, StoreError> {
         renewed_at: store_time(renewed?)?,
         holder,
         max_hold_ms,
+        lock_delay_ms: non_negative(int(items, at + LOCK_DELAY_MS)?),
     })
 }
 
@@ -164,7 +166,7 @@ impl RedisStore {
             owner_token,
             operation_id,
             watch_ms: if watching { WATCH_MARK_MS } else { "0" },
-            seq_ttl_ms: SEQ_KEY_TTL_TEXT,
+            seq_ttl_ms: &self.seq_ttl_text,
         };
         let (lease, seq) = (
             lease_key(&self.namespace, resource),
@@ -223,6 +225,7 @@ mod tests {
         for fence in [9, 8] {
             held.extend([10, fence, 100, 100, 30_000].map(Value::Int));
             held.push(bulk(""));
+            held.push(Value::Int(0));
         }
         let Ok(StoreInspect::Held {
             holders,

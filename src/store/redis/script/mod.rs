@@ -16,6 +16,7 @@ mod purposes;
 mod queue;
 mod release;
 mod renew;
+mod waiters;
 
 use super::call::{Call, Executed};
 use super::evalsha::Script;

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{KeyBuf, QUEUE_HORIZON_MS, SEQ_KEY_TTL_TEXT};
+use super::super::keys::{KeyBuf, QUEUE_HORIZON_MS};
 use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
@@ -144,7 +144,7 @@ impl RedisStore {
             verb,
             instance_id: &self.instance,
             heartbeat_horizon_ms: QUEUE_HORIZON_MS,
-            seq_ttl_ms: SEQ_KEY_TTL_TEXT,
+            seq_ttl_ms: &self.seq_ttl_text,
             event_channel: &self.wake_channel,
             resource_tag: &tag,
             member,

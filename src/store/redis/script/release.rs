@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{KeyBuf, CLAIM};
 use super::super::lua;
-use super::super::reply::bad_reply;
+use super::super::reply::{bad_reply, refusal_reason};
 use super::super::store::RedisStore;
 use super::decode::{ended, ended_holds, int, non_negative, ENDED_EARLY, STATUS};
 use crate::domain::{Attempt, ResourceId};
@@ -131,6 +131,14 @@ fn decode_abandoned(items: &[redis::Value]) -> Result<bool, StoreError> {
     }
 }
 
+/// Whether `why` is a refusal that also refuses a replay's claim write
+/// (acquire.lua answers the replay all the same).
+fn refuses_claims(why: &str) -> bool {
+    ["OOM", "NOREPLICAS", "READONLY", "MISCONF", "NOPERM"]
+        .into_iter()
+        .any(|code| why == refusal_reason(code))
+}
+
 impl RedisStore {
     /// `release.lua` for `attempt`, with the replica acknowledgement of a
     /// write when acks are configured.
@@ -155,14 +163,22 @@ impl RedisStore {
 
     /// The clean-up release of an acquisition whose waiter left: true when
     /// the permit went, false when it was claimed by a replay or renewed
-    /// since (or is gone already).
+    /// since (or is gone already), and false when Redis refused it as it
+    /// refuses a replay's claim (full, NOREPLICAS, READONLY, MISCONF, an
+    /// ACL: the script's
+    /// first write is that claim key's `SET`, lua/release.lua): a replay
+    /// may have been answered meanwhile without its claim, so the
+    /// clean-up is not tried again once writes are allowed; the permit
+    /// ends with its TTL.
     pub(in crate::store) async fn release_abandoned(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
     ) -> Result<bool, StoreError> {
-        let done = self.release_as(resource, attempt, Mode::Abandoned).await?;
-        decode_abandoned(&done.value)
+        match self.release_as(resource, attempt, Mode::Abandoned).await {
+            Err(StoreError::Unavailable(why)) if refuses_claims(why) => Ok(false),
+            done => decode_abandoned(&done?.value),
+        }
     }
 
     /// `release.lua` in `mode`: its answer and replication.
@@ -226,6 +242,16 @@ mod tests {
 
     fn reply(items: &[i64]) -> Vec<Value> {
         items.iter().map(|v| Value::Int(*v)).collect()
+    }
+
+    #[test]
+    fn the_refusals_of_a_claim_are_told_apart() {
+        for code in ["OOM", "NOREPLICAS", "READONLY", "MISCONF", "NOPERM"] {
+            assert!(refuses_claims(refusal_reason(code)), "{code}");
+        }
+        for code in ["BUSY", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN"] {
+            assert!(!refuses_claims(refusal_reason(code)), "{code}");
+        }
     }
 
     #[test]

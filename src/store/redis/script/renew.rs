@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::{KeyBuf, SEQ_KEY_TTL_MS};
+use super::super::keys::KeyBuf;
 use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
@@ -100,6 +100,7 @@ fn decode(items: &[redis::Value], ttl: Ttl) -> Result<StoreRenew, StoreError> {
                 renewed_at: store_time(int(items, NOW)?)?,
                 holder,
                 max_hold_ms,
+                lock_delay_ms: None,
             })
         }
         0 => StoreRenew::Absent,
@@ -121,7 +122,7 @@ impl RedisStore {
     ) -> Result<Replicated<StoreRenew>, StoreError> {
         let tag = resource.tag();
         let ttl_ms = ttl.ms().to_string();
-        let seq_ttl_ms = SEQ_KEY_TTL_MS.max(ttl.ms()).to_string();
+        let seq_ttl_ms = self.seq_ttl_ms.max(ttl.ms()).to_string();
         let args = Args {
             owner_token: attempt.owner_token.expose(),
             operation_id: attempt.operation_id.as_str(),
