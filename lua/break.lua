@@ -48,7 +48,7 @@ local top = 0
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local fence, exp, acq, _, _, ld, at = permit(rec[i + 1])
+    local fence, exp, acq, _, _, ld, at = permit(rec[i + 1], true)
     if exp > now and (ARGV[1] == '' or fence == ARGV[1]) then
       victims[#victims + 1] = field
       held[#held + 1] = now - tonumber(acq)

@@ -60,7 +60,7 @@ for i = 1, #rec, 2 do
   local byte = string.byte(field, 1)
   if byte == 112 then -- 'p'
     local v = rec[i + 1]
-    local fence, exp, acq, ren, ttl, ld, at = permit(v)
+    local fence, exp, acq, ren, ttl, ld, at = permit(v, true)
     if exp > now then
       live = live + 1
       fence = tonumber(fence)

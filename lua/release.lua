@@ -158,7 +158,7 @@ local seen
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local fence, exp, acq, ren, _, ld, at = permit(rec[i + 1])
+    local fence, exp, acq, ren, _, ld, at = permit(rec[i + 1], true)
     if exp > now then
       live = live + 1
     end

@@ -21,7 +21,7 @@ for i = 1, rec and #rec or 0, 2 do
   local b = string.byte(field, 1)
   if b == 112 then -- 'p'
     local v = rec[i + 1]
-    local fence, exp, acq, ren, granted, ld, at = permit(v)
+    local fence, exp, acq, ren, granted, ld, at = permit(v, true)
     if exp > now then
       if field == mine then
         -- 1 when the caller waits and a release granted its entry this
