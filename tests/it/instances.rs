@@ -1,6 +1,6 @@
 //! `GET /instances` (issue 43 item 5): real `leasehold serve` processes on
 //! one real Redis see each other through the roster they beat into
-//! (docs/storage.md, "Instances"); one SIGKILLed drops out after the
+//! (docs/storage.md, "Keys"); one SIGKILLed drops out after the
 //! staleness bound, one stopped with SIGTERM at once; the embedded store
 //! answers itself; the roster key keeps its residue bounds; API keys guard
 //! it as they guard `/purposes`.

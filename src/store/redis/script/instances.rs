@@ -1,5 +1,5 @@
 //! `lua/instances.lua` from the Rust side: the roster of the instances
-//! sharing the store (docs/storage.md, "Instances"). Each instance beats
+//! sharing the store (docs/storage.md, "Keys"). Each instance beats
 //! into it every [`BEAT_EVERY`] until it stops, then leaves it; `GET
 //! /instances` reads it.
 
@@ -15,8 +15,7 @@ use super::super::evalsha::{values, Named, Script};
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, store_time, text, STATUS};
-use crate::domain::StoreTime;
-use crate::store::instances::{InstanceSeen, Roster, BEAT_EVERY, ROSTER_CAP, STALE_AFTER};
+use crate::domain::{InstanceSeen, Roster, StoreTime, BEAT_EVERY, ROSTER_CAP, STALE_AFTER};
 use crate::store::StoreError;
 
 /// The script, hashed once.
