@@ -211,3 +211,87 @@ async fn the_embedded_store_answers_itself_and_keys_guard_the_route() {
         "the answer names no key: {body}"
     );
 }
+
+/// `lua/instances.lua` on a real Redis with a small cap: a full roster
+/// refuses a new member (status 2) but refreshes a listed one; a beat
+/// drops stale members first; each beat sets the TTL; the last leave
+/// deletes the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_roster_script_keeps_its_bounds() {
+    let redis = RedisServer::start();
+    let client = ::redis::Client::open(redis.url()).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let script = ::redis::Script::new(include_str!("../../lua/instances.lua"));
+    let key = "t:instances:v2:{instances}";
+    // nonce 0: the reply's first item is status + 9.
+    let mut run = async |op: &str, member: &str| -> (i64, Vec<String>) {
+        let reply: Vec<::redis::Value> = script
+            .key(key)
+            .arg(op)
+            .arg(member)
+            .arg(60_000)
+            .arg(2)
+            .arg(0)
+            .invoke_async(&mut conn)
+            .await
+            .expect("script");
+        let status = match reply[0] {
+            ::redis::Value::Int(t) => t - 9,
+            ref other => panic!("{other:?}"),
+        };
+        let members = reply[2..]
+            .chunks(2)
+            .map(|p| ::redis::from_redis_value_ref::<String>(&p[0]).expect("member"))
+            .collect();
+        (status, members)
+    };
+    assert_eq!(
+        run("read", "").await,
+        (1, vec![]),
+        "an empty roster reads empty"
+    );
+    assert_eq!(run("beat", "a|1|v").await.1, ["a|1|v"]);
+    let (status, mut both) = run("beat", "b|1|v").await;
+    both.sort();
+    assert_eq!((status, both), (1, vec!["a|1|v".into(), "b|1|v".into()]));
+    let (status, members) = run("beat", "c|1|v").await;
+    assert_eq!(status, 2, "full: c is not added");
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert_eq!(
+        run("beat", "a|1|v").await.0,
+        1,
+        "a listed member still beats"
+    );
+    let pttl: i64 = redis.cli(&["PTTL", key]).trim().parse().expect("PTTL");
+    assert!(pttl > 0 && pttl <= 60_000, "PTTL {pttl}");
+    // b's latest beat 61 s ago: stale, dropped by the next beat, which
+    // then has room for c.
+    let now = redis.cli(&["TIME"]);
+    let secs: u64 = now
+        .lines()
+        .next()
+        .expect("secs")
+        .trim()
+        .parse()
+        .expect("secs");
+    let old = ((secs - 61) * 1000).to_string();
+    redis.cli(&["ZADD", key, &old, "b|1|v"]);
+    let (status, mut members) = run("beat", "c|1|v").await;
+    members.sort();
+    assert_eq!((status, members), (1, vec!["a|1|v".into(), "c|1|v".into()]));
+    assert_eq!(
+        redis.cli(&["ZCARD", key]).trim(),
+        "2",
+        "b is gone from the key"
+    );
+    assert_eq!(run("leave", "a|1|v").await.1, ["c|1|v"]);
+    assert_eq!(run("leave", "c|1|v").await, (1, vec![]));
+    assert_eq!(
+        redis.cli(&["EXISTS", key]).trim(),
+        "0",
+        "the last leave deletes it"
+    );
+}
