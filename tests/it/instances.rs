@@ -9,8 +9,8 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::app::unique;
-use common::redis::RedisServer;
+use common::app::{args, unique, Backend, TestApp};
+use common::redis::{RedisCluster, RedisServer};
 use common::residue::{self, Layout, ServiceProcess};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -293,5 +293,44 @@ async fn the_roster_script_keeps_its_bounds() {
         redis.cli(&["EXISTS", key]).trim(),
         "0",
         "the last leave deletes it"
+    );
+}
+
+/// On a Redis Cluster the roster is one key in one slot (its hash tag):
+/// two instances see each other through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_on_a_cluster_see_each_other() {
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
+    let ns = unique("instc");
+    let seeds = cluster.seed_urls().join(",");
+    let flags = ["--namespace", &ns, "--redis-cluster-nodes", &seeds];
+    let a = TestApp::spawn_with(args(&Backend::Memory, &flags)).await;
+    let b = TestApp::spawn_with(args(&Backend::Memory, &flags)).await;
+    let start = Instant::now();
+    let (seen_a, seen_b) = loop {
+        let (ra, rb) = (a.get("/instances").await, b.get("/instances").await);
+        assert_eq!(ra.status, StatusCode::OK, "{:?}", ra.body);
+        assert_eq!(rb.status, StatusCode::OK, "{:?}", rb.body);
+        if ids(&ra.body).0.len() == 2 && ids(&rb.body).0.len() == 2 {
+            break (ra.body, rb.body);
+        }
+        assert!(
+            start.elapsed() < BEAT * 2,
+            "not both listed: {:?} {:?}",
+            ra.body,
+            rb.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let ((all_a, this_a), (all_b, this_b)) = (ids(&seen_a), ids(&seen_b));
+    assert_eq!(all_a, all_b, "one roster");
+    assert_eq!((this_a.len(), this_b.len()), (1, 1));
+    assert_ne!(this_a, this_b, "each marks itself");
+    let key = format!("{ns}:instances:v2:{{instances}}");
+    let node = cluster.node_for_key(&key);
+    assert_eq!(
+        node.cli(&["ZCARD", &key]).trim(),
+        "2",
+        "the roster on its slot's master"
     );
 }
