@@ -162,6 +162,10 @@ pub async fn run_observed(
     let store = build_store(&config.store, Arc::clone(&waiters))?;
     observe(&store);
     store.start_background(token.clone());
+    // The roster of instances (GET /instances): beats until shutdown, then
+    // leaves it; awaited below, bounded.
+    let roster = store.start_roster(token.clone());
+    let leave_within = config.store.command_timeout() + Duration::from_millis(500);
     let service = LeaseService::new(
         store,
         service_settings(&config.limits, &config.telemetry, &api_keys),
@@ -262,6 +266,7 @@ pub async fn run_observed(
             }
         }
     }
+    roster.stopped(leave_within).await;
     // The spans of the last requests, exported before the process exits.
     #[cfg(feature = "otel")]
     if let Some(exporter) = exporter {

@@ -51,7 +51,7 @@ use hyper::body::Body as _;
 use tokio::net::TcpStream;
 
 use super::verb::Verb;
-use super::{attempts, console, docs, health, history, leases, list, openapi, waiters};
+use super::{attempts, console, docs, health, history, instances, leases, list, openapi, waiters};
 use super::{operator, problem, problems, purpose_watch, watch};
 
 /// Most bytes of one request (head and body) read outside hyper; a larger
@@ -166,6 +166,7 @@ pub fn route_label(path: &str, serves_metrics: bool) -> &'static str {
         attempts::ROUTE,
         health::LIVEZ,
         health::READYZ,
+        instances::ROUTE,
         openapi::ROUTE,
         docs::ROUTE,
     ]

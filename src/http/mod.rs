@@ -30,6 +30,7 @@ pub mod docs;
 pub mod extract;
 pub mod health;
 pub mod history;
+pub mod instances;
 pub mod keep_alive;
 pub mod lanes;
 mod lease_json;
@@ -167,6 +168,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(operator::routes())
         .merge(purpose_watch::routes())
         .merge(health::routes(metrics_on_api))
+        .merge(instances::routes())
         .merge(openapi::routes())
         .merge(docs::routes())
         .merge(console::routes())

@@ -5,6 +5,7 @@
 mod acquire;
 mod core;
 mod history;
+mod instances;
 mod list;
 mod look;
 mod operator;

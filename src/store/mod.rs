@@ -12,6 +12,7 @@
 //! definitely did not apply (`Unavailable`) or may have (`Indeterminate`).
 
 mod backend;
+pub mod instances;
 pub mod memory;
 mod queueing;
 pub mod redis;

@@ -30,6 +30,7 @@ mod history;
 mod history_api;
 mod honesty;
 mod http_diff;
+mod instances;
 mod keep_alive;
 mod list;
 mod logs;

@@ -90,6 +90,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::purpose_watch::events,
         crate::http::health::livez,
         crate::http::health::readyz,
+        crate::http::instances::instances,
         crate::http::health::metrics_on_api,
         openapi_json,
         crate::http::docs::page,
@@ -114,6 +115,7 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::console::purposes::PurposesListed, crate::http::console::purposes::PurposeScopes,
         crate::http::console::purposes::AnyPurpose, crate::http::console::purposes::KeyScope,
         crate::http::console::purposes::KeyAccess,
+        crate::http::instances::InstancesAnswer, crate::http::instances::InstanceItem,
     )),
     modifiers(&Meta),
     tags(

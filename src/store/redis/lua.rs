@@ -133,10 +133,12 @@ pub const HISTORY: Source = source!("history");
 pub const PURPOSES: Source = source!("purposes");
 /// `lua/waiters.lua`.
 pub const WAITERS: Source = source!("waiters");
+/// `lua/instances.lua`.
+pub const INSTANCES: Source = source!("instances");
 
 /// Every script the service runs.
-pub const ALL: [Source; 9] = [
-    ACQUIRE, RENEW, RELEASE, INSPECT, QUEUE, BREAK, HISTORY, PURPOSES, WAITERS,
+pub const ALL: [Source; 10] = [
+    ACQUIRE, RENEW, RELEASE, INSPECT, QUEUE, BREAK, HISTORY, PURPOSES, WAITERS, INSTANCES,
 ];
 
 /// The length of `entry` assembled from `pieces`.

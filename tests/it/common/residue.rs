@@ -5,9 +5,10 @@
 //! docs/decisions/storage-v2.md "Keys", the headers of `lua/*.lua`): every kind of key
 //! the service writes, with the TTL it may carry at most, the size its
 //! structure may reach at most, and whether it is *long-lived* (it may
-//! outlive a quiet period of the test's length: only the fencing sequence,
+//! outlive a quiet period of the test's length: the fencing sequence,
 //! which lives the history's age, at least a minute and the longest TTL and
-//! lock-delay).
+//! lock-delay; and the roster of instances, beaten into while any instance
+//! runs and gone its TTL after the last beat).
 //! The bounds depend on what the test's callers asked for ([`Layout`]:
 //! their longest TTL, largest limit, the history settings, how many waits
 //! can be in flight).
@@ -44,6 +45,12 @@ pub const GRANT_TTL_MS: u64 = 60_000;
 /// A purpose stays marked watched 30 s after an instance's last mark
 /// (`WATCH_MARK_MS`).
 pub const WATCH_MARK_MS: u64 = 30_000;
+/// The roster of instances expires 15 s after its latest beat
+/// (`STALE_AFTER` in src/store/instances.rs) and lists at most 256
+/// (`ROSTER_CAP`).
+pub const ROSTER_TTL_MS: u64 = 15_000;
+/// See [`ROSTER_TTL_MS`].
+pub const ROSTER_CAP: u64 = 256;
 
 /// What the test's callers asked for: the bounds of [`KINDS`] follow.
 #[derive(Debug, Clone)]
@@ -159,6 +166,12 @@ fn grant_ttl(l: &Layout) -> u64 {
 fn mark_ttl(_: &Layout) -> u64 {
     WATCH_MARK_MS
 }
+fn roster_ttl(_: &Layout) -> u64 {
+    ROSTER_TTL_MS
+}
+fn roster_size(_: &Layout, _: u64) -> u64 {
+    ROSTER_CAP
+}
 fn no_bound(_: &Layout, _: u64) -> u64 {
     u64::MAX
 }
@@ -238,6 +251,15 @@ pub const KINDS: &[Kind] = &[
         size: no_bound,
         counts: "fields",
         long_lived: false,
+    },
+    Kind {
+        name: "instances",
+        ttl_ms: roster_ttl,
+        size: roster_size,
+        counts: "members",
+        // Beaten into while any instance runs: it outlives a quiet period
+        // until the test's instances stop (then at most its TTL).
+        long_lived: true,
     },
 ];
 
@@ -704,6 +726,33 @@ impl ServiceProcess {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Sends SIGTERM and waits (at most 20 s) for the process to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(sent.success(), "kill -TERM {}", self.pid());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no exit within 20 s of SIGTERM:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGKILL and reaps the process.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
     }
 
     /// `host:port` of the API.

@@ -509,6 +509,17 @@ async function everyPurpose(cdp, dir) {
       await until(cdp, `${text('#instances')}.includes(${JSON.stringify(first.instance + ' (heartbeat ')})`, 'the waiting instance and its heartbeat in the health area');
       check(true, `the health area names instance ${first.instance} with its heartbeat's age`);
     }
+    // Health beside the data: every instance sharing the store (GET
+    // /instances, the roster they beat into), this one marked.
+    const roster = await call('GET', '/instances', READER);
+    const listed = roster.body?.instances ?? [];
+    check(roster.status === 200 && listed.filter((i) => i.thisInstance).length === 1, `GET /instances marks this instance (${roster.text})`);
+    check((queue.body.instances ?? []).length ? listed.every((i) => i.instance !== 'local') : listed.length === 1 && listed[0].instance === 'local', `the roster is the store's (${roster.text})`);
+    for (const i of listed) {
+      const shown = `${i.instance} (${i.thisInstance ? 'this one, ' : ''}${i.version}, started `;
+      await until(cdp, `${text('#roster')}.includes(${JSON.stringify(shown)})`, `instance ${i.instance} in the health area`, 12000);
+    }
+    check(true, `the health area lists the ${listed.length} instance(s) sharing the store, this one marked`);
     await axe(cdp, 'on a purpose with a lease open at 1280 px');
     await shot(cdp, 'console-wide.png');
 

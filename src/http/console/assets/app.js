@@ -213,6 +213,29 @@
       item('this instance', (b.waiters ?? 0) + ' waiting, ' + (b.watchers ?? 0) + ' watching');
     } else item('store', 'not ready: ' + problemText(reply), 'bad');
     if (state.version) item('version', state.version);
+    roster();
+  }
+
+  // The instances sharing the store, from the roster each beats into
+  // every 5 s (GET /instances; the embedded store: just this one). Hidden
+  // where the service has no such route (an older release).
+  async function roster() {
+    const out = $('roster');
+    let reply = null;
+    try {
+      reply = await api('instances');
+    } catch (_) {
+      reply = null;
+    }
+    out.hidden = reply?.status === 404;
+    if (reply?.status !== 200 || !reply.body) {
+      out.textContent = 'instances: ' + (reply ? problemText(reply) : 'not answering');
+      return;
+    }
+    const list = reply.body.instances || [];
+    out.textContent = `instances sharing the store (${list.length}): ` + list
+      .map((i) => `${i.instance} (${i.thisInstance ? 'this one, ' : ''}${i.version}, started ${stamp(i.startedAt)?.local ?? '—'}, beat ${dur(i.lastBeatAgeMs)} ago)`)
+      .join(', ');
   }
 
   // ---------------------------------------------------------- purposes --

@@ -12,6 +12,7 @@ mod decode;
 mod header;
 mod history;
 mod inspect;
+mod instances;
 mod purposes;
 mod queue;
 mod release;
