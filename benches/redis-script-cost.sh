@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Redis' instructions per uncontended acquire script run, this tree's
-# lua/acquire.lua against the previous release's (git revision, default
-# 9a030ef, storage v1; a storage v2 revision is called with v2's
-# arguments), measured the same way.
+# lua/acquire.lua (assembled: its includes spliced in, as
+# `leasehold scripts --dump` writes it) against the previous release's (git
+# revision, default 9a030ef, storage v1; a storage v2 revision is called
+# with v2's arguments; a revision whose scripts include lua/lib/ is
+# refused: dump its scripts with its own binary), measured the same way.
 #
 # Each script is run by a redis-server under callgrind on a free loopback
 # port, called by redis-benchmark with 5 000 and then 25 000 EVALSHA on
@@ -57,6 +59,11 @@ per_call() {
 }
 
 git show "$rev:lua/acquire.lua" >"$work/old.lua"
+if grep -q '^--#include ' "$work/old.lua"; then
+  echo "$rev's lua/acquire.lua includes lua/lib/: measure its dump (leasehold scripts --dump)" >&2
+  exit 1
+fi
+cargo run --quiet --locked -- scripts --dump "$work/new"
 # The same uncontended call in each script's own arguments: storage v2's
 # (this tree's, and any revision whose script reads a sequence key) or v1's.
 v2_args=(2 'ns:lease:v2:{p:__rand_int__}' 'ns:seq:v2:{p:__rand_int__}'
@@ -67,6 +74,6 @@ else
   old=$(per_call "$work/old.lua" 2 'ns:lease:v1:{p:__rand_int__}' 'ns:fence:v1:{p:__rand_int__}' \
     "$owner" op-123456 30000 604800000 12345)
 fi
-new=$(per_call lua/acquire.lua "${v2_args[@]}")
+new=$(per_call "$work/new/acquire.lua" "${v2_args[@]}")
 echo "Redis instructions per uncontended acquire: $rev $old, this tree $new" \
   "($(python3 -c "print(f'{($new / $old - 1) * 100:+.1f} %')"))"

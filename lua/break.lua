@@ -23,55 +23,11 @@
 -- counts as a change (the version moves, as for an acquire) and publishes
 -- "<tag>\t<version>\trevoked\t<key name>\t<reason>" (neither holds a tab:
 -- no control characters), which wakes waiters as a release does.
--- Tombstones that would have ended by now go: each write that adds some
--- looks at the next slice of the hash (HSCAN from the cursor kept in its
--- field 'c', 64 + twice the fields written), so the hash holds about its
--- live tombstones, at most twice as many (docs/storage.md; renew.lua and
--- break.lua keep the same function).
-local function prune_tombstones(T, now, written)
-  -- (pcall: this runs after the write it follows, and must not turn a
-  -- write that was applied into an error answer, e.g. under an ACL
-  -- written before HSCAN was needed; the next write prunes then)
-  local cursor = redis.pcall('HGET', T, 'c')
-  cursor = type(cursor) == 'string' and cursor or '0'
-  local scan = redis.pcall('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
-  if type(scan) ~= 'table' or scan.err then
-    return
-  end
-  local kv, gone = scan[2], {}
-  for i = 1, #kv, 2 do
-    local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
-    if ends and tonumber(ends) <= now then
-      gone[#gone + 1] = kv[i]
-      if #gone == 200 then -- unpack's C stack (about 8 000)
-        redis.pcall('HDEL', T, unpack(gone))
-        gone = {}
-      end
-    end
-  end
-  if #gone > 0 then
-    redis.pcall('HDEL', T, unpack(gone))
-  end
-  if scan[1] ~= cursor then
-    redis.pcall('HSET', T, 'c', scan[1])
-  end
-end
--- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
--- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
--- through a pod of the previous release, which knows no bound, moves its
--- expiresAt past it, and every script of this release still ends it there
--- (called only when the slot at `at` starts with \30; acquire.lua,
--- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
-local function capped(value, at, acq, exp)
-  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
-  if bound and tonumber(acq) + bound < exp then
-    return tonumber(acq) + bound
-  end
-  return exp
-end
+--#include lib/prune.lua
+--#include lib/permit.lua
+--#include lib/time.lua
+--#include lib/sequence.lua
 local tag = tonumber(ARGV[9]) * 16 + 9
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
 local cur = redis.pcall('GET', KEYS[1])
 local rec, hashed
@@ -92,11 +48,7 @@ local top = 0
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local fence, exp, acq, ld, at = string.match(rec[i + 1], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
-    exp = tonumber(exp)
-    if string.byte(rec[i + 1], at) == 30 then
-      exp = capped(rec[i + 1], at, acq, exp)
-    end
+    local fence, exp, acq, _, _, ld, at = permit(rec[i + 1], true)
     if exp > now and (ARGV[1] == '' or fence == ARGV[1]) then
       victims[#victims + 1] = field
       held[#held + 1] = now - tonumber(acq)
@@ -142,14 +94,13 @@ end
 if redis.call('PTTL', KEYS[3]) < last_end - now then
   redis.pcall('PEXPIRE', KEYS[3], last_end - now)
 end
-prune_tombstones(KEYS[3], now, #tombs / 2)
+prune_ended(KEYS[3], now, #tombs / 2)
 -- A break is a change: the counter moves, so the version does.
 local last, changes, watched, queued = string.format('%d', top), 0, '0', '0'
-local seq = redis.call('GET', KEYS[2])
-if seq then
-  local a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
+do
+  local a, b, c, d = sequence(redis.call('GET', KEYS[2]))
   if a then
-    last, changes, watched, queued = a, tonumber(b), c, (d ~= '' and d or '0')
+    last, changes, watched, queued = a, tonumber(b), c, d
   end
 end
 changes = changes + 1

@@ -5,9 +5,8 @@
 -- (see acquire.lua).
 -- Returns {tag(1), now, entry...}: the entries newest first, as acquire.lua's
 -- header describes them (the caller drops those older than its bound).
+--#include lib/time.lua
 local tag = tonumber(ARGV[2]) * 16 + 9
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 table.insert(out, 1, now)
 table.insert(out, 1, tag + 1)

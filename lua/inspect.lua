@@ -18,39 +18,23 @@
 -- status 0 free (no live permit), 1 held. held_by: 0 not asked, 1 caller,
 -- 2 caller other operation (or the caller's token, when no operation was
 -- sent), 3 other. The version is "<changes>.<live>".
--- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
--- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
--- through a pod of the previous release, which knows no bound, moves its
--- expiresAt past it, and every script of this release still ends it there
--- (called only when the slot at `at` starts with \30; acquire.lua,
--- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
-local function capped(value, at, acq, exp)
-  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
-  if bound and tonumber(acq) + bound < exp then
-    return tonumber(acq) + bound
-  end
-  return exp
-end
+--#include lib/permit.lua
+--#include lib/time.lua
+--#include lib/sequence.lua
 local tag = tonumber(ARGV[5]) * 16 + 9
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local changes, watched = 0, 0
-local seq = redis.call('GET', KEYS[2])
-local a, b, c, d
-if seq then
-  a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
-  if a then
-    changes, watched = tonumber(b), tonumber(c)
-  end
+local a, b, c, d = sequence(redis.call('GET', KEYS[2]))
+if a then
+  changes, watched = tonumber(b), tonumber(c)
 end
 local watch = tonumber(ARGV[3])
 if watch > 0 and watched < now + watch / 2 then
   local mark = string.format('%d', now + watch)
   -- Kept at least past the mark (the sequence may be near its end).
   if a and redis.call('PTTL', KEYS[2]) > watch then
-    redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. (d ~= '' and d or '0'), 'KEEPTTL')
+    redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. d, 'KEEPTTL')
   elseif a then
-    redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. (d ~= '' and d or '0'), 'PX', ARGV[4])
+    redis.pcall('SET', KEYS[2], a .. ':' .. b .. ':' .. mark .. ':' .. d, 'PX', ARGV[4])
   else
     redis.pcall('SET', KEYS[2], '0:0:' .. mark .. ':0', 'PX', ARGV[4])
   end
@@ -76,11 +60,7 @@ for i = 1, #rec, 2 do
   local byte = string.byte(field, 1)
   if byte == 112 then -- 'p'
     local v = rec[i + 1]
-    local fence, exp, acq, ren, ttl, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
-    exp = tonumber(exp)
-    if string.byte(v, at) == 30 then
-      exp = capped(v, at, acq, exp)
-    end
+    local fence, exp, acq, ren, ttl, ld, at = permit(v, true)
     if exp > now then
       live = live + 1
       fence = tonumber(fence)

@@ -1,5 +1,5 @@
 -- instances: the roster of the instances sharing the store (docs/storage.md,
--- "Instances"): one sorted set, each member "<instance>|<started ms>|<version>"
+-- "Keys"): one sorted set, each member "<instance>|<started ms>|<version>"
 -- scored with the server time (ms) of that instance's latest beat. Every
 -- instance beats every 5 s and removes its member when it stops cleanly.
 -- KEYS[1] roster  <ns>:instances:v2:{instances}
@@ -11,15 +11,13 @@
 -- ARGV[5] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Returns {tag(1), now ms, member, beat ms, member, beat ms, ...}: the
--- members that beat within the stale bound (at most cap of them, latest
--- beat first); tag(2) instead of tag(1) when a beat found the roster full
--- (cap live members, this one not among them) and did not add it. A beat
--- or leave first drops the stale members; a beat sets the key to expire
--- `stale ms` after it, so the roster outlives its latest beat by that
--- much and no longer.
+-- members that beat within the stale bound (at most cap of them); tag(2)
+-- instead of tag(1) when a beat found the roster full (cap live members,
+-- this one not among them) and did not add it. A beat or leave first
+-- drops the stale members; a beat sets the key to expire `stale ms` after
+-- it, so the roster outlives its latest beat by that much and no longer.
 local tag = tonumber(ARGV[5]) * 16 + 9
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--#include lib/time.lua
 local op, member = ARGV[1], ARGV[2]
 local stale, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
 local oldest = string.format('%d', now - stale)
@@ -38,7 +36,8 @@ if op ~= 'read' then
     redis.call('ZREM', KEYS[1], member)
   end
 end
-local live = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', oldest, 'WITHSCORES', 'LIMIT', 0, cap)
+-- (Only commands docs/topologies.md's ACL rules allow.)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], oldest, '+inf', 'WITHSCORES', 'LIMIT', 0, cap)
 local out = {tag + status, now}
 for i = 1, #live do
   out[#out + 1] = live[i]

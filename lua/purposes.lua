@@ -11,9 +11,8 @@
 -- Returns {tag(2), now, purpose, until, purpose, until, ...}: the purposes
 -- marked until after now. Marks that have run out are deleted (at most 64
 -- a call). {tag(-9), error} when Redis refused the mark.
+--#include lib/time.lua
 local tag = tonumber(ARGV[3]) * 16 + 9
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[1] ~= '' then
   local done = redis.pcall('HSET', KEYS[1], ARGV[1], string.format('%d', now + tonumber(ARGV[2])))
   if type(done) == 'table' and done.err then

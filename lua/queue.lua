@@ -42,6 +42,8 @@
 -- member, and goes now: what the attempt holds may be that grant), else 0; for
 -- beat n = 1.
 -- {tag(-9), error} Redis refused a write.
+--#include lib/time.lua
+--#include lib/queue_until.lua
 local tag = tonumber(ARGV[9]) * 16 + 9
 local verb = ARGV[1]
 local ASK = KEYS[3]
@@ -54,8 +56,6 @@ if verb == 'leave' then
   -- (its caller retried on another instance) was granted nothing.
   local granted = false
   if ARGV[8] ~= '' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local until_ms, to = string.match(redis.call('HGET', KEYS[4], ARGV[8]) or '', '^(%d+)|(.*)$')
     granted = to == ARGV[7] and tonumber(until_ms) > now
     if granted then
@@ -67,12 +67,10 @@ if verb == 'leave' then
   redis.pcall('PUBLISH', ARGV[5], ARGV[6] .. '\t\tqueue')
   return {tag + 1, granted and 1 or 0}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[3])
 local done
 if verb == 'enter' or verb == 'front' then
-  local score = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local score = secs * 1000000 + micros
   if verb == 'front' then
     local head = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 64)
     local own = ':' .. ARGV[2] .. ':'
@@ -126,25 +124,9 @@ redis.pcall('ZREMRANGEBYSCORE', KEYS[1], -now, '(0')
 redis.pcall('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
 redis.pcall('PEXPIRE', ASK, tonumber(ARGV[3]) + 1000)
 -- Tell acquire the queue exists until this deadline.
-local seq = redis.call('GET', KEYS[2])
-local a, b, c, d = '0', '0', '0', '0'
-if seq then
-  local a1, b1, c1, d1 = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
-  if a1 then
-    a, b, c, d = a1, b1, c1, (d1 ~= '' and d1 or '0')
-  end
-end
-if tonumber(d) < deadline then
-  local mark = a .. ':' .. b .. ':' .. c .. ':' .. string.format('%d', deadline)
-  -- Kept at least past the mark (the sequence may be near its end).
-  if seq and redis.call('PTTL', KEYS[2]) > tonumber(ARGV[3]) + 1000 then
-    done = redis.pcall('SET', KEYS[2], mark, 'KEEPTTL')
-  else
-    done = redis.pcall('SET', KEYS[2], mark, 'PX', ARGV[4])
-  end
-  if type(done) == 'table' and done.err then
-    return {tag - 9, done.err}
-  end
+done = mark_queue(deadline, tonumber(ARGV[3]), ARGV[4])
+if type(done) == 'table' and done.err then
+  return {tag - 9, done.err}
 end
 if verb == 'beat' then
   return {tag + 1, 1}

@@ -52,55 +52,10 @@
 -- A release changes no counter: the version "<changes>.<live permits>" moves
 -- because the live count falls (and for one change count it only falls). A
 -- release never starts a lock-delay: only an expiry does.
--- Fields "<end ms>|..." of the hash T that have ended by now go: each
--- write that adds some looks at the next slice of the hash (HSCAN from the
--- cursor kept in its field 'c', 64 + twice the fields written), so the
--- hash holds about its live fields, at most twice as many (as renew.lua's
--- and break.lua's prune_tombstones, for the grant marks here).
-local function prune_ended(T, now, written)
-  -- (pcall: this runs after the write it follows, and must not turn a
-  -- write that was applied into an error answer, e.g. under an ACL
-  -- written before HSCAN was needed; the next write prunes then)
-  local cursor = redis.pcall('HGET', T, 'c')
-  cursor = type(cursor) == 'string' and cursor or '0'
-  local scan = redis.pcall('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
-  if type(scan) ~= 'table' or scan.err then
-    return
-  end
-  local kv, gone = scan[2], {}
-  for i = 1, #kv, 2 do
-    local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
-    if ends and tonumber(ends) <= now then
-      gone[#gone + 1] = kv[i]
-      if #gone == 200 then -- unpack's C stack (about 8 000)
-        redis.pcall('HDEL', T, unpack(gone))
-        gone = {}
-      end
-    end
-  end
-  if #gone > 0 then
-    redis.pcall('HDEL', T, unpack(gone))
-  end
-  if scan[1] ~= cursor then
-    redis.pcall('HSET', T, 'c', scan[1])
-  end
-end
--- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
--- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
--- through a pod of the previous release, which knows no bound, moves its
--- expiresAt past it, and every script of this release still ends it there
--- (called only when the slot at `at` starts with \30; acquire.lua,
--- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
-local function capped(value, at, acq, exp)
-  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
-  if bound and tonumber(acq) + bound < exp then
-    return tonumber(acq) + bound
-  end
-  return exp
-end
+--#include lib/permit.lua
+--#include lib/time.lua
+--#include lib/sequence.lua
 local tag = tonumber(ARGV[9]) * 16 + 9
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- The clean-up (mode 'a') is refused whenever a replay's claim would be
 -- (acquire.lua answers a replay whose claim Redis refused): its first
@@ -119,90 +74,69 @@ if ARGV[5] == 'a' then
     redis.call('DEL', KEYS[8])
   end
 end
--- Only when the caller's permit is not found: its tombstone, if an
--- operator broke it (break.lua), until it would have expired.
-local function tombstone()
-  local tomb = redis.call('HGET', KEYS[3], mine)
-  local ends, why = string.match(tomb or '', '^(%d+)|(.*)$')
-  if ends and tonumber(ends) > now then
-    return why
-  end
-end
+--#include lib/tombstone.lua
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
 local cur = redis.pcall('GET', KEYS[1])
 local rec, IDX
 -- extra: other live permits the loop below does not see (counted by the
--- expiry index, see acquire.lua); the whole hash is read only when the
--- index cannot be trusted (more than 256 permits due, or it disagrees with
--- the hash).
+-- expiry index, lib/index.lua); the whole hash is read only when the
+-- index cannot be trusted (more than INDEX_DUE permits due, or it
+-- disagrees with the hash).
 local extra, delayed, delayed_end = 0, 0, 0
 -- Permits whose expiry is in the history already: a negative index score,
 -- -(expiresAt + lockDelayMs) (see acquire.lua).
 local recorded = {}
+--#include lib/limits.lua
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)
   rec = {string.sub(cur, 1, cut - 1), string.sub(cur, cut + 1)}
 elseif type(cur) == 'table' then
+  --#include lib/index.lua
   IDX = KEYS[5]
-  -- A small record (32 fields at most) is read whole, as acquire.lua does:
-  -- one read costs Redis less than the index's reads.
+  -- A small record (SMALL_RECORD fields at most) is read whole, as
+  -- acquire.lua does: one read costs Redis less than the index's reads.
   local fields = redis.call('HLEN', KEYS[1])
-  local due = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, 0, now, 'LIMIT', 0, 257)
-  if due and #due <= 256 then
-    -- Recorded permits whose delay is over: read (and swept) as due ones.
-    local over = redis.call('ZRANGEBYSCORE', IDX, -now, '(0', 'LIMIT', 0, 256)
-    for i = 1, #over do
-      recorded[over[i]] = true
-      due[#due + 1] = over[i]
+  local part, _, agrees
+  if fields > SMALL_RECORD then
+    part, _, agrees = read_due(fields)
+  end
+  if agrees then
+    extra = redis.call('ZCOUNT', IDX, '(' .. now, '+inf')
+    local has_mine = false
+    for i = 1, #part, 2 do
+      has_mine = has_mine or part[i] == mine
     end
-    local lm = redis.call('HMGET', KEYS[1], 'l', 'm')
-    local part, found, has_mine = {}, 0, false
-    for i = 1, #due do
-      local v = redis.call('HGET', KEYS[1], due[i])
-      if v then
-        found = found + 1
-        part[#part + 1] = due[i]
-        part[#part + 1] = v
-        has_mine = has_mine or due[i] == mine
+    local own = not has_mine and redis.call('HGET', KEYS[1], mine)
+    if own then
+      local score = redis.call('ZSCORE', IDX, mine)
+      if score and tonumber(score) > now then
+        part[#part + 1] = mine
+        part[#part + 1] = own
+        extra = extra - 1
+      elseif score and tonumber(score) < -now then
+        -- Expired, recorded, in its lock-delay: read, not counted.
+        recorded[mine] = true
+        part[#part + 1] = mine
+        part[#part + 1] = own
       else
-        redis.pcall('ZREM', IDX, due[i])
+        extra = nil -- the permit is not where the index says
       end
     end
-    local members = redis.call('ZCARD', IDX) - (#due - found)
-    if fields - (lm[1] and 1 or 0) - (lm[2] and 1 or 0) == members then
-      extra = redis.call('ZCOUNT', IDX, '(' .. now, '+inf')
-      local own = not has_mine and redis.call('HGET', KEYS[1], mine)
-      if own then
-        local score = redis.call('ZSCORE', IDX, mine)
-        if score and tonumber(score) > now then
-          part[#part + 1] = mine
-          part[#part + 1] = own
-          extra = extra - 1
-        elseif score and tonumber(score) < -now then
-          -- Expired, recorded, in its lock-delay: read, not counted.
-          recorded[mine] = true
-          part[#part + 1] = mine
-          part[#part + 1] = own
-        else
-          extra = nil -- the permit is not where the index says
-        end
-      end
-      if extra then
-        rec = part
-        -- Recorded permits in their lock-delay: counted (the record stays
-        -- for them) and the latest end read, not each of them.
-        delayed = redis.call('ZCOUNT', IDX, '-inf', '(' .. -now)
-        if delayed > 0 then
-          delayed_end = -tonumber(redis.call('ZRANGE', IDX, 0, 0, 'WITHSCORES')[2])
-        end
+    if extra then
+      rec = part
+      -- Recorded permits in their lock-delay: counted (the record stays
+      -- for them) and the latest end read, not each of them.
+      delayed = redis.call('ZCOUNT', IDX, '-inf', '(' .. -now)
+      if delayed > 0 then
+        delayed_end = -tonumber(redis.call('ZRANGE', IDX, 0, 0, 'WITHSCORES')[2])
       end
     end
   end
   if not rec then
     extra, recorded = 0, {}
     rec = redis.call('HGETALL', KEYS[1])
-    local neg = fields > 32 and redis.call('ZRANGEBYSCORE', IDX, '-inf', '(0', 'WITHSCORES')
-      or redis.call('ZRANGE', IDX, 0, 32, 'WITHSCORES')
+    local neg = fields > SMALL_RECORD and redis.call('ZRANGEBYSCORE', IDX, '-inf', '(0', 'WITHSCORES')
+      or redis.call('ZRANGE', IDX, 0, SMALL_RECORD, 'WITHSCORES')
     for i = 1, #neg, 2 do
       if string.byte(neg[i + 1], 1) == 45 then -- '-'
         recorded[neg[i]] = true
@@ -210,42 +144,36 @@ elseif type(cur) == 'table' then
     end
   end
 else
-  local why = tombstone()
-  if why then
-    return {tag - 2, why}
-  end
-  return {tag}
+  return not_held(0)
 end
 local held, live, rest, latest, renewed = false, extra, extra + delayed, delayed_end, false
 -- Long-expired permits (expiry and lock-delay over) go with the release, at
--- most STALE_SWEEP a call, as in acquire.lua.
-local STALE_SWEEP = 256
+-- most STALE_SWEEP a call (lib/index.lua).
 local stale
 local acquired_at = now -- the caller's permit's acquiredAt, read below
 local own_value -- the caller's permit, for its history entry
--- Expired permits read whose expiry is not in the history yet (value,
--- field, end): each written once.
+-- Expired permits read whose expiry is not in the history yet (six
+-- items each, as lib/expiries.lua takes them): each written once.
 local seen
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local exp, acq, ren, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|(%d+)|%d+|(%d+)|()')
-    exp = tonumber(exp)
-    if string.byte(rec[i + 1], at) == 30 then
-      exp = capped(rec[i + 1], at, acq, exp)
-    end
+    local fence, exp, acq, ren, _, ld, at = permit(rec[i + 1], true)
     if exp > now then
       live = live + 1
     end
     -- noted: its expiry is in the history or goes there in this run (at
-    -- most 256 a call; the rest stay due for later calls). Only a noted
+    -- most SEEN_MAX a call; the rest stay due for later calls). Only a noted
     -- permit is swept.
     local noted = exp <= now and recorded[field]
-    if exp <= now and not noted and (not seen or #seen < 768) then
+    if exp <= now and not noted and (not seen or #seen < SEEN_MAX * 6) then
       seen = seen or {}
-      seen[#seen + 1] = rec[i + 1]
+      seen[#seen + 1] = fence
+      seen[#seen + 1] = exp -- its end (a bound caps it)
+      seen[#seen + 1] = ld
+      seen[#seen + 1] = string.sub(rec[i + 1], at)
+      seen[#seen + 1] = acq
       seen[#seen + 1] = field
-      seen[#seen + 1] = string.format('%d', exp) -- its end (a bound caps it)
       noted = true
     end
     if field == mine then
@@ -271,112 +199,23 @@ local H, HMAX = KEYS[4], tonumber(ARGV[6])
 local changes = '0'
 local seq = redis.call('GET', KEYS[2])
 local last, watched, queued = '0', '0', '0'
-if seq then
-  local a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
+do
+  local a, b, c, d = sequence(seq)
   if a then
-    last, changes, watched, queued = a, b, c, (d ~= '' and d or '0')
+    last, changes, watched, queued = a, b, c, d
   end
 end
--- Hold times of the expiries written below, appended to the answer (as
--- acquire.lua does).
-local holds
-local function answer(reply)
-  for i = 1, holds and #holds or 0 do
-    reply[#reply + 1] = holds[i]
-  end
-  -- Integers only: packed into one string, "<tag> <item> ...", which the
-  -- service reads as this array (src/store/redis/reply.rs, `open`): a
-  -- reply element costs its client far more than a few digits do.
-  local packed = {}
-  for i = 1, #reply do
-    local n = tonumber(reply[i])
-    if not n then
-      return reply
-    end
-    packed[i] = string.format('%d', n)
-  end
-  return table.concat(packed, ' ')
-end
--- The permits of `list` (every `step` items: fence, expiresAt, lock-delay
--- ms, ..., the field last) whose expiries were just written: each scored
--- -(expiresAt + lockDelayMs) in the index, never due again; one whose delay
--- is over too goes now (acquire.lua keeps the same function).
-local function recorded_in(list, step)
-  local add, gone = {}, {}
-  for i = 1, #list, step do
-    local ends = tonumber(list[i + 1]) + tonumber(list[i + 2])
-    if ends > now then
-      add[#add + 1] = string.format('%d', -ends)
-      add[#add + 1] = list[i + step - 1]
-    else
-      gone[#gone + 1] = list[i + step - 1]
-    end
-    if #add == 200 or #gone == 100 or i + step > #list then
-      if #add > 0 then
-        redis.pcall('ZADD', IDX, unpack(add))
-      end
-      if #gone > 0 then
-        redis.pcall('HDEL', KEYS[1], unpack(gone))
-        redis.pcall('ZREM', IDX, unpack(gone))
-      end
-      add, gone = {}, {}
-    end
-  end
-end
+--#include lib/reply.lua
 if seen then
+  --#include lib/expiries.lua
   -- As acquire.lua: each expiry once ('x', then 'd' for a lock-delay).
-  local recent = redis.call('LRANGE', H, 0, 63)
-  local known = {}
-  for i = 1, #recent do
-    local k, f = string.match(recent[i], '^(%a)|%d+|(%d+)|')
-    if k then
-      known[(k == 'X' and 'x' or k) .. f] = true
-    end
-  end
-  local version = changes .. '.' .. (held and live - 1 or live)
-  local push, done_list = {}, {}
-  for i = 1, #seen, 3 do
-    local f, _, acq, ld, at = string.match(seen[i], '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
-    local exp_at = seen[i + 2]
-    if not known['x' .. f] then
-      push[#push + 1] = 'x|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. string.sub(seen[i], at)
-      holds = holds or {}
-      holds[#holds + 1] = tonumber(exp_at) - tonumber(acq)
-    end
-    if ld ~= '0' and not known['d' .. f] then
-      push[#push + 1] = 'd|' .. exp_at .. '|' .. f .. '|' .. version .. '|' .. ld .. '|' .. string.sub(seen[i], at)
-    end
-    done_list[#done_list + 1] = f
-    done_list[#done_list + 1] = exp_at
-    done_list[#done_list + 1] = ld
-    done_list[#done_list + 1] = seen[i + 1]
-  end
-  -- In slices of 200 (unpack's C stack): a whole read sees every permit.
-  local n
-  for i = 1, #push, 200 do
-    n = redis.pcall('LPUSH', H, unpack(push, i, math.min(i + 199, #push)))
-  end
-  if type(n) == 'number' and n > HMAX then
-    redis.pcall('LTRIM', H, 0, HMAX - 1)
-  end
-  -- The TTL with the write: the answers below may return before the
-  -- release's own entry (a key without one would never go).
-  if n then
-    redis.pcall('PEXPIRE', H, ARGV[7])
-  end
+  write_expiries(H, seen, changes .. '.' .. (held and live - 1 or live))
   if IDX then
-    recorded_in(done_list, 4)
+    recorded_in(seen, 6)
   end
 end
 if not held then
-  local why = tombstone()
-  if why then
-    return answer({tag - 2, why})
-  end
-  if live > 0 then
-    return answer({tag - 1})
-  end
-  return answer({tag})
+  return answer(not_held(live))
 end
 if ARGV[5] == 'a' and (renewed or claimed) then
   return answer({tag + 2})
@@ -460,22 +299,18 @@ if type(done) == 'number' and done > HMAX then
 end
 redis.pcall('PEXPIRE', H, ARGV[7])
 if ask then
+  -- (the helpers only a grant needs, spliced here: a closure is made
+  -- per run from where it stands)
+  --#include lib/fence.lua
+  --#include lib/prune.lua
   -- The grant, as acquire.lua's general path writes a plain lease.
   local granted = false
   local ttl_text, owner, op, label = string.match(ask, '^(%d+)|([^|]*)|([^|]*)|(.*)$')
   if ttl_text then
-    local us6 = t[2]
-    if #us6 < 6 then
-      us6 = string.sub('00000' .. us6, -6)
-    end
     -- Fencing as acquire.lua: above the last token and the clock in µs.
-    local clock_us, fence_text = tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. us6
-    if tonumber(last) + 1 > clock_us then
-      fence_text = string.format('%d', tonumber(last) + 1)
-    end
+    local _, fence_text, now_text = next_fence(tonumber(last))
     local ttl = tonumber(ttl_text)
     local changes_text = string.format('%d', tonumber(changes) + 1)
-    local now_text = string.format('%d', now)
     -- The sequence's lifetime as acquire.lua's: the history's, at least
     -- the TTL and a minute.
     local seq_ms = math.max(ttl, tonumber(ARGV[7]), 60000)

@@ -29,75 +29,22 @@
 -- break.lua, 'max_hold': above), {tag(-9), error} Redis
 -- refused (nothing applied: the permit's own expiresAt is what counts, and
 -- it is written last).
--- Tombstones that would have ended by now go: each write that adds some
--- looks at the next slice of the hash (HSCAN from the cursor kept in its
--- field 'c', 64 + twice the fields written), so the hash holds about its
--- live tombstones, at most twice as many (docs/storage.md; renew.lua and
--- break.lua keep the same function).
-local function prune_tombstones(T, now, written)
-  -- (pcall: this runs after the write it follows, and must not turn a
-  -- write that was applied into an error answer, e.g. under an ACL
-  -- written before HSCAN was needed; the next write prunes then)
-  local cursor = redis.pcall('HGET', T, 'c')
-  cursor = type(cursor) == 'string' and cursor or '0'
-  local scan = redis.pcall('HSCAN', T, cursor, 'COUNT', 64 + 2 * written)
-  if type(scan) ~= 'table' or scan.err then
-    return
-  end
-  local kv, gone = scan[2], {}
-  for i = 1, #kv, 2 do
-    local ends = string.byte(kv[i], 1) == 112 and string.match(kv[i + 1], '^(%d+)|')
-    if ends and tonumber(ends) <= now then
-      gone[#gone + 1] = kv[i]
-      if #gone == 200 then -- unpack's C stack (about 8 000)
-        redis.pcall('HDEL', T, unpack(gone))
-        gone = {}
-      end
-    end
-  end
-  if #gone > 0 then
-    redis.pcall('HDEL', T, unpack(gone))
-  end
-  if scan[1] ~= cursor then
-    redis.pcall('HSET', T, 'c', scan[1])
-  end
-end
--- A bounded permit (label slot "\30<maxHoldMs>|...", docs/decisions/storage-v2.md,
--- "Bounded holds") ends at acquiredAt + maxHoldMs at the latest: a renew
--- through a pod of the previous release, which knows no bound, moves its
--- expiresAt past it, and every script of this release still ends it there
--- (called only when the slot at `at` starts with \30; acquire.lua,
--- release.lua, renew.lua, inspect.lua and break.lua keep the same function).
-local function capped(value, at, acq, exp)
-  local bound = tonumber(string.match(value, '^\30(%d+)|', at))
-  if bound and tonumber(acq) + bound < exp then
-    return tonumber(acq) + bound
-  end
-  return exp
-end
+--#include lib/permit.lua
+--#include lib/time.lua
 local tag = tonumber(ARGV[11]) * 16 + 9
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'p:' .. ARGV[1] .. ':' .. ARGV[2]
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
 local cur = redis.pcall('GET', KEYS[1])
 local rec, hashed
 local v, others, latest = nil, 0, 0
 -- Long-expired permits found by the walk below go with the renew, at most
--- STALE_SWEEP a call, as in acquire.lua (the one-HGET path finds none).
+-- STALE_SWEEP a call, as lib/index.lua says for acquire and release (the
+-- one-HGET path finds none; renew reads no index, so it keeps its own).
 local STALE_SWEEP = 256
 local stale
 local recorded = {}
 local relabel_asked = ARGV[4] ~= ''
--- Only when the caller's permit is not found: its tombstone, if an
--- operator broke it (break.lua), until it would have expired.
-local function tombstone()
-  local tomb = redis.call('HGET', KEYS[3], mine)
-  local ends, why = string.match(tomb or '', '^(%d+)|(.*)$')
-  if ends and tonumber(ends) > now then
-    return why
-  end
-end
+--#include lib/tombstone.lua
 -- A permit value's label slot at `at`: its hold bound (ms) or nil, and
 -- where the label itself starts.
 local function slot(value, at)
@@ -119,11 +66,7 @@ elseif type(cur) == 'table' then
   -- permit that is gone (absent or someone else's?).
   local own = redis.call('HGET', KEYS[1], mine)
   if own then
-    local exp, acq, at = string.match(own, '^%d+|(%d+)|(%d+)|%d+|%d+|%d+|()')
-    exp = tonumber(exp)
-    if string.byte(own, at) == 30 then
-      exp = capped(own, at, acq, exp)
-    end
+    local _, exp, _, _, _, _, at = permit(own)
     if exp > now and (not relabel_asked or string.sub(own, select(2, slot(own, at))) == ARGV[4]) then
       v = own
       rec = {}
@@ -140,20 +83,12 @@ elseif type(cur) == 'table' then
     end
   end
 else
-  local why = tombstone()
-  if why then
-    return {tag - 2, why}
-  end
-  return {tag}
+  return not_held(0)
 end
 for i = 1, #rec, 2 do
   local field = rec[i]
   if string.byte(field, 1) == 112 then -- 'p'
-    local exp, acq, ld, at = string.match(rec[i + 1], '^%d+|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
-    exp = tonumber(exp)
-    if string.byte(rec[i + 1], at) == 30 then
-      exp = capped(rec[i + 1], at, acq, exp)
-    end
+    local _, exp, _, _, _, ld = permit(rec[i + 1])
     if field == mine then
       if exp > now then
         v = rec[i + 1]
@@ -174,14 +109,7 @@ for i = 1, #rec, 2 do
   end
 end
 if not v then
-  local why = tombstone()
-  if why then
-    return {tag - 2, why}
-  end
-  if others > 0 then
-    return {tag - 1}
-  end
-  return {tag}
+  return not_held(others)
 end
 local fence, acq, ld, at = string.match(v, '^(%d+)|%d+|(%d+)|%d+|%d+|(%d+)|()')
 local bound, label_at = slot(v, at)
@@ -249,6 +177,7 @@ else
   end
 end
 if hold_end then
+  --#include lib/prune.lua
   -- Capped at the hold bound: the tombstone that tells the holder why its
   -- lease ends there, kept one asked TTL past the bound.
   local T = KEYS[3]
@@ -257,17 +186,15 @@ if hold_end then
   if redis.call('PTTL', T) < tomb_end - now then
     redis.pcall('PEXPIRE', T, tomb_end - now)
   end
-  prune_tombstones(T, now, 1)
+  prune_ended(T, now, 1)
 end
 if relabel then
+  --#include lib/sequence.lua
   -- A new label is a change watchers see: bump the change counter.
   local last, changes, watched, queued = fence, 0, '0', '0'
-  local seq = redis.call('GET', KEYS[2])
-  if seq then
-    local a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
-    if a then
-      last, changes, watched, queued = a, tonumber(b), c, (d ~= '' and d or '0')
-    end
+  local a, b, c, d = sequence(redis.call('GET', KEYS[2]))
+  if a then
+    last, changes, watched, queued = a, tonumber(b), c, d
   end
   changes = changes + 1
   local changes_text = string.format('%d', changes)

@@ -14,9 +14,8 @@
 -- counts the live waiters among the first `scan` entries, and `complete`
 -- is 1 when those were all of them. Reads at most `scan` entries, 64
 -- heartbeats and `limit` asks.
+--#include lib/time.lua
 local tag = tonumber(ARGV[3]) * 16 + 9
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[1])
 local scan = tonumber(ARGV[2])
 -- Heartbeats: score -(deadline) < 0; waiters: the clock in µs, > 0.

@@ -55,9 +55,16 @@ git archive --format=tar "$commit" | tar -x -C "$SRC"
 # Copied under a temporary name, then renamed: an interrupted run leaves no
 # half-written binary behind the cache check above.
 # Its Lua scripts beside it: a test that watches Redis traffic knows its
-# scripts by their SHA1, which Redis computes from the source.
+# scripts by their SHA1, which Redis computes from the source: each script
+# as that release runs it (`leasehold scripts --dump`, which splices the
+# includes of lua/lib/; a release older than that subcommand has whole
+# scripts in lua/).
 rm -rf "$DIR/lua"
-cp -r "$SRC/lua" "$DIR/lua"
+if grep -q '^--#include ' "$SRC/lua/acquire.lua"; then
+  "$ROOT/target/previous-release/cargo-target/debug/leasehold" scripts --dump "$DIR/lua" >&2
+else
+  cp -r "$SRC/lua" "$DIR/lua"
+fi
 cp "$ROOT/target/previous-release/cargo-target/debug/leasehold" "$BIN.tmp"
 mv "$BIN.tmp" "$BIN"
 rm -rf "$SRC"

@@ -16,8 +16,8 @@
    self::child::Item`) is its public face, not an import; its `mod`
    declarations are none either.
 2. No file in src/ or benches/ over 600 lines; none in clients/ over 600
-   (lockfiles aside); lua/ at most 400 behind `CHECK_LUA` (off for now:
-   see the constant).
+   (lockfiles aside); none in lua/ (entry scripts and the files they
+   include, lua/lib/ and lua/<script>/) over 400.
 3. Every .rs file in src/ opens with a `//!` comment saying its one job.
 4. Layers point down: domain <- notify <- store <- service <- http <-
    startup (lib.rs, main.rs, config/, telemetry.rs, healthcheck.rs);
@@ -25,7 +25,7 @@
 
 Prints every violation and exits 1 if there is any. Its own test:
 scripts/test_check_layout.py. Usage:
-    python3 scripts/check_layout.py [--root DIR] [--max-lines N] [--check-lua]
+    python3 scripts/check_layout.py [--root DIR] [--max-lines N]
 """
 
 from __future__ import annotations
@@ -40,9 +40,6 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 600
 CLIENT_MAX_LINES = 600
 LUA_MAX_LINES = 400
-# Off until issue 40's shared Lua includes land (helper lua's work):
-# lua/acquire.lua is 812 lines before them. `--check-lua` turns it on.
-CHECK_LUA = False
 # Generated files in clients/ that no one edits by hand.
 CLIENT_SKIP = {"package-lock.json"}
 
@@ -50,18 +47,7 @@ CLIENT_SKIP = {"package-lock.json"}
 # root) -> (the issue, the nodes of the circle as this script prints them).
 # A circle is let through only when its nodes are exactly (or a part of) an
 # entry's; any other circle, in that directory or elsewhere, fails.
-KNOWN_CIRCLES: dict[str, tuple[str, set[str]]] = {
-    # store/mod.rs defines the store's types (StoreError, Readiness, ...)
-    # that memory/ and redis/ import, and the `Store` enum over both.
-    "src/store/": ("issue 40, found by its check: the `Store` enum to its own file",
-                   {"memory/", "mod.rs", "redis/"}),
-    # Files split for length into `#[path]` children that use the parent's
-    # private helpers while the parent calls theirs.
-    "src/notify/watch.rs": ("issue 40, found by its check: sink.rs uses change_from",
-                            {"sink.rs", "watch.rs"}),
-    "src/store/memory/store.rs": ("issue 40, found by its check: operator.rs uses wall_ms",
-                                  {"operator.rs", "store.rs"}),
-}
+KNOWN_CIRCLES: dict[str, tuple[str, set[str]]] = {}
 
 # Each top-level module's layer; a file may use its own layer and lower ones.
 LAYERS = {
@@ -415,7 +401,6 @@ def main(argv: list[str]) -> int:
     max_lines = MAX_LINES
     if "--max-lines" in argv:
         max_lines = int(argv[argv.index("--max-lines") + 1])
-    check_lua = CHECK_LUA or "--check-lua" in argv
     src = root / "src"
     problems: list[str] = []
     mods = module_tree(src)
@@ -436,16 +421,7 @@ def main(argv: list[str]) -> int:
     files = sorted(src.rglob("*.rs"))
     problems += too_long(root, files + sorted((root / "benches").rglob("*.rs")), max_lines)
     problems += too_long(root, client_files(root), CLIENT_MAX_LINES)
-    lua = sorted((root / "lua").rglob("*.lua"))
-    if check_lua:
-        problems += too_long(root, lua, LUA_MAX_LINES)
-    elif lua:
-        longest = max(lua, key=lambda f: len(f.read_text().splitlines()))
-        print(
-            f"lua/: the {LUA_MAX_LINES}-line limit is not enforced yet (issue 40: until the "
-            f"shared includes land; --check-lua turns it on); longest: "
-            f"{longest.relative_to(root)} with {len(longest.read_text().splitlines())} lines"
-        )
+    problems += too_long(root, sorted((root / "lua").rglob("*.lua")), LUA_MAX_LINES)
     for f in files:
         first = f.read_text().lstrip().splitlines()[:1]
         if not first or not first[0].startswith("//!"):

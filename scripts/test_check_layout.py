@@ -118,22 +118,19 @@ class Lengths(unittest.TestCase):
         self.assertIn("too long: clients/typescript/src/big.ts has 601 lines", out)
         self.assertNotIn("package-lock.json", out)
 
-    def test_lua_limit_is_reported_off_and_enforced_when_on(self) -> None:
-        tree = {"src/lib.rs": "//! root\n", "lua/long.lua": "-- x\n" * 401}
+    def test_a_lua_file_over_400_lines_fails_includes_too(self) -> None:
+        tree = {
+            "src/lib.rs": "//! root\n",
+            "lua/long.lua": "-- x\n" * 401,
+            "lua/lib/long.lua": "-- x\n" * 401,
+            "lua/acquire/long.lua": "-- x\n" * 401,
+            "lua/fits.lua": "-- x\n" * 400,
+        }
         code, out = run(tree)
-        self.assertEqual(code, 0, out)
-        self.assertIn("the 400-line limit is not enforced yet", out)
-        self.assertIn("lua/long.lua with 401 lines", out)
-        with tempfile.TemporaryDirectory() as d:
-            for rel, text in tree.items():
-                p = Path(d) / rel
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(text)
-            out_io = io.StringIO()
-            with contextlib.redirect_stdout(out_io):
-                code = cl.main(["--root", d, "--check-lua"])
-        self.assertEqual(code, 1, out_io.getvalue())
-        self.assertIn("too long: lua/long.lua has 401 lines (at most 400)", out_io.getvalue())
+        self.assertEqual(code, 1, out)
+        for rel in ("lua/long.lua", "lua/lib/long.lua", "lua/acquire/long.lua"):
+            self.assertIn(f"too long: {rel} has 401 lines (at most 400)", out)
+        self.assertNotIn("lua/fits.lua", out)
 
 
 if __name__ == "__main__":

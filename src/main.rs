@@ -36,6 +36,7 @@ fn main() -> ExitCode {
             }
         }
         Some(Command::Healthcheck(args)) => healthcheck(&args),
+        Some(Command::Scripts { dump }) => dump_scripts(&dump),
         Some(Command::Serve(args)) => serve(*args),
         None => match ServeArgs::from_env() {
             Ok(args) => serve(args),
@@ -44,6 +45,26 @@ fn main() -> ExitCode {
                 usage_error(e, &Cli::command())
             }
         },
+    }
+}
+
+/// `leasehold scripts --dump DIR`: every Lua script as Redis runs it, one
+/// file each (`DIR/<name>.lua`).
+fn dump_scripts(dir: &std::path::Path) -> ExitCode {
+    let written = std::fs::create_dir_all(dir).and_then(|()| {
+        leasehold::store::redis::lua::ALL
+            .iter()
+            .try_for_each(|s| std::fs::write(dir.join(format!("{}.lua", s.name)), s.assembled))
+    });
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "leasehold: cannot write the scripts to {}: {e}",
+                dir.display()
+            );
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -10,11 +10,15 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo as _, ProtocolVersion, Value};
 use tokio::time::timeout;
 
+use leasehold::store::redis::lua::{self, Source};
+
 use crate::consts::{LEASE_TTL_MS, NAMESPACE, PURPOSE, REQUEST_TIMEOUT};
 use crate::stats::SENT;
 
-const ACQUIRE_LUA: &str = include_str!("../../lua/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
+/// The scripts as the service runs them (their includes spliced in); their
+/// entry files' headers name the arguments.
+const ACQUIRE_LUA: Source = lua::ACQUIRE;
+const RELEASE_LUA: Source = lua::RELEASE;
 /// Raw releases publish here; nobody subscribes (the service's channel is
 /// `<ns>:wake:v2`, and raw traffic must not wake the service).
 const RAW_WAKE_CHANNEL: &str = "bench-raw:wake:v2";
@@ -59,13 +63,13 @@ impl Raw {
             ("acquire", ACQUIRE_LUA, ACQUIRE_ARGS, ACQUIRE_KEYS),
             ("release", RELEASE_LUA, RELEASE_ARGS, RELEASE_KEYS),
         ] {
-            let wanted = header_args(source);
+            let wanted = header_args(source.entry);
             if wanted != passed {
                 return Err(format!(
                     "lua/{name}.lua takes {wanted} ARGV, benches/load/raw.rs passes {passed}: update the raw call"
                 ));
             }
-            let wanted = header_count(source, "KEYS[");
+            let wanted = header_count(source.entry, "KEYS[");
             if wanted != 2 + keys.len() {
                 return Err(format!(
                     "lua/{name}.lua takes {wanted} KEYS, benches/load/raw.rs passes {}: update the raw call",
@@ -73,8 +77,8 @@ impl Raw {
                 ));
             }
         }
-        let acquire_sha = redis_cmd(admin, &["SCRIPT", "LOAD", ACQUIRE_LUA]).await?;
-        let release_sha = redis_cmd(admin, &["SCRIPT", "LOAD", RELEASE_LUA]).await?;
+        let acquire_sha = redis_cmd(admin, &["SCRIPT", "LOAD", ACQUIRE_LUA.assembled]).await?;
+        let release_sha = redis_cmd(admin, &["SCRIPT", "LOAD", RELEASE_LUA.assembled]).await?;
         let text = |v: Value| redis::from_redis_value::<String>(v).map_err(|e| e.to_string());
         Ok(Self {
             acquire_sha: text(acquire_sha)?,

@@ -36,6 +36,15 @@ pub enum Command {
     Openapi,
     /// GET a URL and exit 0 on a 2xx answer (a container health check without a shell).
     Healthcheck(HealthcheckArgs),
+    /// Write each Lua script as Redis runs it (its includes spliced in) to
+    /// `DIR/<name>.lua`: what luacheck and the benches read (hidden: a
+    /// build tool, not an operator's command).
+    #[command(hide = true)]
+    Scripts {
+        /// The directory to write into (created when missing).
+        #[arg(long, value_name = "DIR")]
+        dump: PathBuf,
+    },
 }
 
 /// Settings of `leasehold healthcheck`: the same `LEASEHOLD_*` variables the

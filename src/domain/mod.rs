@@ -3,6 +3,7 @@
 mod bounds;
 mod change;
 mod history;
+mod instances;
 mod list;
 mod names;
 mod outcome;
@@ -15,6 +16,7 @@ pub use change::{BreakReason, Change, Revocation};
 pub use history::{
     History, HistoryBound, HistoryEntry, HistoryEvent, HistoryItem, HistoryLimit, HistoryRecord,
 };
+pub use instances::{InstanceSeen, Roster, BEAT_EVERY, ROSTER_CAP, STALE_AFTER};
 pub use list::{ListCursor, ListLimit, ListedLease, Listing, ScanPosition, NODE_ID_LEN};
 pub use names::{
     Attempt, HolderLabel, NameError, OperationId, OwnerToken, Purpose, ResourceDigest, ResourceId,

@@ -1,5 +1,5 @@
 //! `GET /instances`: the instances sharing the store, from their
-//! heartbeats (docs/storage.md, "Instances"), for operators and the
+//! heartbeats (docs/storage.md, "Keys"), for operators and the
 //! console's health area. Never a secret: ids are random per process.
 
 use axum::extract::State;
@@ -12,10 +12,9 @@ use utoipa::ToSchema;
 use super::app::AppState;
 use super::extract::Headers;
 use super::problem::{respond, Answer};
-use crate::domain::{OutcomeName, StoreTime};
+use crate::domain::{OutcomeName, Roster, StoreTime};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{HeadersTooLargeProblem, ServiceUnavailable, UnauthorizedProblem};
-use crate::store::instances::Roster;
 
 /// The route (also its metric label).
 pub const ROUTE: &str = "/instances";
@@ -146,7 +145,7 @@ pub async fn instances(State(app): State<AppState>, Headers(headers): Headers) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::instances::InstanceSeen;
+    use crate::domain::InstanceSeen;
 
     #[test]
     fn the_answer_names_each_instance_and_marks_this_one() {

@@ -191,34 +191,36 @@ impl Watcher {
 /// per change and few thousand watchers, not one per watcher).
 const PER_TASK: usize = 1024;
 
-/// Writes `change` (from `previous` to `snapshot`) to every attached
-/// socket that saw `previous` last, one non-blocking write each; a sink it
-/// cannot serve so is left to its task. Returns once every socket was
-/// written to (or left), so the next change's writes come after.
-pub(super) async fn fan_out(
-    group: &Group,
-    previous: &Arc<Snapshot>,
-    snapshot: &Arc<Snapshot>,
-    change: Change,
-) {
-    let mut sinks: Vec<Arc<Sink>> = group.sinks().values().cloned().collect();
-    let mut others = Vec::new();
-    while sinks.len() > PER_TASK {
-        let rest = sinks.split_off(PER_TASK);
-        let part = std::mem::replace(&mut sinks, rest);
-        let (previous, snapshot) = (Arc::clone(previous), Arc::clone(snapshot));
-        others.push(tokio::spawn(async move {
-            write_all(&part, &previous, &snapshot, change).await
-        }));
+impl Group {
+    /// Writes `change` (from `previous` to `snapshot`) to every attached
+    /// socket that saw `previous` last, one non-blocking write each; a sink it
+    /// cannot serve so is left to its task. Returns once every socket was
+    /// written to (or left), so the next change's writes come after.
+    pub(super) async fn fan_out(
+        &self,
+        previous: &Arc<Snapshot>,
+        snapshot: &Arc<Snapshot>,
+        change: Change,
+    ) {
+        let mut sinks: Vec<Arc<Sink>> = self.sinks().values().cloned().collect();
+        let mut others = Vec::new();
+        while sinks.len() > PER_TASK {
+            let rest = sinks.split_off(PER_TASK);
+            let part = std::mem::replace(&mut sinks, rest);
+            let (previous, snapshot) = (Arc::clone(previous), Arc::clone(snapshot));
+            others.push(tokio::spawn(async move {
+                write_all(&part, &previous, &snapshot, change).await
+            }));
+        }
+        let mut written = write_all(&sinks, previous, snapshot, change).await;
+        for other in others {
+            written += other.await.unwrap_or(0);
+        }
+        self.events[kind_index(change)].increment(written);
     }
-    let mut written = write_all(&sinks, previous, snapshot, change).await;
-    for other in others {
-        written += other.await.unwrap_or(0);
-    }
-    group.events[kind_index(change)].increment(written);
 }
 
-/// [`fan_out`]'s loop over `sinks`: how many it wrote the change to.
+/// [`Group::fan_out`]'s loop over `sinks`: how many it wrote the change to.
 /// Yields to other tasks when the task's budget is spent (a write is a
 /// system call of several microseconds).
 async fn write_all(

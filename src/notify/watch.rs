@@ -493,7 +493,7 @@ async fn run_group(
                             change: Some(change),
                             previous: Some(Arc::clone(&old)),
                         });
-                        sink::fan_out(&group, &old, &snapshot, change).await;
+                        group.fan_out(&old, &snapshot, change).await;
                     }
                     // Same version (a renewal, a refresh): the fresher
                     // countdown is kept, nobody is woken.

@@ -2,8 +2,7 @@
 //! read under the admission limit.
 
 use super::LeaseService;
-use crate::domain::Failure;
-use crate::store::instances::Roster;
+use crate::domain::{Failure, Roster};
 
 impl LeaseService {
     /// The instances that beat into the store's roster recently, this one

@@ -1,6 +1,6 @@
 //! The instances sharing the store (`GET /instances`, the console's health
 //! area): on Redis a roster every instance beats into (`lua/instances.lua`,
-//! docs/storage.md "Instances"); the embedded store answers just this
+//! docs/storage.md "Keys"); the embedded store answers just this
 //! instance.
 
 use std::sync::OnceLock;
@@ -10,54 +10,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Store, StoreError};
-use crate::domain::StoreTime;
-
-/// How often an instance beats into the roster.
-pub const BEAT_EVERY: Duration = Duration::from_secs(5);
-
-/// An instance whose latest beat is older than this (3 beats) is gone
-/// from the roster; the roster key itself expires this long after the
-/// latest beat of any instance.
-pub const STALE_AFTER: Duration = Duration::from_secs(15);
-
-/// The most instances the roster lists: a beat that finds it full of live
-/// instances is not added (and logs that, at most once a minute).
-pub const ROSTER_CAP: usize = 256;
+use crate::domain::{InstanceSeen, Roster, StoreTime};
 
 /// The id the embedded store's instance has (as in its fair queues).
 const LOCAL: &str = "local";
-
-/// One instance as the roster lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceSeen {
-    /// Random per process (the id its fair-queue members carry).
-    pub id: String,
-    /// Its service version.
-    pub version: String,
-    /// When it started serving (its own clock).
-    pub started: StoreTime,
-    /// How long ago its latest beat was, by the store's clock.
-    pub beat_age_ms: u64,
-    /// Whether it is the instance answering.
-    pub this: bool,
-}
-
-/// The instances that beat within [`STALE_AFTER`], by id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Roster {
-    /// The store's clock when it read.
-    pub now: StoreTime,
-    /// At most [`ROSTER_CAP`], sorted by id.
-    pub instances: Vec<InstanceSeen>,
-}
-
-impl Roster {
-    /// The roster of `instances`, sorted by id.
-    pub fn sorted(now: StoreTime, mut instances: Vec<InstanceSeen>) -> Self {
-        instances.sort_by(|a, b| a.id.cmp(&b.id));
-        Self { now, instances }
-    }
-}
 
 /// When this process started serving: the first call, from
 /// [`Store::start_roster`] at startup.

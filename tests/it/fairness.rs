@@ -839,12 +839,11 @@ async fn frozen_instance_loses_its_place_and_takes_a_new_one_when_thawed() {
     drop(frozen);
 }
 
-/// Runs `lua/acquire.lua` straight on `server` (as the service does, nonce
-/// included) and returns its status (the reply's tag decoded).
+/// Runs `lua/acquire.lua` (assembled) straight on `server` (as the
+/// service does, nonce included) and returns its status (the reply's tag
+/// decoded).
 fn raw_acquire(server: &RedisServer, keys: [&str; 2], attempt: [&str; 2], shape: &str) -> i64 {
-    let path = format!("{}/lua/acquire.lua", env!("CARGO_MANIFEST_DIR"));
-    let source = std::fs::read_to_string(path).expect("script");
-    let sha = server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned();
+    let sha = server.script_sha("acquire");
     let nonce = 7;
     // The other keys its header names, beside the record's (same tag).
     let of = |kind: &str| keys[0].replacen(":lease:v2:", &format!(":{kind}:v2:"), 1);
@@ -953,9 +952,7 @@ fn a_heartbeat_drops_its_instances_entries_whose_waiters_have_gone() {
     let key = |kind: &str| format!("{ns}:{kind}:v2:{{{P}:{d}}}");
     let (queue, seq) = (key("queue"), key("seq"));
     let (asks, grants, record) = (key("ask"), key("granted"), key("lease"));
-    let path = format!("{}/lua/queue.lua", env!("CARGO_MANIFEST_DIR"));
-    let source = std::fs::read_to_string(path).expect("script");
-    let sha = server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned();
+    let sha = server.script_sha("queue");
     for (score, member) in [
         ("1", "x:i1:0"),
         ("2", "x:i2:0"),

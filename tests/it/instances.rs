@@ -1,6 +1,6 @@
 //! `GET /instances` (issue 43 item 5): real `leasehold serve` processes on
 //! one real Redis see each other through the roster they beat into
-//! (docs/storage.md, "Instances"); one SIGKILLed drops out after the
+//! (docs/storage.md, "Keys"); one SIGKILLed drops out after the
 //! staleness bound, one stopped with SIGTERM at once; the embedded store
 //! answers itself; the roster key keeps its residue bounds; API keys guard
 //! it as they guard `/purposes`.
@@ -9,8 +9,8 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::app::unique;
-use common::redis::RedisServer;
+use common::app::{args, unique, Backend, TestApp};
+use common::redis::{RedisCluster, RedisServer};
 use common::residue::{self, Layout, ServiceProcess};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -209,5 +209,129 @@ async fn the_embedded_store_answers_itself_and_keys_guard_the_route() {
     assert!(
         !body.to_string().contains(&key),
         "the answer names no key: {body}"
+    );
+}
+
+/// `lua/instances.lua` on a real Redis with a small cap: a full roster
+/// refuses a new member (status 2) but refreshes a listed one; a beat
+/// drops stale members first; each beat sets the TTL; the last leave
+/// deletes the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_roster_script_keeps_its_bounds() {
+    let redis = RedisServer::start();
+    let client = ::redis::Client::open(redis.url()).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    // The script as the service runs it (its includes spliced in).
+    let script = ::redis::Script::new(leasehold::store::redis::lua::INSTANCES.assembled);
+    let key = "t:instances:v2:{instances}";
+    // nonce 0: the reply's first item is status + 9.
+    let mut run = async |op: &str, member: &str| -> (i64, Vec<String>) {
+        let reply: Vec<::redis::Value> = script
+            .key(key)
+            .arg(op)
+            .arg(member)
+            .arg(60_000)
+            .arg(2)
+            .arg(0)
+            .invoke_async(&mut conn)
+            .await
+            .expect("script");
+        let status = match reply[0] {
+            ::redis::Value::Int(t) => t - 9,
+            ref other => panic!("{other:?}"),
+        };
+        let members = reply[2..]
+            .chunks(2)
+            .map(|p| ::redis::from_redis_value_ref::<String>(&p[0]).expect("member"))
+            .collect();
+        (status, members)
+    };
+    assert_eq!(
+        run("read", "").await,
+        (1, vec![]),
+        "an empty roster reads empty"
+    );
+    assert_eq!(run("beat", "a|1|v").await.1, ["a|1|v"]);
+    let (status, mut both) = run("beat", "b|1|v").await;
+    both.sort();
+    assert_eq!((status, both), (1, vec!["a|1|v".into(), "b|1|v".into()]));
+    let (status, members) = run("beat", "c|1|v").await;
+    assert_eq!(status, 2, "full: c is not added");
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert_eq!(
+        run("beat", "a|1|v").await.0,
+        1,
+        "a listed member still beats"
+    );
+    let pttl: i64 = redis.cli(&["PTTL", key]).trim().parse().expect("PTTL");
+    assert!(pttl > 0 && pttl <= 60_000, "PTTL {pttl}");
+    // b's latest beat 61 s ago: stale, dropped by the next beat, which
+    // then has room for c.
+    let now = redis.cli(&["TIME"]);
+    let secs: u64 = now
+        .lines()
+        .next()
+        .expect("secs")
+        .trim()
+        .parse()
+        .expect("secs");
+    let old = ((secs - 61) * 1000).to_string();
+    redis.cli(&["ZADD", key, &old, "b|1|v"]);
+    let (status, mut members) = run("beat", "c|1|v").await;
+    members.sort();
+    assert_eq!((status, members), (1, vec!["a|1|v".into(), "c|1|v".into()]));
+    assert_eq!(
+        redis.cli(&["ZCARD", key]).trim(),
+        "2",
+        "b is gone from the key"
+    );
+    assert_eq!(run("leave", "a|1|v").await.1, ["c|1|v"]);
+    assert_eq!(run("leave", "c|1|v").await, (1, vec![]));
+    assert_eq!(
+        redis.cli(&["EXISTS", key]).trim(),
+        "0",
+        "the last leave deletes it"
+    );
+}
+
+/// On a Redis Cluster the roster is one key in one slot (its hash tag):
+/// two instances see each other through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_on_a_cluster_see_each_other() {
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
+    let ns = unique("instc");
+    let seeds = cluster.seed_urls().join(",");
+    let flags = ["--namespace", &ns, "--redis-cluster-nodes", &seeds];
+    let a = TestApp::spawn_with(args(&Backend::Memory, &flags)).await;
+    let b = TestApp::spawn_with(args(&Backend::Memory, &flags)).await;
+    let start = Instant::now();
+    let (seen_a, seen_b) = loop {
+        let (ra, rb) = (a.get("/instances").await, b.get("/instances").await);
+        assert_eq!(ra.status, StatusCode::OK, "{:?}", ra.body);
+        assert_eq!(rb.status, StatusCode::OK, "{:?}", rb.body);
+        if ids(&ra.body).0.len() == 2 && ids(&rb.body).0.len() == 2 {
+            break (ra.body, rb.body);
+        }
+        assert!(
+            start.elapsed() < BEAT * 2,
+            "not both listed: {:?} {:?}",
+            ra.body,
+            rb.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let ((all_a, this_a), (all_b, this_b)) = (ids(&seen_a), ids(&seen_b));
+    assert_eq!(all_a, all_b, "one roster");
+    assert_eq!((this_a.len(), this_b.len()), (1, 1));
+    assert_ne!(this_a, this_b, "each marks itself");
+    let key = format!("{ns}:instances:v2:{{instances}}");
+    let node = cluster.node_for_key(&key);
+    assert_eq!(
+        node.cli(&["ZCARD", &key]).trim(),
+        "2",
+        "the roster on its slot's master"
     );
 }

@@ -44,6 +44,7 @@ mod purpose_watch;
 mod redis_failures;
 mod refusals;
 mod roles;
+mod scripts;
 mod seq_lifetime;
 mod soak;
 mod store_keys;

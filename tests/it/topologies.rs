@@ -1033,6 +1033,11 @@ async fn acl_rules_from_the_docs_are_enough() {
     settings.store.namespace = namespace.clone();
     let app = Arc::new(spawn_with(settings).await);
     contract_basics(&app, "standalone").await;
+    // The roster of instances (lua/instances.lua): this instance's first
+    // beat, sent at start, went through (a refused beat is only logged).
+    let r = app.get("/instances").await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["instances"][0]["thisInstance"], true, "{:?}", r.body);
     // The wake-up subscription works too: a waiter is woken by the release.
     woken_by_release(&app, &app, &digest()).await;
     // Listing: SCAN, INFO server, PING and the inspect script, page by page.

@@ -1137,10 +1137,17 @@ impl Api {
     }
 }
 
-/// The directory of `release`'s Lua scripts.
-fn lua_dir(release: Release) -> PathBuf {
+/// `release`'s Lua scripts as Redis runs them, by file name
+/// (`release.lua`): this release's assembled (their includes spliced in),
+/// the previous release's from the `lua/` beside its binary (as
+/// scripts/build-previous-release.sh leaves them: assembled by the
+/// binary's `scripts --dump` where it has one).
+fn lua_scripts(release: Release) -> Vec<(String, String)> {
     match release {
-        Release::This => Path::new(env!("CARGO_MANIFEST_DIR")).join("lua"),
+        Release::This => leasehold::store::redis::lua::ALL
+            .iter()
+            .map(|s| (format!("{}.lua", s.name), s.assembled.to_owned()))
+            .collect(),
         Release::Previous => {
             let dir = previous_bin()
                 .parent()
@@ -1150,7 +1157,20 @@ fn lua_dir(release: Release) -> PathBuf {
                 dir.join("release.lua").is_file(),
                 "no lua/ beside LEASEHOLD_PREVIOUS_BIN: rerun scripts/build-previous-release.sh"
             );
-            dir
+            let mut scripts = Vec::new();
+            for entry in std::fs::read_dir(&dir).expect("lua dir") {
+                let path = entry.expect("lua dir entry").path();
+                let name = path
+                    .file_name()
+                    .expect("name")
+                    .to_string_lossy()
+                    .into_owned();
+                if name.ends_with(".lua") && path.is_file() {
+                    let source = std::fs::read_to_string(&path).expect("script source");
+                    scripts.push((name, source));
+                }
+            }
+            scripts
         }
     }
 }
@@ -1182,17 +1202,16 @@ async fn departed_waiter(waiter_on: Release, retry_on: Release) -> (String, Valu
     // made that call answers `unavailable` (a fresh-clone CI on a loaded
     // machine saw the previous release's waiter fail so on its first
     // queue entry).
+    let scripts = lua_scripts(waiter_on);
     let sha = |script: &str| {
-        let path = lua_dir(waiter_on).join(script);
-        let source = std::fs::read_to_string(&path).expect("script source");
-        server.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned()
+        let (_, source) = scripts
+            .iter()
+            .find(|(name, _)| name == script)
+            .unwrap_or_else(|| panic!("no {script}"));
+        server.cli(&["SCRIPT", "LOAD", source]).trim().to_owned()
     };
-    for entry in std::fs::read_dir(lua_dir(waiter_on)).expect("lua dir") {
-        let name = entry.expect("lua dir entry").file_name();
-        let name = name.to_string_lossy();
-        if name.ends_with(".lua") {
-            sha(&name);
-        }
+    for (name, _) in &scripts {
+        sha(name);
     }
     let (release_sha, acquire_sha) = (sha("release.lua"), sha("acquire.lua"));
     let proxy = FaultProxy::start(server.addr()).await;

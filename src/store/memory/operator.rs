@@ -5,33 +5,10 @@
 use std::time::Instant;
 
 use super::super::history::of;
-use super::super::records::{same_secret, Permit};
+use super::super::records::{same_secret, Tomb};
 use super::{wall_ms, MemoryStore, State};
 use crate::domain::{Attempt, HistoryEntry, HistoryEvent, ResourceId, Revocation};
 use crate::store::{EndedEarly, HoldEnd, StoreBreak, StoreError};
-
-/// The tombstone of a permit that ended early: whose it was, why, and
-/// until when its holder may still ask (a broken permit: when it would
-/// have expired; a held-out one: one TTL past its bound). Forgotten then.
-pub(super) struct Tomb {
-    owner_token: String,
-    operation_id: String,
-    pub(super) until: Instant,
-    why: EndedEarly,
-}
-
-impl Tomb {
-    /// `permit` ended at its hold bound: its holder hears `max_hold` until
-    /// `until`.
-    pub(super) fn held_out(permit: &Permit, until: Instant) -> Self {
-        Self {
-            owner_token: permit.owner_token.clone(),
-            operation_id: permit.operation_id.clone(),
-            until,
-            why: EndedEarly::MaxHold,
-        }
-    }
-}
 
 /// Past this many resources with tombstones, a break sweeps the expired
 /// ones of every resource (amortised; each break adds at most its own).

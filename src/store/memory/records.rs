@@ -1,7 +1,7 @@
 //! What the embedded store keeps per resource: each holder's [`Permit`]
 //! and the resource's [`Entry`] (limit, mode, permits, change stamp), the fair
-//! queue's places kept to be read ([`Queues`]), with
-//! the reads every verb makes of them.
+//! queue's places kept to be read ([`Queues`]), with the reads every verb
+//! makes of them, and the [`Tomb`] of a permit that ended early.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::domain::{Attempt, HeldBy, HolderLabel, Mode, QueueEntry, StoreTime};
-use crate::store::{Probe, StoreLease};
+use crate::store::{EndedEarly, Probe, StoreLease};
 
 /// One holder's permit.
 pub(super) struct Permit {
@@ -149,6 +149,29 @@ impl Entry {
                     HeldBy::Other
                 })
             }
+        }
+    }
+}
+
+/// The tombstone of a permit that ended early: whose it was, why, and
+/// until when its holder may still ask (a broken permit: when it would
+/// have expired; a held-out one: one TTL past its bound). Forgotten then.
+pub(super) struct Tomb {
+    pub(super) owner_token: String,
+    pub(super) operation_id: String,
+    pub(super) until: Instant,
+    pub(super) why: EndedEarly,
+}
+
+impl Tomb {
+    /// `permit` ended at its hold bound: its holder hears `max_hold` until
+    /// `until`.
+    pub(super) fn held_out(permit: &Permit, until: Instant) -> Self {
+        Self {
+            owner_token: permit.owner_token.clone(),
+            operation_id: permit.operation_id.clone(),
+            until,
+            why: EndedEarly::MaxHold,
         }
     }
 }

@@ -19,8 +19,7 @@ use crate::store::{
 };
 
 use super::history::{of, Histories};
-use super::records::{Entry, Permit};
-use operator::Tomb;
+use super::records::{Entry, Permit, Tomb};
 
 #[path = "operator.rs"]
 mod operator;
@@ -45,7 +44,7 @@ struct State {
     freed: HashMap<String, u64>,
     /// Broken permits' tombstones by resource, until each would have
     /// expired (see [`operator`]).
-    tombs: HashMap<String, Vec<operator::Tomb>>,
+    tombs: HashMap<String, Vec<Tomb>>,
     /// Each resource's history (docs/decisions/storage-v2.md, "History").
     history: Histories,
 }

@@ -1,6 +1,6 @@
-//! A lease script as the Rust side runs it: its Lua source (compiled in
-//! from `lua/`), its SHA-1 computed once, and the `EVALSHA` command that
-//! calls it.
+//! A lease script as the Rust side runs it: its Lua source (assembled at
+//! compile time from `lua/` by `lua.rs`), its SHA-1 computed once, of the
+//! assembled text, and the `EVALSHA` command that calls it.
 
 /// The name every script's header gives its last `ARGV`: the per-call
 /// nonce, which [`Script::evalsha`] appends after the script's own
@@ -12,7 +12,7 @@ pub const NONCE_ARG: &str = "nonce";
 pub struct Script {
     /// Verb name, for metrics and logs.
     pub name: &'static str,
-    /// The Lua source.
+    /// The Lua source, assembled: what Redis runs and the SHA-1 is of.
     pub source: &'static str,
     sha1: String,
 }

@@ -15,7 +15,8 @@
 //! Imports point one way: `script/` (the verbs, as `impl RedisStore`) uses
 //! `store.rs`, which runs a `Call` through `call.rs` and `exec.rs`;
 //! those use `evalsha.rs` (a script, its SHA and its `EVALSHA`), which uses
-//! nothing of the store.
+//! nothing of the store. `lua.rs` (every script assembled from `lua/` at
+//! compile time, public for the benches and tests) uses nothing at all.
 
 mod call;
 mod cluster;
@@ -23,6 +24,7 @@ mod evalsha;
 mod exec;
 mod keys;
 mod list;
+pub mod lua;
 mod node;
 mod pool;
 mod reply;

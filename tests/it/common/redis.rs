@@ -627,12 +627,17 @@ impl RedisServer {
             .unwrap_or_else(|e| self.fail(&format!("redis-cli {args:?} failed: {e}")))
     }
 
-    /// Loads `lua/<name>.lua` (so no call meets NOSCRIPT) and returns its
+    /// Loads the script `lua/<name>.lua` as the service runs it (its
+    /// includes spliced in) so that no call meets NOSCRIPT, and returns its
     /// SHA1, as a proxy sees it in `EVALSHA`.
     pub fn script_sha(&self, name: &str) -> String {
-        let path = format!("{}/lua/{name}.lua", env!("CARGO_MANIFEST_DIR"));
-        let source = std::fs::read_to_string(&path).expect("script source");
-        self.cli(&["SCRIPT", "LOAD", &source]).trim().to_owned()
+        let script = leasehold::store::redis::lua::ALL
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no script lua/{name}.lua"));
+        self.cli(&["SCRIPT", "LOAD", script.assembled])
+            .trim()
+            .to_owned()
     }
 
     /// [`RedisServer::cli`] without the panic: `Err` carries the error reply

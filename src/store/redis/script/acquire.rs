@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{KeyBuf, CLAIM, QUEUE_HORIZON_MS};
+use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{
@@ -18,8 +19,7 @@ use crate::store::{
 };
 
 /// The script, hashed once.
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("acquire", include_str!("../../../../lua/acquire.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("acquire", lua::ACQUIRE.assembled));
 
 /// An acquire writes a permit: with replica acks configured, `WAIT` follows.
 const WAITS_FOR_REPLICAS: bool = true;
@@ -290,7 +290,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::ACQUIRE.entry,
             names(&keys(&Default::default())),
             names(&Args::default().named()),
         );

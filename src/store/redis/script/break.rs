@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::KeyBuf;
+use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended_holds, int, STATUS};
@@ -14,8 +15,7 @@ use crate::domain::{ResourceId, Revocation};
 use crate::store::{HoldEnd, Replicated, StoreBreak, StoreError};
 
 /// The script, hashed once.
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("break", include_str!("../../../../lua/break.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("break", lua::BREAK.assembled));
 
 /// A break deletes permits: with replica acks configured, `WAIT` follows.
 const WAITS_FOR_REPLICAS: bool = true;
@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::BREAK.entry,
             names(&keys(&Default::default())),
             names(&Args::default().named()),
         );

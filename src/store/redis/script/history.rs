@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::history_key;
+use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{holder_slot, int, store_time, STATUS};
@@ -14,8 +15,7 @@ use crate::domain::{HistoryEntry, HistoryEvent, ResourceId, StoreTime};
 use crate::store::StoreError;
 
 /// The script, hashed once.
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("history", include_str!("../../../../lua/history.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("history", lua::HISTORY.assembled));
 
 /// A read: no `WAIT`.
 const WAITS_FOR_REPLICAS: bool = false;
@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::HISTORY.entry,
             names(&keys("")),
             names(&Args::default().named()),
         );

@@ -9,6 +9,7 @@ use redis::Value;
 
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{lease_key, record_keys, seq_key, WATCH_MARK_MS};
+use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, label, non_negative, store_time, token_of, STATUS};
@@ -16,8 +17,7 @@ use crate::domain::{HeldBy, Mode, ResourceId};
 use crate::store::{Probe, StoreError, StoreInspect, StoreLease, PERMITS_SHOWN};
 
 /// The script, hashed once.
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("inspect", include_str!("../../../../lua/inspect.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("inspect", lua::INSPECT.assembled));
 
 /// An inspect changes no permit (at most a watch mark): no `WAIT`.
 const WAITS_FOR_REPLICAS: bool = false;
@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::INSPECT.entry,
             names(&record_keys("", "")),
             names(&Args::default().named()),
         );

@@ -1,5 +1,5 @@
 //! `lua/instances.lua` from the Rust side: the roster of the instances
-//! sharing the store (docs/storage.md, "Instances"). Each instance beats
+//! sharing the store (docs/storage.md, "Keys"). Each instance beats
 //! into it every [`BEAT_EVERY`] until it stops, then leaves it; `GET
 //! /instances` reads it.
 
@@ -12,16 +12,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
+use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, store_time, text, STATUS};
-use crate::domain::StoreTime;
-use crate::store::instances::{InstanceSeen, Roster, BEAT_EVERY, ROSTER_CAP, STALE_AFTER};
+use crate::domain::{InstanceSeen, Roster, StoreTime, BEAT_EVERY, ROSTER_CAP, STALE_AFTER};
 use crate::store::StoreError;
 
 /// The script, hashed once.
 static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("instances", include_str!("../../../../lua/instances.lua")));
+    LazyLock::new(|| Script::new("instances", lua::INSTANCES.assembled));
 
 /// The roster's hash tag (one Cluster slot for the whole roster).
 const TAG: &str = "instances";
@@ -161,7 +161,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::INSTANCES.entry,
             vec!["roster".to_owned()],
             names(&Args::default().named()),
         );

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::WATCH_MARK_MS;
+use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, STATUS};
@@ -23,7 +24,7 @@ use crate::store::StoreError;
 
 /// The script, hashed once.
 static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("purposes", include_str!("../../../../lua/purposes.lua")));
+    LazyLock::new(|| Script::new("purposes", lua::PURPOSES.assembled));
 
 /// How often an instance reads the registry.
 pub(in crate::store) const PURPOSE_POLL: Duration = Duration::from_secs(1);
@@ -134,7 +135,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::PURPOSES.entry,
             vec!["registry".to_owned()],
             names(&Args::default().named()),
         );

@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{KeyBuf, QUEUE_HORIZON_MS};
+use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::acquire::holder_arg;
@@ -16,8 +17,7 @@ use crate::domain::{Mode, ResourceId};
 use crate::store::{Ask, QueueOp, Queued, StoreError};
 
 /// The script, hashed once.
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("queue", include_str!("../../../../lua/queue.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("queue", lua::QUEUE.assembled));
 
 /// A queue entry is this instance's alone and lapses by itself: no `WAIT`.
 const WAITS_FOR_REPLICAS: bool = false;
@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::QUEUE.entry,
             names(&keys(&Default::default())),
             names(&Args::default().named()),
         );

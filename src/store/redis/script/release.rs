@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{KeyBuf, CLAIM};
+use super::super::lua;
 use super::super::reply::{bad_reply, refusal_reason};
 use super::super::store::RedisStore;
 use super::decode::{ended, ended_holds, int, non_negative, ENDED_EARLY, STATUS};
@@ -16,8 +17,7 @@ use crate::store::EndedEarly;
 use crate::store::{HoldEnd, Replicated, StoreError, StoreRelease};
 
 /// The script, hashed once.
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("release", include_str!("../../../../lua/release.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("release", lua::RELEASE.assembled));
 
 /// A release deletes a permit: with replica acks configured, `WAIT` follows.
 const WAITS_FOR_REPLICAS: bool = true;
@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::RELEASE.entry,
             names(&keys(&Default::default())),
             names(&Args::default().named()),
         );

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::KeyBuf;
+use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{ended, int, label, non_negative, store_time, token_of, ENDED_EARLY, STATUS};
@@ -15,8 +16,7 @@ use crate::store::EndedEarly;
 use crate::store::{Replicated, StoreError, StoreLease, StoreRenew};
 
 /// The script, hashed once.
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("renew", include_str!("../../../../lua/renew.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("renew", lua::RENEW.assembled));
 
 /// A renew rewrites the permit: with replica acks configured, `WAIT` follows.
 const WAITS_FOR_REPLICAS: bool = true;
@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::RENEW.entry,
             names(&keys(&Default::default())),
             names(&Args::default().named()),
         );

@@ -10,6 +10,7 @@ use redis::Value;
 use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys::{KeyBuf, QUEUE_HORIZON_MS};
+use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{int, label, store_time, text, STATUS};
@@ -19,8 +20,7 @@ use crate::domain::{
 use crate::store::StoreError;
 
 /// The script, hashed once.
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("waiters", include_str!("../../../../lua/waiters.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("waiters", lua::WAITERS.assembled));
 
 /// A read: no `WAIT`.
 const WAITS_FOR_REPLICAS: bool = false;
@@ -151,7 +151,7 @@ mod tests {
     #[test]
     fn the_header_lists_the_arguments_rust_passes() {
         header::assert_lists(
-            SCRIPT.source,
+            lua::WAITERS.entry,
             names(&keys(&Default::default())),
             names(&Args::default().named()),
         );
