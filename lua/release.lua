@@ -76,7 +76,15 @@ if ARGV[5] == 'a' then
 end
 --#include lib/tombstone.lua
 -- A plain lease is a string record "<field>|<value>" (see acquire.lua).
-local cur = redis.pcall('GET', KEYS[1])
+-- The record and the sequence in one read (one call fewer on the plain
+-- path: docs/performance.md, "Where a lease's Redis instructions go").
+-- MGET answers nil for a key of another type, so a nil record (absent,
+-- or a hash) is read again to tell which.
+local both = redis.call('MGET', KEYS[1], KEYS[2])
+local cur, seq = both[1], both[2]
+if not cur then
+  cur = redis.pcall('GET', KEYS[1])
+end
 local rec, IDX
 -- extra: other live permits the loop below does not see (counted by the
 -- expiry index, lib/index.lua); the whole hash is read only when the
@@ -151,7 +159,9 @@ local held, live, rest, latest, renewed = false, extra, extra + delayed, delayed
 -- most STALE_SWEEP a call (lib/index.lua).
 local stale
 local acquired_at = now -- the caller's permit's acquiredAt, read below
-local own_value -- the caller's permit, for its history entry
+-- The caller's permit, its fence and where its holder slot starts, for
+-- its history entry.
+local own_value, own_fence, own_at
 -- Expired permits read whose expiry is not in the history yet (six
 -- items each, as lib/expiries.lua takes them): each written once.
 local seen
@@ -177,7 +187,7 @@ for i = 1, #rec, 2 do
       noted = true
     end
     if field == mine then
-      own_value = rec[i + 1]
+      own_value, own_fence, own_at = rec[i + 1], fence, at
       held = exp > now
       renewed = acq ~= ren
       acquired_at = tonumber(acq)
@@ -197,7 +207,6 @@ for i = 1, #rec, 2 do
 end
 local H, HMAX = KEYS[4], tonumber(ARGV[6])
 local changes = '0'
-local seq = redis.call('GET', KEYS[2])
 local last, watched, queued = '0', '0', '0'
 do
   local a, b, c, d = sequence(seq)
@@ -251,6 +260,10 @@ if type(cur) == 'string' and tonumber(queued) > now then
     ask = redis.call('HGET', ASK, head)
   end
 end
+-- The version's live count after the release, as text: a number
+-- concatenated is formatted as a double ('%.14g'), far dearer than '%d',
+-- and a plain release leaves none.
+local left_text = live == 1 and '0' or string.format('%d', live - 1)
 local done
 if not ask then
   -- With a live head known: "\t<its instance>\t<ms until its heartbeat
@@ -258,7 +271,7 @@ if not ask then
   -- then at most (the head may go, or its instance has died).
   local head_inst = head and string.match(head, '^%a:([^:]+):')
   local target = head_inst and ('\t' .. head_inst .. '\t' .. string.format('%d', head_lapse - now)) or ''
-  done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased'
+  done = redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. left_text .. '\treleased'
     .. target)
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}
@@ -291,9 +304,8 @@ end
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
-local fence, at = string.match(own_value, '^(%d+)|%d+|%d+|%d+|%d+|%d+|()')
-done = redis.pcall('LPUSH', H, 'r|' .. string.format('%d', now) .. '|' .. fence .. '|' .. changes .. '.'
-  .. (live - 1) .. '|' .. string.sub(own_value, at))
+done = redis.pcall('LPUSH', H, 'r|' .. string.format('%d', now) .. '|' .. own_fence .. '|' .. changes .. '.'
+  .. left_text .. '|' .. string.sub(own_value, own_at))
 if type(done) == 'number' and done > HMAX then
   redis.pcall('LTRIM', H, 0, HMAX - 1)
 end
@@ -350,7 +362,11 @@ if ask then
     -- Not granted (a malformed ask, Redis refused the write): released,
     -- and the waiters look for themselves.
     redis.pcall('HDEL', ASK, head)
-    redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. (live - 1) .. '\treleased')
+    redis.pcall('PUBLISH', ARGV[3], ARGV[4] .. '\t' .. changes .. '.' .. left_text .. '\treleased')
   end
+end
+if not holds then
+  -- The usual answer, packed as `answer` packs it, without its tables.
+  return string.format('%d %d', tag + 1, now - acquired_at)
 end
 return answer({tag + 1, now - acquired_at})
