@@ -30,9 +30,10 @@
 //!
 //! A body collected here to write with a `content-length`
 //! ([`collect`]) is bounded ([`MAX_ANSWER`]), and abandoned, closing the
-//! connection, when the client leaves or the body makes no progress for
-//! the idle timeout: a stream (which never ends) can never wedge a
-//! connection here.
+//! connection, when the client leaves or the body is not whole one idle
+//! timeout after it first had to be waited for (one deadline for the
+//! whole body, not one per frame): a stream (which never ends) can never
+//! wedge a connection here.
 
 use std::future::Future as _;
 use std::io;

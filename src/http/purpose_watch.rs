@@ -73,7 +73,8 @@ fn io(app: &AppState) -> PurposeIo {
 /// with its `digest`), then `snapshot_end` with the `id` the changes
 /// follow. Then one event per change: `acquired`, `released`, `expired`,
 /// `holder_changed`, `revoked`, and `renewed` (the same version, a later
-/// end; at most one a second per lease), each with `id` (its place in this
+/// end; at most one a second per lease and 128 a second per purpose,
+/// the rest sent in the next seconds), each with `id` (its place in this
 /// instance's stream of the purpose) and `data` the lease's new state with
 /// its `digest` and `version`. Resume with
 /// `Last-Event-ID`: the events after it when this instance still keeps

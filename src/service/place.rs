@@ -281,7 +281,7 @@ pub(super) async fn release_abandoned(store: &Store, resource: &ResourceId, atte
             Ok(false) => {
                 tracing::info!(
                     operation_id = %attempt.operation_id,
-                    "waiter left while its acquire was in flight; kept the lease, a retry claimed it"
+                    "waiter left while its acquire was in flight; kept the lease (a retry claimed it, or Redis refused the clean-up's write)"
                 );
                 return;
             }
