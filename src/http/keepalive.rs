@@ -20,7 +20,7 @@ use utoipa::ToSchema;
 use super::app::AppState;
 use super::extract::{Headers, Problems};
 use super::problem::{respond_one, ApiError};
-use super::sessions::{path_id, secret};
+use super::session_extract::{path_id, secret};
 use super::watch_stream::event_stream;
 use crate::domain::{OwnerToken, SessionGone, SessionId, SessionOutcome};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
@@ -29,6 +29,14 @@ use crate::http::schemas::{
 };
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::session_schemas::SessionProblem;
+
+/// The route (also its metric label).
+pub const ROUTE: &str = "/sessions/{id}/keepalive";
+
+/// `GET /sessions/{id}/keepalive`.
+pub(super) fn routes() -> axum::Router<AppState> {
+    axum::Router::new().route(ROUTE, axum::routing::get(keepalive))
+}
 
 /// One event of the keep-alive stream, as an event-stream parser reads it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -69,7 +77,7 @@ fn sse(event: &str, data: &impl Serialize) -> Bytes {
 /// dies, the session ends at its TTL.
 #[utoipa::path(
     get,
-    path = super::sessions::KEEPALIVE,
+    path = ROUTE,
     operation_id = "keepSessionAlive",
     tag = "sessions",
     params(

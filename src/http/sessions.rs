@@ -14,6 +14,7 @@ use super::auth::Role;
 use super::extract::{self, Headers, HeadersAndBody, Problems, RawPath};
 use super::problem::{respond, respond_one, Answer, ApiError};
 use super::problem_table::{ProblemType, Words, LOST_SESSION_ENDED, LOST_SESSION_EXPIRED};
+use super::session_extract::{path_id, secret};
 use crate::domain::{LeaseShape, OwnerToken, SessionGone, SessionId, SessionOutcome};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{
@@ -29,8 +30,6 @@ pub use super::session_schemas::*;
 pub const ROUTE: &str = "/sessions";
 /// `/sessions/{id}` (also its metric label).
 pub const ONE: &str = "/sessions/{id}";
-/// `/sessions/{id}/keepalive` (also its metric label).
-pub const KEEPALIVE: &str = "/sessions/{id}/keepalive";
 /// `/sessions/{id}/leases/{purpose}/{digest}` (also its metric label).
 pub const LEASE: &str = "/sessions/{id}/leases/{purpose}/{digest}";
 
@@ -39,7 +38,6 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route(ROUTE, post(create))
         .route(ONE, get(read).patch(renew).delete(end))
-        .route(KEEPALIVE, get(super::keepalive::keepalive))
         .route(LEASE, put(acquire).delete(release))
 }
 
@@ -71,34 +69,6 @@ impl Answer for SessionOutcome {
             Self::SessionFull { .. } => ProblemType::SessionFull.words(),
             _ => Words::NONE,
         }
-    }
-}
-
-/// The session id of the path, as a problem when malformed.
-pub(super) fn path_id(params: &RawPathParams, problems: &mut Problems) -> Option<SessionId> {
-    let raw = params
-        .iter()
-        .find(|(name, _)| *name == "id")
-        .map_or("", |(_, v)| v);
-    SessionId::parse(raw)
-        .map_err(|e| problems.shape("id", e.0))
-        .ok()
-}
-
-/// The owner token header (the session's secret), required.
-pub(super) fn secret(headers: &HeaderMap, problems: &mut Problems) -> Option<OwnerToken> {
-    match headers.get("lease-owner-token").map(|v| v.to_str()) {
-        None => {
-            problems.shape("Lease-Owner-Token", "is required: the session's secret");
-            None
-        }
-        Some(Err(_)) => {
-            problems.shape("Lease-Owner-Token", "must be visible ASCII");
-            None
-        }
-        Some(Ok(raw)) => OwnerToken::parse(raw)
-            .map_err(|e| problems.shape("Lease-Owner-Token", e.0))
-            .ok(),
     }
 }
 
