@@ -3,7 +3,7 @@
 //! stream, and acquire and release of a lease on a session.
 
 use axum::extract::{RawPathParams, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
@@ -15,7 +15,7 @@ use super::extract::{self, Headers, HeadersAndBody, Problems, RawPath};
 use super::problem::{respond, respond_one, Answer, ApiError};
 use super::problem_table::{ProblemType, Words, LOST_SESSION_ENDED, LOST_SESSION_EXPIRED};
 use super::session_extract::{path_id, secret};
-use crate::domain::{LeaseShape, OwnerToken, SessionGone, SessionId, SessionOutcome};
+use crate::domain::{LeaseShape, SessionGone, SessionOutcome};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{
     AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
