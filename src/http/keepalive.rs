@@ -28,7 +28,7 @@ use crate::http::schemas::{
     HeadersTooLargeProblem, InvalidRequestProblem, ServiceUnavailable, UnauthorizedProblem,
 };
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::session_schemas::SessionProblem;
+use crate::http::schemas::{SessionLostProblem, SessionNotOwnerProblem};
 
 /// The route (also its metric label).
 pub const ROUTE: &str = "/sessions/{id}/keepalive";
@@ -92,8 +92,8 @@ fn sse(event: &str, data: &impl Serialize) -> Bytes {
             content_type = "text/event-stream", body = KeepaliveEvent),
         (status = 400, description = "`invalid_request`: a malformed path, header or `maxMs`.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionLostProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded` (the watch cap is reached).", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds."))),
