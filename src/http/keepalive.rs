@@ -158,6 +158,7 @@ pub async fn keepalive(
         let app2 = Arc::clone(&app);
         tokio::spawn(async move {
             let _slot = slot;
+            metrics::gauge!(crate::telemetry::KEEPALIVES).increment(1.0);
             let why = keep(&app2, &id, &token, ttl_ms, max_ms, &tx).await;
             match why {
                 Stopped::Lost(reason) => {
