@@ -471,8 +471,10 @@ impl LeaseService {
                 return Ok(refused(&other));
             }
         };
-        if now_record.expires_at != record.expires_at {
-            // Renewed meanwhile: the lease takes the session's new expiry.
+        if request.wait.ms() > 0 || now_record.expires_at != record.expires_at {
+            // Renewed meanwhile, or granted after a wait (a grant counts
+            // the TTL asked from when it is granted): the lease takes the
+            // session's expiry.
             let pair = [(resource.clone(), attempt.operation_id.clone())];
             let token = &attempt.owner_token;
             if let Ok(fared) = self
