@@ -468,6 +468,7 @@ pub async fn acquire(
                     lock_delay_ms: lock_delay_ms?,
                 },
                 max_hold_ms: max_hold_ms?,
+                session: None,
             })
         });
         problems.finish()?;

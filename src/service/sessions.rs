@@ -437,6 +437,7 @@ impl LeaseService {
             holder: request.holder.clone(),
             shape: request.shape,
             max_hold_ms: request.max_hold_ms,
+            session: Some(id.clone()),
         };
         let outcome = self.acquire(resource, attempt, &asked).await?;
         if !matches!(

@@ -21,6 +21,7 @@ both_stores!(
     releasing_one_lease_takes_it_off_the_session,
     a_closed_keepalive_ends_the_session,
     a_keepalive_renews_and_says_when_the_session_is_lost,
+    a_lease_shows_its_session_and_keeps_it_through_a_relabel,
 );
 
 /// A made session: its attempt (the token is its secret) and id.
@@ -531,5 +532,81 @@ async fn a_keepalive_renews_and_says_when_the_session_is_lost(backend: Backend) 
     let body = short.text().await.expect("body");
     assert!(body.starts_with("event: renewed"), "{body}");
     until_free(&app, &d2).await;
+    app.shutdown().await;
+}
+
+async fn a_lease_shows_its_session_and_keeps_it_through_a_relabel(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 30_000).await;
+    let (plain, bounded, counted) = (digest(), digest(), digest());
+    take(&app, &s, &plain, "op-1", &json!({"holder": "shard-1"})).await;
+    take(&app, &s, &bounded, "op-2", &json!({"maxHoldMs": 600_000})).await;
+    take(
+        &app,
+        &s,
+        &counted,
+        "op-3",
+        &json!({"limit": 2, "holder": "c"}),
+    )
+    .await;
+    for d in [&plain, &bounded, &counted] {
+        let r = app.inspect(P, d, None).await;
+        assert_eq!(
+            r.body["permits"][0]["session"],
+            s.id.as_str(),
+            "{:?}",
+            r.body
+        );
+    }
+    let bounded_view = app.inspect(P, &bounded, None).await;
+    assert_eq!(bounded_view.body["permits"][0]["maxHoldMs"], 600_000);
+    // A plain lease with no session shows none.
+    let other = app.attempt().await;
+    let free = digest();
+    app.acquire(P, &free, &other, 5000).await;
+    let r = app.inspect(P, &free, None).await;
+    assert!(
+        r.body["permits"][0].get("session").is_none(),
+        "{:?}",
+        r.body
+    );
+    // Listing shows it too.
+    let listed = app.get(&format!("/leases/{P}?limit=100")).await;
+    let mine = listed.body["leases"]
+        .as_array()
+        .expect("leases")
+        .iter()
+        .find(|l| l["digest"] == plain.as_str())
+        .cloned()
+        .expect("listed");
+    assert_eq!(mine["session"], s.id.as_str(), "{mine}");
+    // A new label through the lease's own renew keeps the session mark.
+    for (d, op) in [(&plain, "op-1"), (&counted, "op-3")] {
+        let a = TestAttempt {
+            token: s.attempt.token.clone(),
+            op: op.to_owned(),
+        };
+        let rb = app
+            .http
+            .patch(format!("{}/leases/{P}/{d}", app.base))
+            .header("Lease-Owner-Token", &a.token)
+            .header("Lease-Operation-Id", &a.op)
+            .json(&json!({"ttlMs": 20_000, "holder": "relabelled"}));
+        let r = send(rb).await;
+        assert_eq!(r.outcome(), "renewed", "{:?}", r.body);
+        assert_eq!(r.body["lease"]["holder"], "relabelled");
+        let v = app.inspect(P, d, None).await;
+        assert_eq!(
+            v.body["permits"][0]["session"],
+            s.id.as_str(),
+            "{:?}",
+            v.body
+        );
+        assert_eq!(v.body["permits"][0]["holder"], "relabelled");
+    }
+    // The session still renews them (the light path reads the marked slot).
+    let renewed = renew(&app, &s, &json!({})).await;
+    assert_eq!(renewed.body["lost"], json!([]), "{:?}", renewed.body);
+    assert_eq!(end(&app, &s).await.body["released"], 3);
     app.shutdown().await;
 }

@@ -228,6 +228,7 @@ impl MemoryStore {
             max_hold_ms: spec.max_hold_ms,
             claimed: false,
             noted: false,
+            session: spec.session.cloned(),
         };
         let record = StoreLease {
             remaining_ms: spec.ttl.ms(),
