@@ -610,3 +610,108 @@ async fn a_lease_shows_its_session_and_keeps_it_through_a_relabel(backend: Backe
     assert_eq!(end(&app, &s).await.body["released"], 3);
     app.shutdown().await;
 }
+
+
+/// A session renew of 120 leases on one Redis is a handful of script runs
+/// (the record, a page of its leases, and the light renew in batches of
+/// 100), not one per lease; and every key a session writes expires, the
+/// list of an ended session's leases at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_renew_is_batched_and_its_keys_expire() {
+    let server = common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let s = session(&app, 30_000).await;
+    let ds: Vec<String> = (0..120).map(|_| digest()).collect();
+    for (i, d) in ds.iter().enumerate() {
+        let body = if i % 10 == 0 {
+            json!({"limit": 3})
+        } else {
+            json!({})
+        };
+        let r = take(&app, &s, d, &format!("op-{i}"), &body).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    }
+    // A first renew loads the scripts (NOSCRIPT, then the retry).
+    renew(&app, &s, &json!({})).await;
+    // Every command Redis runs is logged (SLOWLOG, no threshold): each
+    // script run shows as its EVALSHA with the script's SHA.
+    server.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cli(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    server.cli(&["SLOWLOG", "RESET"]);
+    let r = renew(&app, &s, &json!({"ttlMs": 40_000})).await;
+    assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    let log = server.cli(&["SLOWLOG", "GET", "100000"]);
+    let runs = |source: &str| {
+        let sha = ::redis::Script::new(source).get_hash().to_owned();
+        log.lines().filter(|l| l.trim() == sha).count()
+    };
+    use leasehold::store::redis::lua;
+    // One light run per 100 leases, none of renew.lua's (each lease's own).
+    assert_eq!(runs(lua::SESSION_RENEW.assembled), 2, "{log}");
+    assert_eq!(runs(lua::RENEW.assembled), 0);
+    assert_eq!(
+        runs(lua::SESSION.assembled),
+        2,
+        "the record's renew and one page"
+    );
+    server.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"]);
+    for d in [&ds[0], &ds[1], &ds[119]] {
+        let left = app.inspect(P, d, None).await.body["remainingMs"]
+            .as_u64()
+            .expect("remainingMs");
+        assert!(left > 30_000, "{d}: {left}");
+    }
+    let (record, leases) = (
+        format!("{}:session:v2:{{{}}}", app.namespace, s.id),
+        format!("{}:sessleases:v2:{{{}}}", app.namespace, s.id),
+    );
+    for key in [&record, &leases] {
+        let pttl: i64 = server.cli(&["PTTL", key]).trim().parse().expect("PTTL");
+        // Its expiry (40 s) plus the time it is kept to say why it went.
+        assert!(pttl > 40_000 && pttl <= 40_000 + 60_000, "{key}: {pttl}");
+    }
+    assert_eq!(end(&app, &s).await.body["released"], 120);
+    assert_eq!(server.cli(&["EXISTS", &leases]).trim(), "0");
+    let pttl: i64 = server.cli(&["PTTL", &record]).trim().parse().expect("PTTL");
+    assert!(
+        pttl > 0 && pttl <= 60_000,
+        "an ended session's record: {pttl}"
+    );
+    let keys = server.cli(&["--scan", "--pattern", &format!("{}:*", app.namespace)]);
+    for key in keys.lines().filter(|k| !k.is_empty()) {
+        let pttl: i64 = server.cli(&["PTTL", key]).trim().parse().expect("PTTL");
+        assert_ne!(pttl, -1, "{key} has no TTL");
+    }
+    app.shutdown().await;
+}
+
+/// An instance that stops cleanly ends its keep-alive streams without
+/// ending their sessions: the client keeps the session alive elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_instance_leaves_its_streams_sessions_alive() {
+    let server = common::redis::RedisServer::start();
+    let backend = Backend::Redis(server.url());
+    let namespace = common::app::unique("t");
+    let first = TestApp::spawn_with(args(&backend, &["--namespace", &namespace])).await;
+    let other = TestApp::spawn_with(args(&backend, &["--namespace", &namespace])).await;
+    let s = session(&first, 30_000).await;
+    let d = digest();
+    take(&first, &s, &d, "op-1", &json!({})).await;
+    let mut stream = keepalive(&first, &s, "").await;
+    let mut buf = String::new();
+    assert_eq!(next_event(&mut stream, &mut buf).await.0, "renewed");
+    first.shutdown().await;
+    // The stream ended without `lost`.
+    let rest = tokio::time::timeout(std::time::Duration::from_secs(10), stream.text())
+        .await
+        .expect("the stream ends with the instance")
+        .unwrap_or_default();
+    assert!(
+        !(buf + &rest).contains("event: lost"),
+        "lost sent at a clean stop"
+    );
+    let renewed = renew(&other, &s, &json!({})).await;
+    assert_eq!(renewed.outcome(), "renewed", "{:?}", renewed.body);
+    assert_eq!(other.inspect(P, &d, None).await.body["held"], true);
+    other.shutdown().await;
+}
