@@ -308,6 +308,11 @@ async fn ending_a_session_frees_its_leases_for_waiters(backend: Backend) {
         assert_eq!(app.inspect(P, d, None).await.body["held"], false);
         let h = app.get(&format!("/leases/{P}/{d}/history")).await;
         assert_eq!(h.body["entries"][0]["event"], "released", "{:?}", h.body);
+        assert_eq!(
+            h.body["entries"][0]["reason"], "session_ended",
+            "{:?}",
+            h.body
+        );
     }
     // Ended: every session verb says so.
     let late = renew(&app, &s, &json!({})).await;
@@ -422,6 +427,10 @@ async fn releasing_one_lease_takes_it_off_the_session(backend: Backend) {
     )
     .await;
     assert_eq!(released.outcome(), "released", "{:?}", released.body);
+    // Released by its holder, not by the session's end: no reason.
+    let h = app.get(&format!("/leases/{P}/{d1}/history")).await;
+    assert_eq!(h.body["entries"][0]["event"], "released", "{:?}", h.body);
+    assert!(h.body["entries"][0].get("reason").is_none(), "{:?}", h.body);
     assert_eq!(app.inspect(P, &d1, None).await.body["held"], false);
     let r = renew(&app, &s, &json!({})).await;
     assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
@@ -610,7 +619,6 @@ async fn a_lease_shows_its_session_and_keeps_it_through_a_relabel(backend: Backe
     assert_eq!(end(&app, &s).await.body["released"], 3);
     app.shutdown().await;
 }
-
 
 /// A session renew of 120 leases on one Redis is a handful of script runs
 /// (the record, a page of its leases, and the light renew in batches of
