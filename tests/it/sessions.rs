@@ -723,3 +723,44 @@ async fn a_stopping_instance_leaves_its_streams_sessions_alive() {
     assert_eq!(other.inspect(P, &d, None).await.body["held"], true);
     other.shutdown().await;
 }
+
+/// On a Redis Cluster a session's leases live in many slots: a renew
+/// renews each in its own slot (no script reads another slot's key) and an
+/// end releases them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_spans_the_slots_of_a_cluster() {
+    let cluster = common::redis::RedisCluster::start(3, 0);
+    let seeds = cluster.seed_urls()[0].clone();
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--redis-cluster-nodes", &seeds])).await;
+    let s = session(&app, 20_000).await;
+    let ds: Vec<String> = (0..40).map(|_| digest()).collect();
+    for (i, d) in ds.iter().enumerate() {
+        let body = if i % 8 == 0 {
+            json!({"mode": "shared"})
+        } else {
+            json!({})
+        };
+        let r = take(&app, &s, d, &format!("op-{i}"), &body).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    }
+    // The leases are on every master.
+    for master in cluster.masters() {
+        let keys = master.cli(&["KEYS", &format!("{}:lease:v2:*", app.namespace)]);
+        assert!(keys.lines().any(|l| !l.is_empty()), "a master with none");
+    }
+    let r = renew(&app, &s, &json!({"ttlMs": 60_000})).await;
+    assert_eq!(r.outcome(), "renewed", "{:?}", r.body);
+    assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    for d in &ds {
+        let left = app.inspect(P, d, None).await.body["remainingMs"]
+            .as_u64()
+            .expect("remainingMs");
+        assert!(left > 20_000, "{d}: {left}");
+    }
+    let ended = end(&app, &s).await;
+    assert_eq!(ended.body["released"], 40, "{:?}", ended.body);
+    for d in &ds {
+        assert_eq!(app.inspect(P, d, None).await.body["held"], false);
+    }
+    app.shutdown().await;
+}
