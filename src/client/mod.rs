@@ -61,6 +61,7 @@ mod observe;
 mod purpose_stream;
 mod reply;
 mod session;
+mod session_core;
 mod session_keeper;
 mod session_lease;
 mod session_verbs;
@@ -77,10 +78,11 @@ pub use self::leadership::{ElectionError, ElectionEvent, Leadership, StopReason}
 pub use self::machine::{HandleCore, LeaseState, Refused, ReleaseReply, RenewReply};
 pub use self::observe::{ElectionSettings, Leader, Observer};
 pub use self::purpose_stream::{PurposeStream, StreamEvent};
-pub use self::session::{
-    Attach, KeepAlive, Session, SessionEnd, SessionEnded, SessionLease, SessionOptions,
-    SessionRenewal,
-};
+pub use self::session::{Session, SessionOptions};
+pub use self::session_core::SessionEnd;
+pub use self::session_keeper::KeepAlive;
+pub use self::session_lease::{Attach, SessionLease};
+pub use self::session_verbs::{SessionEnded, SessionRenewal};
 pub use self::session_wire::{
     session_id_of, AttachedLease, LostLease, SessionGone, SessionInfo, SessionPage,
 };

@@ -4,8 +4,8 @@
 //! secret, its id is derived from it), so a lost reply is retried with the
 //! same attempt and finds the same session. Leases acquired on it
 //! ([`Session::acquire`]) have no TTL of their own: each comes back as a
-//! [`SessionLease`], a [`LeaseHandle`] (its own fencing token) whose local
-//! validity is the session's, and a [`Registration`] whose token is
+//! [`SessionLease`](super::SessionLease), a [`LeaseHandle`](super::LeaseHandle) (its own fencing token) whose local
+//! validity is the session's, and a [`Registration`](super::Registration) whose token is
 //! cancelled once, when that lease stops protecting the work. The session's
 //! own [`Session::lost`] token is cancelled once, when the session does.
 //!
@@ -14,50 +14,25 @@
 //! *sent* (for a keep-alive stream's renewal, which the service times
 //! itself: from when the previous event arrived, see
 //! [`KeepAlive::Stream`]).
-
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::json;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::acquire::AcquireOptions;
 use super::api::{millis, Client};
 use super::error::Error;
-use super::handle::{LeaseHandle, Shared as HandleShared};
-use super::machine::{HandleCore, LeaseState, ReleaseReply, RenewReply};
-use super::session_wire::{session_id_of, LostLease, SessionGone, SessionInfo, SessionWire};
-use super::watchdog::EndReason;
-use crate::domain::{Attempt, HolderLabel, OperationId};
-
-pub use super::session_lease::{Attach, SessionLease};
-
-/// How a session is kept alive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KeepAlive {
-    /// `GET /sessions/{id}/keepalive`: the serving instance renews the
-    /// session and says so per renewal; if this process dies, the
-    /// connection closes and the service ends the session at once. When
-    /// the stream cannot be opened, or drops, the session is renewed by
-    /// `PATCH` every third of its validity (and the stream tried again
-    /// after each renewal); when no event comes for half the validity left,
-    /// one `PATCH` is sent while the stream stays open. A stream renewal is
-    /// timed by the service, so its validity counts from when the previous
-    /// event (or the request opening the stream) arrived, an instant before
-    /// the renewal.
-    Stream,
-    /// `PATCH /sessions/{id}` every third of the validity left (jittered),
-    /// sooner after a failure; the session ends at its TTL if this process
-    /// dies.
-    Renew,
-    /// Nothing renews it: call [`Session::renew`] yourself.
-    Manual,
-}
+use super::machine::LeaseState;
+use super::session_core::{SessionEnd, SessionShared};
+use super::session_keeper::KeepAlive;
+use super::session_lease::Attach;
+use super::session_verbs::{SessionEnded, SessionRenewal};
+use super::session_wire::{session_id_of, SessionInfo, SessionWire};
+use crate::domain::{Attempt, HolderLabel, OperationId, ResourceId};
 
 /// What to make a session with.
 #[derive(Debug, Clone)]
@@ -85,112 +60,12 @@ impl SessionOptions {
     }
 }
 
-/// Why a session ended; its [`Session::lost`] token was cancelled then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SessionEnd {
-    /// The service said it is gone (`lost` `session_expired` or
-    /// `session_ended`: a `DELETE` from elsewhere, its stream closed).
-    Lost(SessionGone),
-    /// Local validity was about to run out (within one drift budget)
-    /// before a renewal succeeded.
-    Expired,
-    /// An end was sent and no certain reply came: treat it as gone.
-    Unknown,
-    /// [`Session::end`] ended it.
-    Ended,
-    /// The [`Session`] was dropped: nothing renews it any more.
-    Dropped,
-}
-
-impl SessionEnd {
-    /// What it means for each attached lease's registration.
-    fn lease_reason(self) -> EndReason {
-        match self {
-            Self::Lost(_) => EndReason::Lost,
-            Self::Expired => EndReason::Expired,
-            Self::Unknown => EndReason::Unknown,
-            Self::Ended => EndReason::Released,
-            Self::Dropped => EndReason::Stopped,
-        }
-    }
-}
-
-/// The answer to [`Session::renew`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionRenewal {
-    /// Renewed, with every attached lease it still holds; `lost` lists
-    /// those it no longer holds (each one's registration ended).
-    Renewed {
-        /// The session now.
-        session: SessionInfo,
-        /// Attached leases it no longer holds.
-        lost: Vec<LostLease>,
-    },
-    /// The session is gone.
-    Lost(SessionGone),
-}
-
-/// The answer to [`Session::end`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionEnded {
-    /// Ended; `released` attached leases were released.
-    Ended {
-        /// How many.
-        released: u64,
-    },
-    /// It was gone already.
-    AlreadyAbsent,
-}
-
 /// A live session. Not `Clone`: dropping it stops its keep-alive (with
 /// [`KeepAlive::Stream`] the stream closes and the service ends the
 /// session at once; otherwise it ends at its TTL) and ends every
-/// registration with [`EndReason::Stopped`].
+/// registration with [`EndReason::Stopped`](super::EndReason::Stopped).
 pub struct Session {
     shared: Arc<SessionShared>,
-}
-
-/// One attached lease, as the session tracks it.
-pub(super) struct Entry {
-    pub(super) id: u64,
-    pub(super) handle: Weak<HandleShared>,
-    /// Why it ended, when the session learnt it first.
-    pub(super) reason: Mutex<Option<EndReason>>,
-    /// `acquire sent + maxHoldMs`: no renewal extends it past this.
-    pub(super) hold_until: Option<Instant>,
-    /// The last renewal was capped at the hold bound.
-    pub(super) held_out: AtomicBool,
-}
-
-impl Entry {
-    pub(super) fn reason(&self) -> Option<EndReason> {
-        *self.reason.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn set_reason(&self, reason: EndReason) {
-        self.reason
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_or_insert(reason);
-    }
-}
-
-pub(super) struct SessionShared {
-    pub(super) client: Client,
-    pub(super) attempt: Attempt,
-    pub(super) id: String,
-    pub(super) ttl: Duration,
-    core: Mutex<HandleCore>,
-    info: Mutex<SessionInfo>,
-    end_tx: watch::Sender<Option<SessionEnd>>,
-    pub(super) lost: CancellationToken,
-    /// Stops the keep-alive task.
-    pub(super) stop: CancellationToken,
-    /// Set while [`Session::end`] is in flight: a `lost` the keep-alive
-    /// hears then is our own end.
-    pub(super) ending: AtomicBool,
-    leases: Mutex<HashMap<String, Vec<Arc<Entry>>>>,
-    next_entry: AtomicU64,
 }
 
 impl Session {
@@ -275,27 +150,12 @@ impl Session {
         info: SessionInfo,
         sent: Instant,
     ) -> Self {
-        let drift = client.settings().drift_for(options.ttl);
-        let remaining = Duration::from_millis(info.remaining_ms);
-        let core = HandleCore::new(sent, options.ttl, remaining, drift);
         Self {
-            shared: Arc::new(SessionShared {
-                client: client.clone(),
-                id: info.id.clone(),
-                attempt,
-                ttl: options.ttl,
-                core: Mutex::new(core),
-                info: Mutex::new(info),
-                end_tx: watch::channel(None).0,
-                lost: CancellationToken::new(),
-                stop: CancellationToken::new(),
-                ending: AtomicBool::new(false),
-                leases: Mutex::new(HashMap::new()),
-                next_entry: AtomicU64::new(1),
-            }),
+            shared: Arc::new(SessionShared::new(client, attempt, options.ttl, info, sent)),
         }
     }
 
+    #[cfg(test)]
     pub(super) fn shared(&self) -> &Arc<SessionShared> {
         &self.shared
     }
@@ -317,11 +177,7 @@ impl Session {
 
     /// The session as the last answer or event showed it.
     pub fn info(&self) -> SessionInfo {
-        self.shared
-            .info
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.shared.info()
     }
 
     /// ACTIVE while locally valid; LOST (gone, or validity ran out),
@@ -345,12 +201,12 @@ impl Session {
 
     /// Why the session ended, once it has.
     pub fn end_reason(&self) -> Option<SessionEnd> {
-        *self.shared.end_tx.borrow()
+        self.shared.end_reason()
     }
 
     /// Waits until the session ends and says why.
     pub async fn ended(&self) -> SessionEnd {
-        let mut rx = self.shared.end_tx.subscribe();
+        let mut rx = self.shared.end_rx();
         let seen = rx.wait_for(Option::is_some).await.ok().and_then(|r| *r);
         seen.unwrap_or(SessionEnd::Dropped)
     }
@@ -358,8 +214,8 @@ impl Session {
     /// `PATCH /sessions/{id}`: renews the session and, in the same call,
     /// every attached lease. `renewed` extends local validity from this
     /// call's send instant (the session's and each lease's); leases in
-    /// `lost` end (their registrations with [`EndReason::Revoked`],
-    /// [`EndReason::MaxHold`] or [`EndReason::Lost`]); a `lost` session
+    /// `lost` end (their registrations with [`EndReason::Revoked`](super::EndReason::Revoked),
+    /// [`EndReason::MaxHold`](super::EndReason::MaxHold) or [`EndReason::Lost`](super::EndReason::Lost)); a `lost` session
     /// ends with [`SessionEnd::Lost`]. A failure changes nothing, an
     /// uncertain one included: the session is not extended, and the next
     /// renew tells. Refused locally once the session ended.
@@ -369,11 +225,27 @@ impl Session {
 
     /// `DELETE /sessions/{id}`: ends the session; the service releases every
     /// attached lease (waiters woken, each lease's lock-delay). Each
-    /// registration ends [`EndReason::Released`]; an uncertain answer ends
+    /// registration ends [`EndReason::Released`](super::EndReason::Released); an uncertain answer ends
     /// the session [`SessionEnd::Unknown`]. Refused locally when already
     /// ended here; a lost session still sends it (clean-up).
     pub async fn end(&self) -> Result<SessionEnded, Error> {
         self.shared.end().await
+    }
+
+    /// `PUT /leases/{purpose}/{digest}` naming this session, with the
+    /// session's secret and `operation_id` (one per lease): the lease has
+    /// no TTL of its own (`options.ttl` is not sent) and ends when the
+    /// session does. Its local validity counts from this request's send
+    /// (plus `waitedMs`) and is extended by every session renewal; a
+    /// `maxHoldMs` caps it at the send plus that bound. Refused locally
+    /// once the session ended.
+    pub async fn acquire(
+        &self,
+        resource: &ResourceId,
+        operation_id: &OperationId,
+        options: &AcquireOptions,
+    ) -> Result<Attach, Error> {
+        self.shared.acquire(resource, operation_id, options).await
     }
 }
 
@@ -392,191 +264,6 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.shared.stop.cancel();
         self.shared.finish(SessionEnd::Dropped);
-    }
-}
-
-impl SessionShared {
-    pub(super) fn core(&self) -> MutexGuard<'_, HandleCore> {
-        self.core.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn leases(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Entry>>>> {
-        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(super) fn end_reason(&self) -> Option<SessionEnd> {
-        *self.end_tx.borrow()
-    }
-
-    pub(super) fn end_rx(&self) -> watch::Receiver<Option<SessionEnd>> {
-        self.end_tx.subscribe()
-    }
-
-    /// The state now; a session whose validity ran out ends here.
-    pub(super) fn observe(&self) -> LeaseState {
-        let state = self.core().observe(Instant::now());
-        if state == LeaseState::Lost && self.end_reason().is_none() {
-            self.finish(SessionEnd::Expired);
-        }
-        state
-    }
-
-    /// When the work must stop: one drift budget before validity ends.
-    pub(super) fn stop_at(&self) -> Instant {
-        let core = self.core();
-        core.valid_until()
-            .checked_sub(core.drift_budget())
-            .unwrap_or_else(|| core.valid_until())
-    }
-
-    pub(super) fn valid_until(&self) -> Instant {
-        self.core().valid_until()
-    }
-
-    /// The session's end: recorded once, every attached lease settled with
-    /// its reason, then the `lost` token cancelled.
-    pub(super) fn finish(&self, end: SessionEnd) {
-        let first = self.end_tx.send_if_modified(|last| {
-            if last.is_some() {
-                return false;
-            }
-            *last = Some(end);
-            true
-        });
-        if !first {
-            return;
-        }
-        {
-            let mut core = self.core();
-            let now = Instant::now();
-            match end {
-                SessionEnd::Ended => {
-                    core.finish_release(now, ReleaseReply::Released);
-                }
-                SessionEnd::Unknown => {
-                    core.finish_release(now, ReleaseReply::Indeterminate);
-                }
-                SessionEnd::Lost(_) | SessionEnd::Expired => {
-                    core.finish_renew(now, now, RenewReply::Lost);
-                }
-                SessionEnd::Dropped => {}
-            }
-        }
-        let entries: Vec<Arc<Entry>> = self.leases().values().flatten().cloned().collect();
-        for entry in entries {
-            settle_end(&entry, end);
-        }
-        self.stop.cancel();
-        self.lost.cancel();
-    }
-
-    /// Starts tracking a lease acquired on this session: settled at once
-    /// when the session already ended.
-    pub(super) fn attach(&self, handle: &LeaseHandle, hold_until: Option<Instant>) -> Arc<Entry> {
-        let entry = Arc::new(Entry {
-            id: self.next_entry.fetch_add(1, Ordering::Relaxed),
-            handle: Arc::downgrade(handle.shared()),
-            reason: Mutex::new(None),
-            hold_until,
-            held_out: AtomicBool::new(false),
-        });
-        let ended = {
-            let mut leases = self.leases();
-            let ended = self.end_reason();
-            if ended.is_none() {
-                leases
-                    .entry(handle.resource().tag())
-                    .or_default()
-                    .push(Arc::clone(&entry));
-            }
-            ended
-        };
-        if let Some(end) = ended {
-            settle_end(&entry, end);
-        }
-        entry
-    }
-
-    /// Stops tracking a lease whose registration ended.
-    pub(super) fn detach(&self, tag: &str, id: u64) {
-        let mut leases = self.leases();
-        if let Some(list) = leases.get_mut(tag) {
-            list.retain(|e| e.id != id);
-            if list.is_empty() {
-                leases.remove(tag);
-            }
-        }
-    }
-
-    /// A renewal the service made or answered, for a request sent (or an
-    /// event preceded) at `sent`: extends the session and every attached
-    /// lease; ends those in `lost`.
-    pub(super) fn apply_renewed(&self, sent: Instant, info: &SessionInfo, lost: &[LostLease]) {
-        let remaining = Duration::from_millis(info.remaining_ms);
-        let state =
-            self.core()
-                .finish_renew(Instant::now(), sent, RenewReply::Renewed { remaining });
-        *self.info.lock().unwrap_or_else(PoisonError::into_inner) = info.clone();
-        if state != LeaseState::Active {
-            // Too late: validity ran out before the answer came.
-            self.observe();
-            return;
-        }
-        let entries: Vec<(String, Arc<Entry>)> = self
-            .leases()
-            .iter()
-            .flat_map(|(tag, list)| list.iter().map(move |e| (tag.clone(), Arc::clone(e))))
-            .collect();
-        for (tag, entry) in entries {
-            let Some(handle) = entry.handle.upgrade() else {
-                continue;
-            };
-            let gone = lost.iter().find(|l| {
-                tag.strip_prefix(l.purpose.as_str())
-                    .and_then(|rest| rest.strip_prefix(':'))
-                    == Some(l.digest.as_str())
-            });
-            let reply = match gone {
-                Some(l) => {
-                    entry.set_reason(match l.reason.as_str() {
-                        "revoked" => EndReason::Revoked,
-                        "max_hold" => EndReason::MaxHold,
-                        _ => EndReason::Lost,
-                    });
-                    RenewReply::Lost
-                }
-                None => {
-                    let capped = entry.hold_until.map_or(remaining, |h| {
-                        remaining.min(h.saturating_duration_since(sent))
-                    });
-                    entry.held_out.store(capped < remaining, Ordering::Relaxed);
-                    RenewReply::Renewed { remaining: capped }
-                }
-            };
-            handle.settle_renew(sent, reply);
-        }
-    }
-}
-
-/// Settles one attached lease for the session's end.
-fn settle_end(entry: &Entry, end: SessionEnd) {
-    entry.set_reason(end.lease_reason());
-    let Some(handle) = entry.handle.upgrade() else {
-        return;
-    };
-    let now = Instant::now();
-    match end {
-        SessionEnd::Ended => {
-            handle.settle_release(ReleaseReply::Released);
-        }
-        SessionEnd::Unknown => {
-            handle.settle_release(ReleaseReply::Indeterminate);
-        }
-        SessionEnd::Lost(_) | SessionEnd::Expired => {
-            handle.settle_renew(now, RenewReply::Lost);
-        }
-        // Nothing renews it any more; its own validity runs out.
-        SessionEnd::Dropped => {}
     }
 }
 

@@ -12,8 +12,31 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::Error;
 use super::purpose_stream::PurposeStream;
-use super::session::{KeepAlive, SessionEnd, SessionRenewal, SessionShared};
+use super::session_core::{SessionEnd, SessionShared};
+use super::session_verbs::SessionRenewal;
 use super::session_wire::{stream_data, SessionGone, SessionWire, StreamData};
+
+/// How a session is kept alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeepAlive {
+    /// `GET /sessions/{id}/keepalive`: the serving instance renews the
+    /// session and says so per renewal; if this process dies, the
+    /// connection closes and the service ends the session at once. When
+    /// the stream cannot be opened, or drops, the session is renewed by
+    /// `PATCH` every third of its validity (and the stream tried again
+    /// after each renewal); when no event comes for half the validity left,
+    /// one `PATCH` is sent while the stream stays open. A stream renewal is
+    /// timed by the service, so its validity counts from when the previous
+    /// event (or the request opening the stream) arrived, an instant before
+    /// the renewal.
+    Stream,
+    /// `PATCH /sessions/{id}` every third of the validity left (jittered),
+    /// sooner after a failure; the session ends at its TTL if this process
+    /// dies.
+    Renew,
+    /// Nothing renews it: call [`Session::renew`](super::Session::renew) yourself.
+    Manual,
+}
 
 /// The shortest pause between two renew attempts.
 const MIN_PAUSE: Duration = Duration::from_millis(5);

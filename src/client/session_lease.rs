@@ -1,4 +1,5 @@
-//! Leases on a [`Session`]: [`Session::acquire`] → [`Attach`], and a
+//! Leases on a [`Session`](super::Session):
+//! [`Session::acquire`](super::Session::acquire) → [`Attach`], and a
 //! [`SessionLease`] per held lease, with the task that ends its
 //! [`Registration`] once, when the lease stops protecting the work.
 
@@ -17,7 +18,7 @@ use super::api::millis;
 use super::error::Error;
 use super::handle::LeaseHandle;
 use super::machine::{LeaseState, Refused};
-use super::session::{Entry, Session, SessionEnd, SessionShared};
+use super::session_core::{Entry, SessionEnd, SessionShared};
 use super::session_wire::{SessionGone, SessionWire};
 use super::watchdog::{EndReason, Registration};
 use crate::domain::{Attempt, ContendedReason, Mode, OperationId, ReleaseOutcome, ResourceId};
@@ -69,7 +70,7 @@ impl SessionLease {
     }
 }
 
-/// The answer to [`Session::acquire`], other than the shared failures.
+/// The answer to [`Session::acquire`](super::Session::acquire), other than the shared failures.
 #[derive(Debug)]
 pub enum Attach {
     /// Held, attached to the session.
@@ -132,20 +133,15 @@ impl Attach {
     }
 }
 
-impl Session {
-    /// `PUT /leases/{purpose}/{digest}` naming this session, with the
-    /// session's secret and `operation_id` (one per lease): the lease has
-    /// no TTL of its own (`options.ttl` is not sent) and ends when the
-    /// session does. Its local validity counts from this request's send
-    /// (plus `waitedMs`) and is extended by every session renewal. Refused
-    /// locally once the session ended.
-    pub async fn acquire(
-        &self,
+impl SessionShared {
+    /// [`Session::acquire`](super::Session::acquire).
+    pub(super) async fn acquire(
+        self: &Arc<Self>,
         resource: &ResourceId,
         operation_id: &OperationId,
         options: &AcquireOptions,
     ) -> Result<Attach, Error> {
-        let shared = self.shared();
+        let shared = self;
         if let Err(Refused { state }) = shared.core().begin_renew(Instant::now()) {
             return Err(Error::Refused(Refused { state }));
         }

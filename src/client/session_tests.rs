@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::session_lease::watch_lease;
-use super::super::session_wire::{stream_data, StreamData};
+use super::super::handle::LeaseHandle;
+use super::super::session_lease::{watch_lease, SessionLease};
+use super::super::session_wire::{stream_data, LostLease, SessionGone, StreamData};
+use super::super::watchdog::EndReason;
 use super::*;
 use crate::client::ClientSettings;
 use crate::domain::{Guarantee, Lease, OwnerToken, Purpose, ResourceDigest, ResourceId, StoreTime};
@@ -190,7 +192,7 @@ async fn an_unrenewed_session_and_its_leases_end_before_validity_runs_out() {
         .acquire(
             &resource("b"),
             &OperationId::parse("b").expect("op"),
-            &super::super::AcquireOptions::new(Duration::from_secs(1)),
+            &AcquireOptions::new(Duration::from_secs(1)),
         )
         .await;
     assert!(matches!(refused, Err(Error::Refused(_))), "{refused:?}");

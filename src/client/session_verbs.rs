@@ -10,9 +10,36 @@ use tokio::time::Instant;
 use super::api::Client;
 use super::error::{Cause, Error};
 use super::machine::{LeaseState, Refused};
-use super::session::{SessionEnd, SessionEnded, SessionRenewal, SessionShared};
-use super::session_wire::{SessionGone, SessionPage, SessionWire};
+use super::session_core::{SessionEnd, SessionShared};
+use super::session_wire::{LostLease, SessionGone, SessionInfo, SessionPage, SessionWire};
 use crate::domain::OperationId;
+
+/// The answer to [`Session::renew`](super::Session::renew).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionRenewal {
+    /// Renewed, with every attached lease it still holds; `lost` lists
+    /// those it no longer holds (each one's registration ended).
+    Renewed {
+        /// The session now.
+        session: SessionInfo,
+        /// Attached leases it no longer holds.
+        lost: Vec<LostLease>,
+    },
+    /// The session is gone.
+    Lost(SessionGone),
+}
+
+/// The answer to [`Session::end`](super::Session::end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnded {
+    /// Ended; `released` attached leases were released.
+    Ended {
+        /// How many.
+        released: u64,
+    },
+    /// It was gone already.
+    AlreadyAbsent,
+}
 
 impl SessionShared {
     pub(super) async fn renew(&self) -> Result<SessionRenewal, Error> {
