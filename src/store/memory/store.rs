@@ -56,6 +56,8 @@ pub struct MemoryStore {
     waiters: Arc<WaitRegistry>,
     /// The fair queue's places, kept to be read (see [`queue`]).
     queues: super::records::Queues,
+    /// Sessions (docs/design.md §18).
+    sessions: crate::store::MemorySessions,
 }
 
 fn wall_ms() -> StoreTime {
@@ -83,7 +85,13 @@ impl MemoryStore {
             max_leases,
             waiters,
             queues: super::records::Queues::default(),
+            sessions: crate::store::MemorySessions::new(max_leases),
         }
+    }
+
+    /// The sessions this store keeps.
+    pub fn sessions(&self) -> &crate::store::MemorySessions {
+        &self.sessions
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

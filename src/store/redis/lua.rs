@@ -135,10 +135,25 @@ pub const PURPOSES: Source = source!("purposes");
 pub const WAITERS: Source = source!("waiters");
 /// `lua/instances.lua`.
 pub const INSTANCES: Source = source!("instances");
+/// `lua/session.lua`.
+pub const SESSION: Source = source!("session");
+/// `lua/session_renew.lua`.
+pub const SESSION_RENEW: Source = source!("session_renew");
 
 /// Every script the service runs.
-pub const ALL: [Source; 10] = [
-    ACQUIRE, RENEW, RELEASE, INSPECT, QUEUE, BREAK, HISTORY, PURPOSES, WAITERS, INSTANCES,
+pub const ALL: [Source; 12] = [
+    ACQUIRE,
+    RENEW,
+    RELEASE,
+    INSPECT,
+    QUEUE,
+    BREAK,
+    HISTORY,
+    PURPOSES,
+    WAITERS,
+    INSTANCES,
+    SESSION,
+    SESSION_RENEW,
 ];
 
 /// The length of `entry` assembled from `pieces`.
