@@ -251,6 +251,10 @@ impl Shared {
         &self.resource
     }
 
+    pub(super) fn attempt(&self) -> &Attempt {
+        &self.attempt
+    }
+
     pub(super) async fn renew(&self) -> Result<RenewOutcome, Error> {
         let ttl = {
             let mut core = self.core();

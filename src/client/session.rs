@@ -232,7 +232,7 @@ impl Session {
         self.shared.end().await
     }
 
-    /// `PUT /leases/{purpose}/{digest}` naming this session, with the
+    /// `PUT /sessions/{id}/leases/{purpose}/{digest}`, with the
     /// session's secret and `operation_id` (one per lease): the lease has
     /// no TTL of its own (`options.ttl` is not sent) and ends when the
     /// session does. Its local validity counts from this request's send

@@ -17,11 +17,13 @@ use super::acquire::AcquireOptions;
 use super::api::millis;
 use super::error::Error;
 use super::handle::LeaseHandle;
-use super::machine::{LeaseState, Refused};
+use super::machine::{LeaseState, Refused, ReleaseReply};
 use super::session_core::{Entry, SessionEnd, SessionShared};
 use super::session_wire::{SessionGone, SessionWire};
 use super::watchdog::{EndReason, Registration};
-use crate::domain::{Attempt, ContendedReason, Mode, OperationId, ReleaseOutcome, ResourceId};
+use crate::domain::{
+    Attempt, ContendedReason, EndedReason, Mode, OperationId, ReleaseOutcome, ResourceId,
+};
 
 /// A lease held on a session: its handle (own fencing token; validity the
 /// session's) and its registration (a token cancelled once, when it stops
@@ -30,10 +32,35 @@ use crate::domain::{Attempt, ContendedReason, Mode, OperationId, ReleaseOutcome,
 ///
 /// Dropping it does not release the lease: it stays attached until the
 /// session ends.
-#[derive(Debug)]
 pub struct SessionLease {
     handle: LeaseHandle,
     registration: Registration,
+    session: Weak<SessionShared>,
+}
+
+/// `<base>/sessions/{id}/leases/{purpose}/{digest}`.
+fn session_lease_url(session: &SessionShared, resource: &ResourceId) -> String {
+    session.client.url(&format!(
+        "/sessions/{}/leases/{}/{}",
+        session.id, resource.purpose, resource.digest
+    ))
+}
+
+fn not_applied_or_unknown(e: &Error) -> ReleaseReply {
+    if e.may_have_applied() {
+        ReleaseReply::Indeterminate
+    } else {
+        ReleaseReply::NotApplied
+    }
+}
+
+impl std::fmt::Debug for SessionLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionLease")
+            .field("handle", &self.handle)
+            .field("registration", &self.registration)
+            .finish()
+    }
 }
 
 impl SessionLease {
@@ -62,11 +89,59 @@ impl SessionLease {
         self.registration.ended().await
     }
 
-    /// `DELETE` of this lease alone (with the session's secret): released
-    /// and detached from the session; its registration ends
-    /// [`EndReason::Released`]. As [`LeaseHandle::release`] otherwise.
+    /// `DELETE /sessions/{id}/leases/{purpose}/{digest}` (with the
+    /// session's secret): this lease alone is released and taken off the
+    /// session; its registration ends [`EndReason::Released`]. The handle
+    /// moves as for [`LeaseHandle::release`] (`not_owner` → LOST, no
+    /// certain reply → UNKNOWN; refused locally once RELEASED).
     pub async fn release(&self) -> Result<ReleaseOutcome, Error> {
-        self.handle.release().await
+        let Some(session) = self.session.upgrade() else {
+            // The session object is gone: the plain release route.
+            return self.handle.release().await;
+        };
+        let shared = self.handle.shared();
+        if shared.observe() == LeaseState::Released {
+            return Err(Error::Refused(Refused {
+                state: LeaseState::Released,
+            }));
+        }
+        let resource = self.handle.resource();
+        let attempt = shared.attempt();
+        let op = &attempt.operation_id;
+        let client = &session.client;
+        let result = client
+            .call(
+                Method::DELETE,
+                session_lease_url(&session, resource),
+                Some(attempt),
+                None,
+                client.settings().request_timeout,
+                op,
+            )
+            .await;
+        let (reply, result) = match result {
+            Ok(r) => match r.outcome() {
+                "released" => (ReleaseReply::Released, Ok(ReleaseOutcome::Released)),
+                "already_absent" => (
+                    ReleaseReply::AlreadyAbsent,
+                    Ok(ReleaseOutcome::AlreadyAbsent {
+                        reason: match r.wire().reason.as_deref() {
+                            Some("revoked") => Some(EndedReason::Revoked),
+                            Some("max_hold") => Some(EndedReason::MaxHold),
+                            _ => None,
+                        },
+                    }),
+                ),
+                "not_owner" => (ReleaseReply::NotOwner, Ok(ReleaseOutcome::NotOwner)),
+                _ => {
+                    let e = r.failure(op);
+                    (not_applied_or_unknown(&e), Err(e))
+                }
+            },
+            Err(e) => (not_applied_or_unknown(&e), Err(e)),
+        };
+        shared.settle_release(reply);
+        result
     }
 }
 
@@ -145,7 +220,7 @@ impl SessionShared {
         if let Err(Refused { state }) = shared.core().begin_renew(Instant::now()) {
             return Err(Error::Refused(Refused { state }));
         }
-        let mut body = json!({ "session": shared.id });
+        let mut body = json!({});
         let wait_ms = millis(options.wait);
         if wait_ms > 0 {
             body["waitMs"] = json!(wait_ms);
@@ -179,7 +254,7 @@ impl SessionShared {
         let reply = client
             .call(
                 Method::PUT,
-                client.lease_url(resource),
+                session_lease_url(shared, resource),
                 Some(&attempt),
                 Some(body),
                 timeout,
@@ -269,6 +344,7 @@ pub(super) fn watch_lease(
     SessionLease {
         handle,
         registration: Registration::new(entry.id, token, end_rx),
+        session: Arc::downgrade(shared),
     }
 }
 

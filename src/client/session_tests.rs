@@ -102,7 +102,7 @@ fn keep_alive_events_parse_and_off_contract_ones_do_not() {
         other => panic!("{other:?}"),
     }
     let wrapped = format!(
-        r#"{{"session":{data},"lost":[{{"purpose":"shards","digest":"v1.x","reason":"revoked"}}]}}"#
+        r#"{{"outcome":"renewed","session":{data},"lost":[{{"purpose":"shards","digest":"v1.x","reason":"revoked"}}]}}"#
     );
     match stream_data("renewed", &wrapped) {
         Some(StreamData::Renewed { lost, .. }) => assert_eq!(lost[0].reason, "revoked"),
@@ -116,7 +116,11 @@ fn keep_alive_events_parse_and_off_contract_ones_do_not() {
         stream_data("lost", r#"{"reason":"session_expired"}"#),
         Some(StreamData::Lost(SessionGone::Expired))
     );
-    assert_eq!(stream_data("lost", r#"{"reason":"absent"}"#), None);
+    assert_eq!(
+        stream_data("lost", r#"{"reason":"absent"}"#),
+        Some(StreamData::Lost(SessionGone::Absent))
+    );
+    assert_eq!(stream_data("lost", r#"{"reason":"revoked"}"#), None);
     assert_eq!(stream_data("renewed", r#"{"id":"s1.x"}"#), None);
     assert_eq!(stream_data("ping", "{}"), Some(StreamData::Other));
 }

@@ -184,7 +184,7 @@ impl Client {
                 leases: wire.leases.unwrap_or_default(),
                 next_cursor: wire.next_cursor,
             })),
-            (404, Some("not_found")) => Ok(None),
+            (404, Some("lost" | "not_found")) => Ok(None),
             _ => Err(reply.failure(&op)),
         }
     }

@@ -39,6 +39,9 @@ pub enum SessionGone {
     Ended,
     /// `session_expired`: not renewed in time.
     Expired,
+    /// `absent`: no such session (never made, or gone long enough that
+    /// the service forgot it).
+    Absent,
 }
 
 impl SessionGone {
@@ -47,6 +50,7 @@ impl SessionGone {
         match reason {
             "session_ended" => Some(Self::Ended),
             "session_expired" => Some(Self::Expired),
+            "absent" => Some(Self::Absent),
             _ => None,
         }
     }
@@ -56,6 +60,7 @@ impl SessionGone {
         match self {
             Self::Ended => "session_ended",
             Self::Expired => "session_expired",
+            Self::Absent => "absent",
         }
     }
 }
@@ -67,8 +72,8 @@ pub struct LostLease {
     pub purpose: String,
     /// Its digest.
     pub digest: String,
-    /// `revoked` (an operator broke it), `max_hold` (its hold bound) or
-    /// `absent`.
+    /// `revoked` (an operator broke it), `max_hold` (its hold bound),
+    /// `not_owner` or `absent`.
     pub reason: String,
 }
 
@@ -138,8 +143,8 @@ pub(super) enum StreamData {
 pub(super) fn stream_data(event: &str, data: &str) -> Option<StreamData> {
     match event {
         "renewed" => {
-            // The data is the Session itself; a `session` wrapper (with
-            // `lost`) is read too.
+            // The data is a renew's answer (`session`, `lost`); a bare
+            // Session is read too.
             if let Ok(session) = serde_json::from_str::<SessionInfo>(data) {
                 return Some(StreamData::Renewed {
                     session,
