@@ -180,6 +180,12 @@ impl Session {
         self.shared.info()
     }
 
+    /// Changes to the session's latest view each time a renewal (a `PATCH`
+    /// answer or a keep-alive event) has been applied.
+    pub fn renewals(&self) -> tokio::sync::watch::Receiver<SessionInfo> {
+        self.shared.renewals()
+    }
+
     /// ACTIVE while locally valid; LOST (gone, or validity ran out),
     /// RELEASED (ended here) or UNKNOWN (an end without certain reply).
     pub fn state(&self) -> LeaseState {
@@ -204,11 +210,11 @@ impl Session {
         self.shared.end_reason()
     }
 
-    /// Waits until the session ends and says why.
+    /// Waits until the session ends (its [`Session::lost`] token cancelled,
+    /// every lease settled) and says why.
     pub async fn ended(&self) -> SessionEnd {
-        let mut rx = self.shared.end_rx();
-        let seen = rx.wait_for(Option::is_some).await.ok().and_then(|r| *r);
-        seen.unwrap_or(SessionEnd::Dropped)
+        self.shared.lost.cancelled().await;
+        self.shared.end_reason().unwrap_or(SessionEnd::Dropped)
     }
 
     /// `PATCH /sessions/{id}`: renews the session and, in the same call,

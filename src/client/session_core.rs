@@ -79,7 +79,8 @@ pub(super) struct SessionShared {
     pub(super) id: String,
     pub(super) ttl: Duration,
     core: Mutex<HandleCore>,
-    info: Mutex<SessionInfo>,
+    /// The last answer's view; every applied renewal is published.
+    info: watch::Sender<SessionInfo>,
     end_tx: watch::Sender<Option<SessionEnd>>,
     pub(super) lost: CancellationToken,
     /// Stops the keep-alive task.
@@ -109,7 +110,7 @@ impl SessionShared {
             attempt,
             ttl,
             core: Mutex::new(core),
-            info: Mutex::new(info),
+            info: watch::channel(info).0,
             end_tx: watch::channel(None).0,
             lost: CancellationToken::new(),
             stop: CancellationToken::new(),
@@ -119,12 +120,14 @@ impl SessionShared {
         }
     }
 
+    /// Every renewal applied from now on.
+    pub(super) fn renewals(&self) -> watch::Receiver<SessionInfo> {
+        self.info.subscribe()
+    }
+
     /// The session as the last answer or event showed it.
     pub(super) fn info(&self) -> SessionInfo {
-        self.info
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.info.borrow().clone()
     }
 
     pub(super) fn core(&self) -> MutexGuard<'_, HandleCore> {
@@ -247,7 +250,7 @@ impl SessionShared {
         let state =
             self.core()
                 .finish_renew(Instant::now(), sent, RenewReply::Renewed { remaining });
-        *self.info.lock().unwrap_or_else(PoisonError::into_inner) = info.clone();
+        self.info.send_replace(info.clone());
         if state != LeaseState::Active {
             // Too late: validity ran out before the answer came.
             self.observe();

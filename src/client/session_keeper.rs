@@ -99,10 +99,17 @@ impl Keeper {
             if self.stream {
                 let Some(s) = self.live() else { return };
                 let stop_at = s.stop_at();
+                // An answer that does not come within half the validity left
+                // (or the request timeout) is given up for a PATCH.
+                let now = Instant::now();
+                let give_up = now
+                    + (s.valid_until().saturating_duration_since(now) / 2)
+                        .min(s.client.settings().request_timeout);
                 let opened = tokio::select! {
                     biased;
                     _ = self.stop.cancelled() => return,
                     _ = sleep_until(stop_at) => return expire(&s),
+                    _ = sleep_until(give_up) => Opened::Failed,
                     opened = open(&s) => opened,
                 };
                 drop(s);

@@ -217,7 +217,8 @@ impl SessionShared {
         options: &AcquireOptions,
     ) -> Result<Attach, Error> {
         let shared = self;
-        if let Err(Refused { state }) = shared.core().begin_renew(Instant::now()) {
+        let begun = shared.core().begin_renew(Instant::now());
+        if let Err(Refused { state }) = begun {
             return Err(Error::Refused(Refused { state }));
         }
         let mut body = json!({});

@@ -43,7 +43,10 @@ pub enum SessionEnded {
 
 impl SessionShared {
     pub(super) async fn renew(&self) -> Result<SessionRenewal, Error> {
-        if let Err(refused) = self.core().begin_renew(Instant::now()) {
+        // Bound first: a guard in the `if let` would be held inside it, and
+        // `observe` locks the core again.
+        let begun = self.core().begin_renew(Instant::now());
+        if let Err(refused) = begun {
             self.observe();
             return Err(Error::Refused(refused));
         }
