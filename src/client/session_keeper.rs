@@ -21,14 +21,15 @@ use super::session_wire::{stream_data, SessionGone, SessionWire, StreamData};
 pub enum KeepAlive {
     /// `GET /sessions/{id}/keepalive`: the serving instance renews the
     /// session and says so per renewal; if this process dies, the
-    /// connection closes and the service ends the session at once. When
-    /// the stream cannot be opened, or drops, the session is renewed by
-    /// `PATCH` every third of its validity (and the stream tried again
-    /// after each renewal); when no event comes for half the validity left,
-    /// one `PATCH` is sent while the stream stays open. A stream renewal is
-    /// timed by the service, so its validity counts from when the previous
-    /// event (or the request opening the stream) arrived, an instant before
-    /// the renewal.
+    /// connection closes and the service ends the session at once. While
+    /// the stream's answer is awaited, and when it cannot be opened or
+    /// drops, the session is renewed by `PATCH` every third of its validity
+    /// (the stream is tried again after each renewal); when no event comes
+    /// for half the validity left, one `PATCH` is sent while the stream
+    /// stays open. A stream is never given up for being slow: its close
+    /// would end the session. A stream renewal is timed by the service, so
+    /// its validity counts from when the previous event (or the request
+    /// opening the stream) arrived, an instant before the renewal.
     Stream,
     /// `PATCH /sessions/{id}` every third of the validity left (jittered),
     /// sooner after a failure; the session ends at its TTL if this process
@@ -98,19 +99,31 @@ impl Keeper {
         loop {
             if self.stream {
                 let Some(s) = self.live() else { return };
-                let stop_at = s.stop_at();
-                // An answer that does not come within half the validity left
-                // (or the request timeout) is given up for a PATCH.
-                let now = Instant::now();
-                let give_up = now
-                    + (s.valid_until().saturating_duration_since(now) / 2)
-                        .min(s.client.settings().request_timeout);
-                let opened = tokio::select! {
-                    biased;
-                    _ = self.stop.cancelled() => return,
-                    _ = sleep_until(stop_at) => return expire(&s),
-                    _ = sleep_until(give_up) => Opened::Failed,
-                    opened = open(&s) => opened,
+                // The stream's head may be slow to come: renew by PATCH meanwhile,
+                // never abandoning the request (the service may have it open, and
+                // its close would end the session).
+                let opened = {
+                    let opening = open(&s);
+                    tokio::pin!(opening);
+                    let mut renew_at: Option<Instant> = None;
+                    loop {
+                        let stop_at = s.stop_at();
+                        let at = *renew_at
+                            .get_or_insert_with(|| next_renew(Instant::now(), s.valid_until()));
+                        tokio::select! {
+                            biased;
+                            _ = self.stop.cancelled() => return,
+                            _ = sleep_until(stop_at) => return expire(&s),
+                            opened = &mut opening => break opened,
+                            _ = sleep_until(at) => {
+                                renew_at = match self.renew_once(&s).await {
+                                    None => return,
+                                    Some(true) => None,
+                                    Some(false) => Some(next_renew(Instant::now(), s.valid_until())),
+                                };
+                            }
+                        }
+                    }
                 };
                 drop(s);
                 match opened {
@@ -149,6 +162,29 @@ impl Keeper {
                     tracing::debug!(session = %s.id, outcome = error.outcome_name(), "session renew failed");
                     renew_at = Some(next_renew(Instant::now(), s.valid_until()));
                 }
+            }
+        }
+    }
+
+    /// One PATCH, bounded by the session's stop instant: `Some(true)` renewed,
+    /// `Some(false)` failed without ending it, `None` the session is over.
+    async fn renew_once(&self, s: &SessionShared) -> Option<bool> {
+        let stop_at = s.stop_at();
+        let result = tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => return None,
+            _ = sleep_until(stop_at) => {
+                expire(s);
+                return None;
+            }
+            result = s.renew() => result,
+        };
+        match result {
+            Ok(SessionRenewal::Renewed { .. }) => Some(true),
+            Ok(SessionRenewal::Lost(_)) | Err(Error::Refused(_)) => None,
+            Err(error) => {
+                tracing::debug!(session = %s.id, outcome = error.outcome_name(), "session renew failed");
+                Some(false)
             }
         }
     }
