@@ -53,7 +53,7 @@ use tokio::net::TcpStream;
 
 use super::verb::Verb;
 use super::{attempts, console, docs, health, history, instances, leases, list, openapi, waiters};
-use super::{operator, problem, problems, purpose_watch, sessions, watch};
+use super::{keepalive, operator, problem, problems, purpose_watch, sessions, watch};
 
 /// Most bytes of one request (head and body) read outside hyper; a larger
 /// one goes to hyper.
@@ -159,7 +159,7 @@ pub fn route_label(path: &str, serves_metrics: bool) -> &'static str {
         let segments = rest.split('/').collect::<Vec<_>>();
         return match segments.as_slice() {
             [id] if !id.is_empty() => sessions::ONE,
-            [id, "keepalive"] if !id.is_empty() => sessions::KEEPALIVE,
+            [id, "keepalive"] if !id.is_empty() => keepalive::ROUTE,
             [id, "leases", p, d] if !id.is_empty() && !d.is_empty() => {
                 let _ = p;
                 sessions::LEASE

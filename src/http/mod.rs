@@ -45,6 +45,7 @@ pub mod problems;
 pub mod purpose_watch;
 pub mod schemas;
 pub mod server;
+pub mod session_extract;
 pub mod session_schemas;
 pub mod sessions;
 pub mod tls;
@@ -173,6 +174,7 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(health::routes(metrics_on_api))
         .merge(instances::routes())
         .merge(sessions::routes())
+        .merge(keepalive::routes())
         .merge(openapi::routes())
         .merge(docs::routes())
         .merge(console::routes())

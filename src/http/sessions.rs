@@ -3,7 +3,7 @@
 //! stream, and acquire and release of a lease on a session.
 
 use axum::extract::{RawPathParams, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
@@ -14,12 +14,15 @@ use super::auth::Role;
 use super::extract::{self, Headers, HeadersAndBody, Problems, RawPath};
 use super::problem::{respond, respond_one, Answer, ApiError};
 use super::problem_table::{ProblemType, Words, LOST_SESSION_ENDED, LOST_SESSION_EXPIRED};
-use crate::domain::{LeaseShape, OwnerToken, SessionGone, SessionId, SessionOutcome};
+use super::session_extract::{path_id, secret};
+use crate::domain::{LeaseShape, SessionGone, SessionOutcome};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{
     AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
-    IndeterminateProblem, InvalidRequestProblem, PayloadTooLargeProblem, ReleaseSuccess,
-    ReplayedSameOperation, ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
+    IndeterminateProblem, InvalidRequestProblem, NotOwnerProblem, PayloadTooLargeProblem,
+    ReleaseSuccess, ReplayedSameOperation, ServiceUnavailable, SessionAcquireConflict,
+    SessionCreateConflict, SessionLostProblem, SessionNotOwnerProblem, UnauthorizedProblem,
+    UnsupportedMediaTypeProblem,
 };
 use crate::service::{AcquireRequest, SessionAcquire};
 
@@ -29,8 +32,6 @@ pub use super::session_schemas::*;
 pub const ROUTE: &str = "/sessions";
 /// `/sessions/{id}` (also its metric label).
 pub const ONE: &str = "/sessions/{id}";
-/// `/sessions/{id}/keepalive` (also its metric label).
-pub const KEEPALIVE: &str = "/sessions/{id}/keepalive";
 /// `/sessions/{id}/leases/{purpose}/{digest}` (also its metric label).
 pub const LEASE: &str = "/sessions/{id}/leases/{purpose}/{digest}";
 
@@ -39,7 +40,6 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route(ROUTE, post(create))
         .route(ONE, get(read).patch(renew).delete(end))
-        .route(KEEPALIVE, get(super::keepalive::keepalive))
         .route(LEASE, put(acquire).delete(release))
 }
 
@@ -66,39 +66,11 @@ impl Answer for SessionOutcome {
             Self::Lost {
                 reason: SessionGone::SessionExpired | SessionGone::Absent,
             } => LOST_SESSION_EXPIRED,
-            Self::OwnerOperationConflict => ProblemType::OwnerOperationConflict.words(),
+            Self::OwnerOperationConflict => super::problem_table::SESSION_OTHER_OPERATION,
             Self::NotOwner => super::problem_table::SESSION_NOT_OWNER,
             Self::SessionFull { .. } => ProblemType::SessionFull.words(),
             _ => Words::NONE,
         }
-    }
-}
-
-/// The session id of the path, as a problem when malformed.
-pub(super) fn path_id(params: &RawPathParams, problems: &mut Problems) -> Option<SessionId> {
-    let raw = params
-        .iter()
-        .find(|(name, _)| *name == "id")
-        .map_or("", |(_, v)| v);
-    SessionId::parse(raw)
-        .map_err(|e| problems.shape("id", e.0))
-        .ok()
-}
-
-/// The owner token header (the session's secret), required.
-pub(super) fn secret(headers: &HeaderMap, problems: &mut Problems) -> Option<OwnerToken> {
-    match headers.get("lease-owner-token").map(|v| v.to_str()) {
-        None => {
-            problems.shape("Lease-Owner-Token", "is required: the session's secret");
-            None
-        }
-        Some(Err(_)) => {
-            problems.shape("Lease-Owner-Token", "must be visible ASCII");
-            None
-        }
-        Some(Ok(raw)) => OwnerToken::parse(raw)
-            .map_err(|e| problems.shape("Lease-Owner-Token", e.0))
-            .ok(),
     }
 }
 
@@ -135,13 +107,30 @@ fn params_of(
     ),
     request_body(content = SessionBody, description = "The session's TTL and holder label."),
     responses(
-        (status = 201, description = "`session_created`.", body = SessionAnswer),
+        (status = 201, description = "`session_created`.", body = SessionAnswer,
+            links(
+                ("renew" = (operation_id = "renewSession", description = "Renew the session just made.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                    ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ))),
+                ("read" = (operation_id = "readSession", description = "Read the session just made.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                ))),
+                ("keepalive" = (operation_id = "keepSessionAlive", description = "Keep the session just made alive.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                    ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ))),
+                ("end" = (operation_id = "endSession", description = "End the session just made.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                    ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ))),
+            )),
         (status = 200, description = "`replayed_same_operation`: this attempt made it already.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: this attempt's session ended or expired (make a new attempt).", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: this attempt's session ended or expired (make a new attempt).", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 408, description = "`request_timeout`.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`owner_operation_conflict`: the owner token made a live session for another operation.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`owner_operation_conflict`: the owner token made a live session for another operation.", body = SessionCreateConflict, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: invalid values.", body = InvalidRequestProblem, content_type = "application/problem+json"),
@@ -214,9 +203,9 @@ fn session_ttl(app: &AppState, ms: u64, problems: &mut Problems) -> Option<crate
         (status = 200, description = "`renewed`.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed path, header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: the session ended (`session_ended`) or expired (`session_expired`), or none exists (`absent`).", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: the session ended (`session_ended`) or expired (`session_expired`), or none exists (`absent`).", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 408, description = "`request_timeout`.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: invalid values.", body = InvalidRequestProblem, content_type = "application/problem+json"),
@@ -272,7 +261,7 @@ pub async fn renew(
         (status = 200, description = "`ended` (`released` leases), or `already_absent`.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed path or header.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`: retry.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds."))),
@@ -323,7 +312,7 @@ struct PageQuery {
         (status = 200, description = "`session`.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed path or query.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds."))),
@@ -417,7 +406,7 @@ fn serde_urlencoded_query<T: serde::de::DeserializeOwned>(
         (status = 400, description = "`invalid_request`: a malformed path, header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the key may not write this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 408, description = "`request_timeout`.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
         (status = 409, description = "As an acquire's 409 (`contended`, `owner_operation_conflict`, `limit_mismatch`), or `not_owner` (the token is not the session's secret), or `session_full`.", body = SessionAcquireConflict, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
@@ -479,6 +468,7 @@ pub async fn acquire(
                     lock_delay_ms: lock_delay_ms?,
                 },
                 max_hold_ms: max_hold_ms?,
+                session: None,
             })
         });
         problems.finish()?;
@@ -525,7 +515,7 @@ pub async fn acquire(
         (status = 400, description = "`invalid_request`: a malformed path or header.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the key may not write this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`not_owner`: someone else holds it, or the token is not the session's secret.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: someone else holds it, or the token is not the session's secret.", body = NotOwnerProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds."))),

@@ -411,6 +411,7 @@ impl From<StoreLease> for PermitView {
             ttl_ms: p.ttl_ms,
             acquired_at: p.acquired_at,
             renewed_at: p.renewed_at,
+            session: p.session,
         }
     }
 }

@@ -89,7 +89,7 @@ impl Store {
         keep_ms: u64,
     ) -> Result<SessionFound, StoreError> {
         match self {
-            Store::Memory(s) => Ok(s.sessions().call(id, call, keep_ms)),
+            Store::Memory(s) => Ok(s.sessions.call(id, call, keep_ms)),
             Store::Redis(s) => s.session(id, call, keep_ms).await,
         }
     }
@@ -103,7 +103,7 @@ impl Store {
         limit: u64,
     ) -> Result<Vec<String>, StoreError> {
         match self {
-            Store::Memory(s) => Ok(s.sessions().page(id, offset, limit)),
+            Store::Memory(s) => Ok(s.sessions.page(id, offset, limit)),
             Store::Redis(s) => s.session_page(id, offset, limit).await,
         }
     }

@@ -56,8 +56,7 @@ pub struct MemoryStore {
     waiters: Arc<WaitRegistry>,
     /// The fair queue's places, kept to be read (see [`queue`]).
     queues: super::records::Queues,
-    /// Sessions (docs/design.md §18).
-    sessions: crate::store::MemorySessions,
+    pub(in crate::store) sessions: crate::store::MemorySessions, // §18
 }
 
 fn wall_ms() -> StoreTime {
@@ -87,11 +86,6 @@ impl MemoryStore {
             queues: super::records::Queues::default(),
             sessions: crate::store::MemorySessions::new(max_leases),
         }
-    }
-
-    /// The sessions this store keeps.
-    pub fn sessions(&self) -> &crate::store::MemorySessions {
-        &self.sessions
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -234,6 +228,7 @@ impl MemoryStore {
             max_hold_ms: spec.max_hold_ms,
             claimed: false,
             noted: false,
+            session: spec.session.cloned(),
         };
         let record = StoreLease {
             remaining_ms: spec.ttl.ms(),

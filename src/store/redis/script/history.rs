@@ -80,7 +80,7 @@ pub(in crate::store) fn parse_entry(text: &str) -> Option<HistoryEntry> {
         _ => return None,
     };
     // The permit's label slot, a hold bound's mark and all.
-    let (holder, _max_hold_ms) = holder_slot(holder)?;
+    let (holder, _max_hold_ms, _session) = holder_slot(holder)?;
     Some(HistoryEntry {
         event,
         at,
