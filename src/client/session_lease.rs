@@ -84,9 +84,13 @@ impl SessionLease {
         self.registration.end_reason()
     }
 
-    /// Waits until it stops and says why.
+    /// Waits until it stops (its reason recorded, its token cancelled) and
+    /// says why.
     pub async fn ended(&mut self) -> EndReason {
-        self.registration.ended().await
+        let reason = self.registration.ended().await;
+        // The reason is recorded just before the token is cancelled.
+        self.registration.token().cancelled().await;
+        reason
     }
 
     /// `DELETE /sessions/{id}/leases/{purpose}/{digest}` (with the
