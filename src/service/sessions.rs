@@ -319,7 +319,7 @@ impl LeaseService {
             owner_token: token.clone(),
             operation_id: op.clone(),
         };
-        self.release(resource, &attempt).await
+        self.release_for(resource, &attempt, true).await
     }
 
     /// Releases `resource` for `attempt` and takes it off session `id`.

@@ -308,6 +308,11 @@ async fn ending_a_session_frees_its_leases_for_waiters(backend: Backend) {
         assert_eq!(app.inspect(P, d, None).await.body["held"], false);
         let h = app.get(&format!("/leases/{P}/{d}/history")).await;
         assert_eq!(h.body["entries"][0]["event"], "released", "{:?}", h.body);
+        assert_eq!(
+            h.body["entries"][0]["reason"], "session_ended",
+            "{:?}",
+            h.body
+        );
     }
     // Ended: every session verb says so.
     let late = renew(&app, &s, &json!({})).await;
@@ -422,6 +427,10 @@ async fn releasing_one_lease_takes_it_off_the_session(backend: Backend) {
     )
     .await;
     assert_eq!(released.outcome(), "released", "{:?}", released.body);
+    // Released by its holder, not by the session's end: no reason.
+    let h = app.get(&format!("/leases/{P}/{d1}/history")).await;
+    assert_eq!(h.body["entries"][0]["event"], "released", "{:?}", h.body);
+    assert!(h.body["entries"][0].get("reason").is_none(), "{:?}", h.body);
     assert_eq!(app.inspect(P, &d1, None).await.body["held"], false);
     let r = renew(&app, &s, &json!({})).await;
     assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
@@ -611,7 +620,6 @@ async fn a_lease_shows_its_session_and_keeps_it_through_a_relabel(backend: Backe
     app.shutdown().await;
 }
 
-
 /// A session renew of 120 leases on one Redis is a handful of script runs
 /// (the record, a page of its leases, and the light renew in batches of
 /// 100), not one per lease; and every key a session writes expires, the
@@ -714,4 +722,45 @@ async fn a_stopping_instance_leaves_its_streams_sessions_alive() {
     assert_eq!(renewed.outcome(), "renewed", "{:?}", renewed.body);
     assert_eq!(other.inspect(P, &d, None).await.body["held"], true);
     other.shutdown().await;
+}
+
+/// On a Redis Cluster a session's leases live in many slots: a renew
+/// renews each in its own slot (no script reads another slot's key) and an
+/// end releases them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_spans_the_slots_of_a_cluster() {
+    let cluster = common::redis::RedisCluster::start(3, 0);
+    let seeds = cluster.seed_urls()[0].clone();
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--redis-cluster-nodes", &seeds])).await;
+    let s = session(&app, 20_000).await;
+    let ds: Vec<String> = (0..40).map(|_| digest()).collect();
+    for (i, d) in ds.iter().enumerate() {
+        let body = if i % 8 == 0 {
+            json!({"mode": "shared"})
+        } else {
+            json!({})
+        };
+        let r = take(&app, &s, d, &format!("op-{i}"), &body).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    }
+    // The leases are on every master.
+    for master in cluster.masters() {
+        let keys = master.cli(&["KEYS", &format!("{}:lease:v2:*", app.namespace)]);
+        assert!(keys.lines().any(|l| !l.is_empty()), "a master with none");
+    }
+    let r = renew(&app, &s, &json!({"ttlMs": 60_000})).await;
+    assert_eq!(r.outcome(), "renewed", "{:?}", r.body);
+    assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    for d in &ds {
+        let left = app.inspect(P, d, None).await.body["remainingMs"]
+            .as_u64()
+            .expect("remainingMs");
+        assert!(left > 20_000, "{d}: {left}");
+    }
+    let ended = end(&app, &s).await;
+    assert_eq!(ended.body["released"], 40, "{:?}", ended.body);
+    for d in &ds {
+        assert_eq!(app.inspect(P, d, None).await.body["held"], false);
+    }
+    app.shutdown().await;
 }

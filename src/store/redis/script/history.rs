@@ -56,6 +56,7 @@ pub(in crate::store) fn parse_entry(text: &str) -> Option<HistoryEntry> {
     let (event, noticed, holder) = match kind {
         "a" => (HistoryEvent::Acquired, false, rest),
         "r" => (HistoryEvent::Released, false, rest),
+        "e" => (HistoryEvent::SessionEnded, false, rest),
         "x" => (HistoryEvent::Expired, false, rest),
         "X" => (HistoryEvent::Expired, true, rest),
         "h" => (HistoryEvent::HolderChanged, false, rest),
