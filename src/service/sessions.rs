@@ -22,6 +22,47 @@ fn count<T: OutcomeName>(op: &'static str, result: &Result<T, Failure>) {
 /// Leases read from a session's set per store call.
 const PAGE: u64 = 1000;
 
+/// The sessions this instance keeps alive over a stream, each with the
+/// signal that wakes its stream when the session ends here (an end on
+/// another instance is heard at the stream's next renewal).
+#[derive(Default)]
+pub struct KeptAlive(std::sync::Mutex<std::collections::HashMap<SessionId, KeptEntry>>);
+
+struct KeptEntry {
+    ended: tokio_util::sync::CancellationToken,
+    streams: usize,
+}
+
+/// A stream's registration in [`KeptAlive`]: the signal, and the entry
+/// goes with the last stream of the session.
+pub struct KeptGuard<'a> {
+    kept: &'a KeptAlive,
+    id: SessionId,
+    /// Cancelled when the session ends on this instance.
+    pub ended: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for KeptGuard<'_> {
+    fn drop(&mut self) {
+        let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get_mut(&self.id) {
+            entry.streams -= 1;
+            if entry.streams == 0 {
+                map.remove(&self.id);
+            }
+        }
+    }
+}
+
+impl KeptAlive {
+    fn ended(&self, id: &SessionId) {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get(id) {
+            entry.ended.cancel();
+        }
+    }
+}
+
 /// How an acquire on a session ended.
 #[derive(Debug)]
 pub enum SessionAcquire {
@@ -247,6 +288,22 @@ impl LeaseService {
         Ok(lost)
     }
 
+    /// Registers a keep-alive stream of session `id` (until the guard
+    /// drops): its signal fires when the session ends on this instance.
+    pub fn keep_alive(&self, id: &SessionId) -> KeptGuard<'_> {
+        let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(id.clone()).or_insert_with(|| KeptEntry {
+            ended: tokio_util::sync::CancellationToken::new(),
+            streams: 0,
+        });
+        entry.streams += 1;
+        KeptGuard {
+            kept: &self.kept,
+            id: id.clone(),
+            ended: entry.ended.clone(),
+        }
+    }
+
     /// Ends session `id`: marks it ended, then releases every attached lease.
     pub async fn end_session(
         &self,
@@ -284,6 +341,9 @@ impl LeaseService {
         if !matches!(found, SessionFound::Live(_)) {
             return Ok(SessionOutcome::AlreadyAbsent);
         }
+        // Its streams on this instance say `lost` now, not at their next
+        // renewal.
+        self.kept.ended(id);
         let released = self.release_leases(id, token).await?;
         self.session_call(id, SessionCall::Forget, 0).await?;
         Ok(SessionOutcome::Ended { released })
