@@ -175,6 +175,16 @@ fn roster_size(_: &Layout, _: u64) -> u64 {
 fn no_bound(_: &Layout, _: u64) -> u64 {
     u64::MAX
 }
+fn session_ttl(l: &Layout) -> u64 {
+    // Live for its TTL, then kept at most an hour so a late caller hears
+    // why it is gone (`keep_ms`, docs/design.md §18).
+    l.max_ttl_ms + 3_600_000
+}
+fn session_size(_: &Layout, _: u64) -> u64 {
+    // The record's 7 fields, or the set's leases (the default
+    // `--session-max-leases`).
+    10_000
+}
 
 /// Every kind of key the service writes (docs/storage.md "Keys").
 pub const KINDS: &[Kind] = &[
@@ -261,13 +271,24 @@ pub const KINDS: &[Kind] = &[
         // until the test's instances stop (then at most its TTL).
         long_lived: true,
     },
+    Kind {
+        // `<ns>:session:v1:{<id>}` (the record) and `…:l` (its leases).
+        name: "session",
+        ttl_ms: session_ttl,
+        size: session_size,
+        counts: "fields or members",
+        // An ended or expired session's record is kept for late callers.
+        long_lived: true,
+    },
 ];
 
 /// The kind of `key` in `namespace`, if it is one of [`KINDS`].
 pub fn kind_of(namespace: &str, key: &str) -> Option<&'static Kind> {
     let rest = key.strip_prefix(namespace)?.strip_prefix(':')?;
     let (name, after) = rest.split_once(':')?;
-    if !after.starts_with("v2:{") {
+    // Sessions' keys are at their first version.
+    let version = if name == "session" { "v1:{" } else { "v2:{" };
+    if !after.starts_with(version) {
         return None;
     }
     KINDS.iter().find(|k| k.name == name)
