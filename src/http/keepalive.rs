@@ -28,7 +28,7 @@ use crate::http::schemas::{
     HeadersTooLargeProblem, InvalidRequestProblem, ServiceUnavailable, UnauthorizedProblem,
 };
 #[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::session_schemas::SessionProblem;
+use crate::http::schemas::{SessionLostProblem, SessionNotOwnerProblem};
 
 /// The route (also its metric label).
 pub const ROUTE: &str = "/sessions/{id}/keepalive";
@@ -57,8 +57,11 @@ enum Stopped {
     Gone,
     /// The session is gone: say so.
     Lost(SessionGone),
-    /// The stream's own bound (`maxMs`) or shutdown: end the session.
+    /// The stream's own bound (`maxMs`): end the session.
     Bound,
+    /// This instance stops: the stream ends, the session lives on (its
+    /// client reopens the stream on another instance within the TTL).
+    Shutdown,
 }
 
 fn sse(event: &str, data: &impl Serialize) -> Bytes {
@@ -92,8 +95,8 @@ fn sse(event: &str, data: &impl Serialize) -> Bytes {
             content_type = "text/event-stream", body = KeepaliveEvent),
         (status = 400, description = "`invalid_request`: a malformed path, header or `maxMs`.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionLostProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded` (the watch cap is reached).", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds."))),
@@ -158,6 +161,7 @@ pub async fn keepalive(
         let app2 = Arc::clone(&app);
         tokio::spawn(async move {
             let _slot = slot;
+            metrics::gauge!(crate::telemetry::KEEPALIVES).increment(1.0);
             let why = keep(&app2, &id, &token, ttl_ms, max_ms, &tx).await;
             match why {
                 Stopped::Lost(reason) => {
@@ -165,6 +169,7 @@ pub async fn keepalive(
                         .send(sse("lost", &serde_json::json!({ "reason": reason })))
                         .await;
                 }
+                Stopped::Shutdown => {}
                 Stopped::Gone | Stopped::Bound => {
                     if let Err(failure) = app2.service.end_session(&id, &token).await {
                         tracing::warn!(
@@ -206,7 +211,7 @@ async fn keep(
         tokio::select! {
             () = tx.closed() => return Stopped::Gone,
             () = until_bound => return Stopped::Bound,
-            () = shutdown.cancelled() => return Stopped::Bound,
+            () = shutdown.cancelled() => return Stopped::Shutdown,
             () = tokio::time::sleep(every) => {}
         }
         match app.service.renew_session(id, token, None).await {

@@ -5,8 +5,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::{HolderLabel, Mode};
-#[allow(unused_imports)] // named by the OpenAPI annotations only
-use crate::http::schemas::AcquireConflict;
 
 /// Body of `POST /sessions`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -153,40 +151,4 @@ pub struct SessionAnswer {
     /// `session`: the next page's cursor.
     #[schema(nullable = false, pattern = r"^[0-9]{1,9}$")]
     pub next_cursor: Option<String>,
-}
-
-/// A problem of the session verbs: `lost` (404, `reason`),
-/// `owner_operation_conflict`, `not_owner` or `session_full` (409, `limit`).
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionProblem {
-    /// The problem type, a URI reference.
-    #[schema(format = "uri-reference", pattern = "^/problems/[a-z][a-z-]*$")]
-    pub r#type: String,
-    /// A short summary.
-    pub title: String,
-    /// The HTTP status code.
-    #[schema(minimum = 404, maximum = 409)]
-    pub status: u16,
-    /// An explanation.
-    pub detail: String,
-    /// `lost`, `owner_operation_conflict`, `not_owner` or `session_full`.
-    #[schema(pattern = "^(lost|owner_operation_conflict|not_owner|session_full)$")]
-    pub outcome: String,
-    /// `lost`: `session_ended`, `session_expired` or `absent`.
-    #[schema(nullable = false, pattern = "^(session_ended|session_expired|absent)$")]
-    pub reason: Option<String>,
-    /// `session_full`: the most leases a session holds.
-    #[schema(nullable = false, minimum = 1)]
-    pub limit: Option<u64>,
-}
-
-/// The 409 answers of an acquire on a session.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum SessionAcquireConflict {
-    /// As an acquire's.
-    Lease(AcquireConflict),
-    /// `not_owner` or `session_full`.
-    Session(SessionProblem),
 }

@@ -19,8 +19,10 @@ use crate::domain::{LeaseShape, SessionGone, SessionOutcome};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{
     AcquireConflict, Acquired, BodyTimeoutProblem, ForbiddenProblem, HeadersTooLargeProblem,
-    IndeterminateProblem, InvalidRequestProblem, PayloadTooLargeProblem, ReleaseSuccess,
-    ReplayedSameOperation, ServiceUnavailable, UnauthorizedProblem, UnsupportedMediaTypeProblem,
+    IndeterminateProblem, InvalidRequestProblem, NotOwnerProblem, PayloadTooLargeProblem,
+    ReleaseSuccess, ReplayedSameOperation, ServiceUnavailable, SessionAcquireConflict,
+    SessionCreateConflict, SessionLostProblem, SessionNotOwnerProblem, UnauthorizedProblem,
+    UnsupportedMediaTypeProblem,
 };
 use crate::service::{AcquireRequest, SessionAcquire};
 
@@ -64,7 +66,7 @@ impl Answer for SessionOutcome {
             Self::Lost {
                 reason: SessionGone::SessionExpired | SessionGone::Absent,
             } => LOST_SESSION_EXPIRED,
-            Self::OwnerOperationConflict => ProblemType::OwnerOperationConflict.words(),
+            Self::OwnerOperationConflict => super::problem_table::SESSION_OTHER_OPERATION,
             Self::NotOwner => super::problem_table::SESSION_NOT_OWNER,
             Self::SessionFull { .. } => ProblemType::SessionFull.words(),
             _ => Words::NONE,
@@ -105,13 +107,30 @@ fn params_of(
     ),
     request_body(content = SessionBody, description = "The session's TTL and holder label."),
     responses(
-        (status = 201, description = "`session_created`.", body = SessionAnswer),
+        (status = 201, description = "`session_created`.", body = SessionAnswer,
+            links(
+                ("renew" = (operation_id = "renewSession", description = "Renew the session just made.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                    ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ))),
+                ("read" = (operation_id = "readSession", description = "Read the session just made.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                ))),
+                ("keepalive" = (operation_id = "keepSessionAlive", description = "Keep the session just made alive.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                    ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ))),
+                ("end" = (operation_id = "endSession", description = "End the session just made.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                    ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ))),
+            )),
         (status = 200, description = "`replayed_same_operation`: this attempt made it already.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: this attempt's session ended or expired (make a new attempt).", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: this attempt's session ended or expired (make a new attempt).", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 408, description = "`request_timeout`.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`owner_operation_conflict`: the owner token made a live session for another operation.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`owner_operation_conflict`: the owner token made a live session for another operation.", body = SessionCreateConflict, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: invalid values.", body = InvalidRequestProblem, content_type = "application/problem+json"),
@@ -184,9 +203,9 @@ fn session_ttl(app: &AppState, ms: u64, problems: &mut Problems) -> Option<crate
         (status = 200, description = "`renewed`.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed path, header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: the session ended (`session_ended`) or expired (`session_expired`), or none exists (`absent`).", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: the session ended (`session_ended`) or expired (`session_expired`), or none exists (`absent`).", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 408, description = "`request_timeout`.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`.", body = UnsupportedMediaTypeProblem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`: invalid values.", body = InvalidRequestProblem, content_type = "application/problem+json"),
@@ -242,7 +261,7 @@ pub async fn renew(
         (status = 200, description = "`ended` (`released` leases), or `already_absent`.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed path or header.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`: retry.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds."))),
@@ -293,7 +312,7 @@ struct PageQuery {
         (status = 200, description = "`session`.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed path or query.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds."))),
@@ -387,7 +406,7 @@ fn serde_urlencoded_query<T: serde::de::DeserializeOwned>(
         (status = 400, description = "`invalid_request`: a malformed path, header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the key may not write this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
-        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 408, description = "`request_timeout`.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
         (status = 409, description = "As an acquire's 409 (`contended`, `owner_operation_conflict`, `limit_mismatch`), or `not_owner` (the token is not the session's secret), or `session_full`.", body = SessionAcquireConflict, content_type = "application/problem+json"),
         (status = 413, description = "`payload_too_large`.", body = PayloadTooLargeProblem, content_type = "application/problem+json"),
@@ -449,6 +468,7 @@ pub async fn acquire(
                     lock_delay_ms: lock_delay_ms?,
                 },
                 max_hold_ms: max_hold_ms?,
+                session: None,
             })
         });
         problems.finish()?;
@@ -495,7 +515,7 @@ pub async fn acquire(
         (status = 400, description = "`invalid_request`: a malformed path or header.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: the key may not write this purpose.", body = ForbiddenProblem, content_type = "application/problem+json"),
-        (status = 409, description = "`not_owner`: someone else holds it, or the token is not the session's secret.", body = SessionProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: someone else holds it, or the token is not the session's secret.", body = NotOwnerProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`.", body = ServiceUnavailable, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "When to retry, in whole seconds."))),

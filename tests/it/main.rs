@@ -47,6 +47,7 @@ mod roles;
 mod scripts;
 mod seq_lifetime;
 mod session_kill;
+mod sessions;
 mod soak;
 mod store_keys;
 mod tls;

@@ -126,8 +126,10 @@ other bounds; a value outside them is answered `422 invalid_request` naming the 
         crate::http::session_schemas::SessionBody, crate::http::session_schemas::SessionRenewBody,
         crate::http::session_schemas::SessionAcquireBody, crate::http::session_schemas::SessionDoc,
         crate::http::session_schemas::LostLeaseDoc, crate::http::session_schemas::SessionLeaseDoc,
-        crate::http::session_schemas::SessionAnswer, crate::http::session_schemas::SessionProblem,
-        crate::http::session_schemas::SessionAcquireConflict, crate::http::keepalive::KeepaliveEvent,
+        crate::http::session_schemas::SessionAnswer, crate::http::keepalive::KeepaliveEvent,
+        crate::http::schemas::SessionLostProblem, crate::http::schemas::SessionLostReason,
+        crate::http::schemas::SessionNotOwnerProblem, crate::http::schemas::SessionFullProblem,
+        crate::http::schemas::SessionCreateConflict, crate::http::schemas::SessionAcquireConflict,
     )),
     modifiers(&Meta),
     tags(

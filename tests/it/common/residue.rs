@@ -176,18 +176,38 @@ fn no_bound(_: &Layout, _: u64) -> u64 {
     u64::MAX
 }
 fn session_ttl(l: &Layout) -> u64 {
-    // Live for its TTL, then kept at most an hour so a late caller hears
-    // why it is gone (`keep_ms`, docs/design.md §18).
-    l.max_ttl_ms + 3_600_000
+    // Its expiry (at most the largest TTL ahead) plus the time it is kept
+    // to say why it is gone (its TTL, at least a minute, at most an hour).
+    l.max_ttl_ms + l.max_ttl_ms.clamp(60_000, 3_600_000)
 }
-fn session_size(_: &Layout, _: u64) -> u64 {
-    // The record's 7 fields, or the set's leases (the default
-    // `--session-max-leases`).
-    10_000
+fn session_fields(_: &Layout, _: u64) -> u64 {
+    7
 }
+fn session_leases(_: &Layout, _: u64) -> u64 {
+    SESSION_MAX_LEASES
+}
+
+/// `LEASEHOLD_SESSION_MAX_LEASES`' default.
+const SESSION_MAX_LEASES: u64 = 10_000;
 
 /// Every kind of key the service writes (docs/storage.md "Keys").
 pub const KINDS: &[Kind] = &[
+    Kind {
+        name: "session",
+        ttl_ms: session_ttl,
+        size: session_fields,
+        counts: "fields",
+        // Kept a minute at least past its end, to say why it is gone.
+        long_lived: true,
+    },
+    Kind {
+        name: "sessleases",
+        ttl_ms: session_ttl,
+        size: session_leases,
+        counts: "members",
+        // Kept a minute at least past its end, to say why it is gone.
+        long_lived: true,
+    },
     Kind {
         name: "lease",
         ttl_ms: lease_ttl,
@@ -271,24 +291,13 @@ pub const KINDS: &[Kind] = &[
         // until the test's instances stop (then at most its TTL).
         long_lived: true,
     },
-    Kind {
-        // `<ns>:session:v1:{<id>}` (the record) and `…:l` (its leases).
-        name: "session",
-        ttl_ms: session_ttl,
-        size: session_size,
-        counts: "fields or members",
-        // An ended or expired session's record is kept for late callers.
-        long_lived: true,
-    },
 ];
 
 /// The kind of `key` in `namespace`, if it is one of [`KINDS`].
 pub fn kind_of(namespace: &str, key: &str) -> Option<&'static Kind> {
     let rest = key.strip_prefix(namespace)?.strip_prefix(':')?;
     let (name, after) = rest.split_once(':')?;
-    // Sessions' keys are at their first version.
-    let version = if name == "session" { "v1:{" } else { "v2:{" };
-    if !after.starts_with(version) {
+    if !after.starts_with("v2:{") {
         return None;
     }
     KINDS.iter().find(|k| k.name == name)
