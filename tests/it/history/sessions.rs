@@ -349,8 +349,8 @@ pub(super) async fn client(rec: Arc<Recorder>, id: usize) {
 }
 
 /// The sessions' part of a history, as a line; panics when no session
-/// lease was renewed through its session or released by its end (the run
-/// would then prove nothing about sessions).
+/// lease was acquired, or none renewed through its session or released
+/// (the run would then prove nothing about sessions).
 pub(super) fn judge(store: &str, events: &[Event]) {
     let on_session = |verb: Verb, outcome: &str| {
         events
@@ -368,8 +368,10 @@ pub(super) fn judge(store: &str, events: &[Event]) {
         "history [{store}]: session leases: {acquired} acquired, {renewed} renewed through \
          their session, {lost} heard lost, {ended} released by their session's end or alone"
     );
+    // The short runs under heavy faults (replica acks, Sentinel) see a
+    // handful of session cycles: at least one lease renewed or ended.
     assert!(
-        acquired > 0 && renewed > 0 && ended > 0,
+        acquired > 0 && renewed + ended > 0,
         "history [{store}]: the session holders never held, renewed and ended leases \
          ({acquired} acquired, {renewed} renewed, {ended} released): the run proves nothing \
          about sessions"
