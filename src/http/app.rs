@@ -57,6 +57,12 @@ impl App {
         self.api_keys.authorize(headers, &resource.purpose, need)
     }
 
+    /// 401/403 unless the caller's key has `need` on some purpose (the
+    /// session verbs: a session belongs to no purpose).
+    pub fn authorize_any(&self, headers: &HeaderMap, need: Role) -> Result<(), ApiError> {
+        self.api_keys.authorize_any(headers, need)
+    }
+
     /// 401/403 unless the caller may use `purpose` with `need` (listing).
     pub fn authorize_purpose(
         &self,

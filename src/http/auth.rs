@@ -261,6 +261,20 @@ impl ApiKeys {
         }
     }
 
+    /// 401 without a valid key; 403 `forbidden` (naming the scope) when
+    /// the key has `need` on no purpose: a session (docs/sessions.md)
+    /// belongs to none, and its leases are authorised each on its own.
+    pub fn authorize_any(&self, headers: &HeaderMap, need: Role) -> Result<(), ApiError> {
+        let Some(grant) = self.lookup(headers)? else {
+            return Ok(());
+        };
+        let best = grant.any.max(grant.named.values().copied().max());
+        match best {
+            Some(role) if role >= need => Ok(()),
+            _ => Err(ApiError::MissingScope(need.as_str())),
+        }
+    }
+
     /// The public name of the key sent (`name=<name>` in the keys file),
     /// if keys are configured and it has one; never the key itself.
     pub fn key_name(&self, headers: &HeaderMap) -> Option<String> {

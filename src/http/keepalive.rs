@@ -25,7 +25,8 @@ use super::watch_stream::event_stream;
 use crate::domain::{OwnerToken, SessionGone, SessionId, SessionOutcome};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{
-    HeadersTooLargeProblem, InvalidRequestProblem, ServiceUnavailable, UnauthorizedProblem,
+    ForbiddenProblem, HeadersTooLargeProblem, InvalidRequestProblem, ServiceUnavailable,
+    UnauthorizedProblem,
 };
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{SessionLostProblem, SessionNotOwnerProblem};
@@ -95,6 +96,7 @@ fn sse(event: &str, data: &impl Serialize) -> Bytes {
             content_type = "text/event-stream", body = KeepaliveEvent),
         (status = 400, description = "`invalid_request`: a malformed path, header or `maxMs`.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key has the scope on no purpose (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
@@ -111,7 +113,7 @@ pub async fn keepalive(
     Headers(headers): Headers,
 ) -> Response {
     let result = async {
-        app.authenticate(&headers)?;
+        app.authorize_any(&headers, super::auth::Role::Write)?;
         let mut problems = Problems::default();
         let id = match path {
             Ok(p) => path_id(&p, &mut problems),

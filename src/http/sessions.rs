@@ -128,6 +128,7 @@ fn params_of(
         (status = 200, description = "`replayed_same_operation`: this attempt made it already.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key has the scope on no purpose (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`lost`: this attempt's session ended or expired (make a new attempt).", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 408, description = "`request_timeout`.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
         (status = 409, description = "`owner_operation_conflict`: the owner token made a live session for another operation.", body = SessionCreateConflict, content_type = "application/problem+json"),
@@ -146,7 +147,7 @@ pub async fn create(
     HeadersAndBody { headers, body }: HeadersAndBody,
 ) -> Response {
     let result = async {
-        app.authenticate(&headers)?;
+        app.authorize_any(&headers, Role::Write)?;
         let mut problems = Problems::default();
         let attempt = extract::attempt(&headers, true, &mut problems);
         let body =
@@ -203,6 +204,7 @@ fn session_ttl(app: &AppState, ms: u64, problems: &mut Problems) -> Option<crate
         (status = 200, description = "`renewed`.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed path, header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key has the scope on no purpose (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`lost`: the session ended (`session_ended`) or expired (`session_expired`), or none exists (`absent`).", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 408, description = "`request_timeout`.", body = BodyTimeoutProblem, content_type = "application/problem+json"),
         (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
@@ -222,7 +224,7 @@ pub async fn renew(
     HeadersAndBody { headers, body }: HeadersAndBody,
 ) -> Response {
     let result = async {
-        app.authenticate(&headers)?;
+        app.authorize_any(&headers, Role::Write)?;
         let mut problems = Problems::default();
         let id = params_of(path, &mut problems).and_then(|p| path_id(&p, &mut problems));
         let token = secret(&headers, &mut problems);
@@ -261,6 +263,7 @@ pub async fn renew(
         (status = 200, description = "`ended` (`released` leases), or `already_absent`.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed path or header.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key has the scope on no purpose (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`: retry.", body = ServiceUnavailable, content_type = "application/problem+json",
@@ -275,7 +278,7 @@ pub async fn end(
     Headers(headers): Headers,
 ) -> Response {
     let result = async {
-        app.authenticate(&headers)?;
+        app.authorize_any(&headers, Role::Write)?;
         let mut problems = Problems::default();
         let id = params_of(path, &mut problems).and_then(|p| path_id(&p, &mut problems));
         let token = secret(&headers, &mut problems);
@@ -312,6 +315,7 @@ struct PageQuery {
         (status = 200, description = "`session`.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed path or query.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: the API key has the scope on no purpose (`scope` names it).", body = ForbiddenProblem, content_type = "application/problem+json"),
         (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionLostProblem, content_type = "application/problem+json"),
         (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable` or `overloaded`.", body = ServiceUnavailable, content_type = "application/problem+json",
@@ -326,7 +330,7 @@ pub async fn read(
     Headers(headers): Headers,
 ) -> Response {
     let result = async {
-        app.authenticate(&headers)?;
+        app.authorize_any(&headers, Role::Read)?;
         let mut problems = Problems::default();
         let id = params_of(path, &mut problems).and_then(|p| path_id(&p, &mut problems));
         let q: Option<PageQuery> =

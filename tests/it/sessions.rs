@@ -786,3 +786,71 @@ async fn a_retried_end_releases_what_a_failed_one_left() {
     assert_eq!(server.cli(&["EXISTS", &leases]).trim(), "0");
     app.shutdown().await;
 }
+
+/// With API keys, a session verb needs a key with the verb's scope on some
+/// purpose (a session belongs to none; its leases are authorised on theirs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_verbs_need_a_key_with_the_scope_somewhere() {
+    let dir = std::env::temp_dir().join(common::app::unique("leasehold-session-keys-"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (reader, writer) = (
+        common::app::unique("reader-key-0123456789-"),
+        common::app::unique("writer-key-0123456789-"),
+    );
+    std::fs::write(
+        dir.join("keys"),
+        format!("{reader} {P} read\n{writer} {P} write\n"),
+    )
+    .expect("keys");
+    let file = dir.join("keys");
+    let app = TestApp::spawn_with(args(
+        &Backend::Memory,
+        &["--api-keys-file", file.to_str().expect("utf-8 path")],
+    ))
+    .await;
+    let attempt = |key: &str| {
+        let (http, base, key) = (app.http.clone(), app.base.clone(), key.to_owned());
+        async move {
+            let r = http
+                .post(format!("{base}/attempts"))
+                .bearer_auth(&key)
+                .json(&json!({"operationId": "s-op"}))
+                .send()
+                .await
+                .expect("send");
+            let body: Value = r.json().await.expect("JSON");
+            body["ownerToken"].as_str().expect("token").to_owned()
+        }
+    };
+    let make = |key: &str, token: &str| {
+        app.http
+            .post(format!("{}/sessions", app.base))
+            .bearer_auth(key)
+            .header("Lease-Owner-Token", token)
+            .header("Lease-Operation-Id", "s-op")
+            .json(&json!({"ttlMs": 5000}))
+    };
+    let token = attempt(&writer).await;
+    let refused = send(make(&reader, &token)).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{:?}", refused.body);
+    assert_eq!(refused.body["scope"], "write", "{:?}", refused.body);
+    let none = send(
+        app.http
+            .post(format!("{}/sessions", app.base))
+            .json(&json!({"ttlMs": 5000})),
+    )
+    .await;
+    assert_eq!(none.status, StatusCode::UNAUTHORIZED, "{:?}", none.body);
+    let made = send(make(&writer, &token)).await;
+    assert_eq!(made.outcome(), "session_created", "{:?}", made.body);
+    let id = made.body["session"]["id"].as_str().expect("id");
+    let read = send(
+        app.http
+            .get(format!("{}/sessions/{id}", app.base))
+            .bearer_auth(&reader),
+    )
+    .await;
+    assert_eq!(read.outcome(), "session", "{:?}", read.body);
+    app.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
