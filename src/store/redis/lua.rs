@@ -136,9 +136,28 @@ pub const WAITERS: Source = source!("waiters");
 /// `lua/instances.lua`.
 pub const INSTANCES: Source = source!("instances");
 
+/// `lua/plain_acquire.lua`: acquire.lua's plain lease in brief.
+pub const PLAIN_ACQUIRE: Source = source!("plain_acquire");
+/// `lua/plain_renew.lua`: renew.lua's plain lease in brief.
+pub const PLAIN_RENEW: Source = source!("plain_renew");
+/// `lua/plain_release.lua`: release.lua's plain lease in brief.
+pub const PLAIN_RELEASE: Source = source!("plain_release");
+
 /// Every script the service runs.
-pub const ALL: [Source; 10] = [
-    ACQUIRE, RENEW, RELEASE, INSPECT, QUEUE, BREAK, HISTORY, PURPOSES, WAITERS, INSTANCES,
+pub const ALL: [Source; 13] = [
+    ACQUIRE,
+    RENEW,
+    RELEASE,
+    INSPECT,
+    QUEUE,
+    BREAK,
+    HISTORY,
+    PURPOSES,
+    WAITERS,
+    INSTANCES,
+    PLAIN_ACQUIRE,
+    PLAIN_RENEW,
+    PLAIN_RELEASE,
 ];
 
 /// The length of `entry` assembled from `pieces`.
