@@ -9,23 +9,29 @@
 -- Returns {tag(1), now ms, live, complete, shown, then per shown waiter:
 -- member, since µs, holder slot (the label slot of its ask, '' without
 -- one), then per instance with live waiters: instance, heartbeat deadline
--- ms}. A waiter is live while its instance's heartbeat '~<instance>'
--- (score -(deadline ms)) is in the future, as acquire.lua reads it; `live`
+-- ms; the first 64 in queue order}. A waiter is live while its instance's
+-- heartbeat '~<instance>' (score -(deadline ms)) is in the future, as
+-- acquire.lua and queue.lua read it (ZSCORE, once per instance per call:
+-- a queue may hold any number of other instances' heartbeats); `live`
 -- counts the live waiters among the first `scan` entries, and `complete`
--- is 1 when those were all of them. Reads at most `scan` entries, 64
--- heartbeats and `limit` asks.
+-- is 1 when those were all of them. Reads at most `scan` entries, one
+-- heartbeat per distinct instance among them and `limit` asks.
 --#include lib/time.lua
 local tag = tonumber(ARGV[3]) * 16 + 9
 local limit = tonumber(ARGV[1])
 local scan = tonumber(ARGV[2])
--- Heartbeats: score -(deadline) < 0; waiters: the clock in µs, > 0.
-local beats = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(0', 'WITHSCORES', 'LIMIT', 0, 64)
+-- Waiters: the clock in µs, > 0; heartbeats: score -(deadline) < 0.
+-- alive[instance]: its heartbeat deadline while in the future, else false.
 local alive = {}
-for i = 1, #beats, 2 do
-  local deadline = -tonumber(beats[i + 1])
-  if deadline > now then
-    alive[string.sub(beats[i], 2)] = deadline
+local function deadline_of(inst)
+  local known = alive[inst]
+  if known == nil then
+    local beat = redis.call('ZSCORE', KEYS[1], '~' .. inst)
+    local deadline = beat and -tonumber(beat)
+    known = deadline and deadline > now and deadline or false
+    alive[inst] = known
   end
+  return known
 end
 local entries = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, scan)
 local live, shown, seen = 0, {}, {}
@@ -33,12 +39,12 @@ local instances = {}
 for i = 1, #entries, 2 do
   local member = entries[i]
   local inst = string.match(member, '^%a:([^:]+):')
-  if inst and alive[inst] then
+  if inst and deadline_of(inst) then
     live = live + 1
     if #shown < limit then
       shown[#shown + 1] = {member, entries[i + 1]}
     end
-    if not seen[inst] then
+    if not seen[inst] and #instances < 64 then
       seen[inst] = true
       instances[#instances + 1] = inst
     end

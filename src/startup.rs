@@ -335,6 +335,7 @@ fn service_settings(
         max_purpose_labels: telemetry.max_purpose_labels,
         labelled_purposes: api_keys.named_purposes(),
         release_abandoned: limits.release_abandoned,
+        session_max_leases: limits.session_max_leases.max(1),
     }
 }
 

@@ -56,6 +56,15 @@ pub struct LimitsArgs {
     /// (migrations-none.md).
     #[arg(long, env = "LEASEHOLD_RELEASE_ABANDONED", default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL", display_order = 210)]
     pub release_abandoned: bool,
+    /// The most leases one session holds (docs/design.md §18); an acquire
+    /// that would attach one more is answered `session_full`.
+    #[arg(
+        long,
+        env = "LEASEHOLD_SESSION_MAX_LEASES",
+        default_value_t = 10_000,
+        display_order = 215
+    )]
+    pub session_max_leases: u64,
     /// Concurrent watches (long-polls and event streams); more are answered `overloaded`.
     #[arg(
         long,

@@ -140,5 +140,5 @@ fn every_documented_variable_is_read_and_every_variable_documented() {
         undocumented.is_empty(),
         "read but not documented: {undocumented:?}"
     );
-    assert_eq!(read.len(), 42, "{read:?}");
+    assert_eq!(read.len(), 43, "{read:?}");
 }

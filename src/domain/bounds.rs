@@ -38,6 +38,11 @@ impl Bounds {
         }
     }
 
+    /// The largest TTL.
+    pub fn max_ttl(&self) -> Ttl {
+        Ttl(self.max_ttl_ms)
+    }
+
     /// Checks a requested hold bound (`maxHoldMs`): from the smallest TTL
     /// to `MAX_HOLD_MS` (30 days).
     pub fn max_hold(&self, ms: u64) -> Result<u64, String> {

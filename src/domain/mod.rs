@@ -8,6 +8,7 @@ mod list;
 mod names;
 mod outcome;
 mod queue;
+mod session;
 mod setting;
 mod time;
 
@@ -29,6 +30,10 @@ pub use outcome::{
 pub use queue::{
     QueueEntry, QueueInstance, QueueRead, Waiter, Waiters, WaitersLimit, QUEUE_SCAN,
     WAITERS_DEFAULT, WAITERS_MAX,
+};
+pub use session::{
+    member, member_parts, AttachedRenew, LostLease, SessionGone, SessionId, SessionLease,
+    SessionOutcome, SessionRecord, SessionView,
 };
 pub use setting::ConfigError;
 pub use time::StoreTime;

@@ -81,7 +81,8 @@ pub struct QueueRead {
     pub complete: bool,
     /// The first live entries, in queue order (at most the limit).
     pub entries: Vec<QueueEntry>,
-    /// The instances with live entries, and their heartbeats (Redis).
+    /// The instances with live entries, and their heartbeats (Redis; the
+    /// first 64 in queue order).
     pub instances: Vec<QueueInstance>,
 }
 

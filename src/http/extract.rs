@@ -297,51 +297,81 @@ pub fn json_body<T: DeserializeOwned>(
     if let Ok(value) = serde_json::from_slice::<T>(&body) {
         return Ok(Some(value));
     }
+    // Not JSON at all is a syntax error wherever it lies, before any member
+    // is judged (`{"ttl": "\xff"}` is malformed, not an unknown member).
+    if let Some((field, message)) = syntax_error(&body) {
+        problems.shape(&field, message);
+        return Ok(None);
+    }
+    // Well-formed JSON that is not a `T`: the member it names.
     let de = &mut serde_json::Deserializer::from_slice(&body);
     match serde_path_to_error::deserialize::<_, T>(&mut *de) {
-        Ok(value) => match de.end() {
-            Ok(()) => Ok(Some(value)),
-            Err(_) => {
-                problems.shape(
-                    "body",
-                    "malformed JSON: trailing characters after the object",
-                );
-                Ok(None)
-            }
-        },
+        Ok(value) => Ok(Some(value)),
         Err(err) => {
             let path = err.path().to_string();
             let inner = err.into_inner();
-            let message = inner.to_string();
-            let field = if path.is_empty() || path == "." || path.contains('?') {
-                named_field(&message).unwrap_or_else(|| "body".to_owned())
-            } else {
-                path
-            };
-            // Strip serde's " at line 1 column 9" suffix: the field is named.
-            let message = message
-                .split(" at line ")
-                .next()
-                .unwrap_or(&message)
-                .to_owned();
+            let text = inner.to_string();
+            // serde's message without its " at line 1 column 9" suffix: the
+            // field is named.
+            let message = text.split(" at line ").next().unwrap_or(&text);
+            let field = member(path)
+                .or_else(|| named_field(message))
+                .unwrap_or_else(|| "body".to_owned());
             match inner.classify() {
-                serde_json::error::Category::Syntax
-                | serde_json::error::Category::Eof
-                | serde_json::error::Category::Io => {
-                    problems.shape(&field, format!("malformed JSON: {message}"))
-                }
                 serde_json::error::Category::Data => problems.value(&field, message),
+                // Read as JSON above; kept a 400 should the two parses differ.
+                _ => problems.shape(&field, format!("malformed JSON: {message}")),
             }
             Ok(None)
         }
     }
 }
 
-/// `missing field `ttlMs`` → `ttlMs`.
+/// A path serde_path_to_error gives → the member it names, if it names one
+/// (not the top level `.`, nor an unknown key `?`).
+fn member(path: String) -> Option<String> {
+    (!path.is_empty() && path != "." && !path.contains('?')).then_some(path)
+}
+
+/// Where `body` is not JSON (read on the failure path only): the member
+/// whose value it breaks off in (`{"ttlMs": 30x`, `{"ttlMs":`), else
+/// `body` with the position (between members, serde's message quotes the
+/// tokens it expected, `,` or `}`, never a field); `None` for JSON.
+fn syntax_error(body: &[u8]) -> Option<(String, String)> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    let err = match serde_path_to_error::deserialize::<_, serde_json::Value>(&mut *de) {
+        Ok(_) => {
+            de.end().err()?;
+            return Some((
+                "body".to_owned(),
+                "malformed JSON: trailing characters after the object".to_owned(),
+            ));
+        }
+        Err(err) => err,
+    };
+    let path = err.path().to_string();
+    let inner = err.into_inner();
+    if inner.classify() == serde_json::error::Category::Data {
+        return None;
+    }
+    let text = inner.to_string();
+    Some(match member(path) {
+        Some(field) => {
+            let message = text.split(" at line ").next().unwrap_or(&text);
+            (field, format!("malformed JSON: {message}"))
+        }
+        None => ("body".to_owned(), format!("malformed JSON: {text}")),
+    })
+}
+
+/// The member a whole-body data error names (`missing field `ttlMs``,
+/// `unknown field `ttl`, expected ...`, `duplicate field `ttlMs``) → it.
 fn named_field(message: &str) -> Option<String> {
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(message[start..start + len].to_owned())
+    let rest = ["missing field `", "unknown field `", "duplicate field `"]
+        .iter()
+        .find_map(|lead| message.strip_prefix(lead))?;
+    let len = rest.find('`')?;
+    Some(rest[..len].to_owned())
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -420,3 +450,7 @@ pub(super) fn path_resource(path: RawPath, problems: &mut Problems) -> Option<Re
         }
     }
 }
+
+#[cfg(test)]
+#[path = "extract_tests.rs"]
+mod tests;

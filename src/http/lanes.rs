@@ -53,7 +53,7 @@ use tokio::net::TcpStream;
 
 use super::verb::Verb;
 use super::{attempts, console, docs, health, history, instances, leases, list, openapi, waiters};
-use super::{operator, problem, problems, purpose_watch, watch};
+use super::{keepalive, operator, problem, problems, purpose_watch, sessions, watch};
 
 /// Most bytes of one request (head and body) read outside hyper; a larger
 /// one goes to hyper.
@@ -155,6 +155,18 @@ pub fn route_label(path: &str, serves_metrics: bool) -> &'static str {
             (None, _) => "unmatched",
         };
     }
+    if let Some(rest) = path.strip_prefix("/sessions/") {
+        let segments = rest.split('/').collect::<Vec<_>>();
+        return match segments.as_slice() {
+            [id] if !id.is_empty() => sessions::ONE,
+            [id, "keepalive"] if !id.is_empty() => keepalive::ROUTE,
+            [id, "leases", p, d] if !id.is_empty() && !d.is_empty() => {
+                let _ = p;
+                sessions::LEASE
+            }
+            _ => "unmatched",
+        };
+    }
     if let Some(rest) = path.strip_prefix(problem::PREFIX) {
         return if !rest.is_empty() && !rest.contains('/') {
             problems::ROUTE
@@ -168,6 +180,7 @@ pub fn route_label(path: &str, serves_metrics: bool) -> &'static str {
         health::LIVEZ,
         health::READYZ,
         instances::ROUTE,
+        sessions::ROUTE,
         openapi::ROUTE,
         docs::ROUTE,
     ]

@@ -147,7 +147,7 @@ pub struct RenewBody {
 /// A non-negative whole number of milliseconds. JSON Schema counts `611.0`
 /// as the integer 611, so it is accepted as such; a fraction, a negative
 /// number, `null` or a non-number is not.
-fn whole_ms<'de, D: serde::Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
+pub(super) fn whole_ms<'de, D: serde::Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
     struct Whole;
     impl serde::de::Visitor<'_> for Whole {
         type Value = u64;

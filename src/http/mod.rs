@@ -32,6 +32,7 @@ pub mod health;
 pub mod history;
 pub mod instances;
 pub mod keep_alive;
+pub mod keepalive;
 pub mod lanes;
 mod lease_json;
 pub mod leases;
@@ -44,6 +45,9 @@ pub mod problems;
 pub mod purpose_watch;
 pub mod schemas;
 pub mod server;
+pub mod session_extract;
+pub mod session_schemas;
+pub mod sessions;
 pub mod tls;
 pub mod verb;
 pub mod waiters;
@@ -169,6 +173,8 @@ pub fn router(app: AppState, metrics_on_api: bool) -> Router {
         .merge(purpose_watch::routes())
         .merge(health::routes(metrics_on_api))
         .merge(instances::routes())
+        .merge(sessions::routes())
+        .merge(keepalive::routes())
         .merge(openapi::routes())
         .merge(docs::routes())
         .merge(console::routes())

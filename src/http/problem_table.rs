@@ -90,6 +90,8 @@ pub enum ProblemType {
     NotOwner,
     /// `nothing_to_break`.
     NothingToBreak,
+    /// `session_full`.
+    SessionFull,
     /// `unavailable`.
     Unavailable,
     /// `overloaded`.
@@ -106,7 +108,7 @@ pub enum ProblemType {
 
 impl ProblemType {
     /// Every problem type, in the order of the index.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::InvalidRequest,
         Self::Unauthorized,
         Self::Forbidden,
@@ -121,6 +123,7 @@ impl ProblemType {
         Self::Lost,
         Self::NotOwner,
         Self::NothingToBreak,
+        Self::SessionFull,
         Self::Unavailable,
         Self::Overloaded,
         Self::RequestTimeout,
@@ -269,6 +272,14 @@ impl ProblemType {
                 meaning: "A release found the lease held by someone else. Nothing was changed.",
                 action: "Nothing to release: the caller's lease ended earlier. Check that the attempt headers are the ones the lease was acquired with.",
             },
+            Self::SessionFull => Row {
+                slug: "session-full",
+                statuses: &[409],
+                title: "Session full",
+                detail: "The session holds the most leases a session may; the lease was not taken.",
+                meaning: "An acquire on a session (<code>PUT /sessions/{id}/leases/...</code>) found the session holding <code>limit</code> leases, the configured most (<code>LEASEHOLD_SESSION_MAX_LEASES</code>, 10000 by default). Nothing was taken.",
+                action: "Release leases of the session, or spread the work over several sessions.",
+            },
             Self::NothingToBreak => Row {
                 slug: "nothing-to-break",
                 statuses: &[404],
@@ -359,6 +370,24 @@ pub const LOST_REVOKED: Words = Words {
 pub const LOST_MAX_HOLD: Words = Words {
     title: ProblemType::Lost.row().title,
     detail: "This lease reached its maxHoldMs and ended there. Stop the work it protected.",
+};
+
+/// `lost` (404): the session a call named was ended.
+pub const LOST_SESSION_ENDED: Words = Words {
+    title: ProblemType::Lost.row().title,
+    detail: "The session was ended (DELETE, or its keep-alive stream closed); its leases were released. Stop the work they protected.",
+};
+
+/// `lost` (404): the session a call named expired, or never was.
+pub const LOST_SESSION_EXPIRED: Words = Words {
+    title: ProblemType::Lost.row().title,
+    detail: "The session expired (it was not renewed in time), or no such session exists; its leases ended with it. Stop the work they protected.",
+};
+
+/// `not_owner` (409): the owner token sent is not the session's secret.
+pub const SESSION_NOT_OWNER: Words = Words {
+    title: ProblemType::NotOwner.row().title,
+    detail: "The owner token sent is not this session's secret; nothing was changed.",
 };
 
 /// `forbidden` for a route that needs a scope the key lacks.

@@ -64,8 +64,10 @@ pub struct WaitersAnswer {
     /// The first `limit` waiters, in the order they will acquire.
     #[schema(max_items = 100)]
     pub waiters: Vec<Waiter>,
-    /// The instances with waiters here and how long their last heartbeat
-    /// keeps them queued (empty on the embedded store: one instance).
+    /// The instances with waiters here (among the entries read, in queue
+    /// order, at most 64) and how long their last heartbeat keeps them
+    /// queued (empty on the embedded store: one instance).
+    #[schema(max_items = 64)]
     pub instances: Vec<QueueInstance>,
 }
 
@@ -83,8 +85,8 @@ impl Answer for Waiters {
 /// and its holder label when its acquire gave one (known for waiters of a
 /// plain lease). `waiting` counts them all (among the first 1 000
 /// entries), and `instances` lists the instances they wait on with their
-/// heartbeats. Never an owner token or operation id. Reads at most 1 000
-/// entries. Needs the `read` scope.
+/// heartbeats (the first 64 in queue order). Never an owner token or
+/// operation id. Reads at most 1 000 entries. Needs the `read` scope.
 #[utoipa::path(
     get,
     path = ROUTE,

@@ -38,6 +38,8 @@ pub struct ServiceSettings {
     /// Release what a waiting acquire got after its caller had gone,
     /// unless claimed since; off: it expires with its TTL.
     pub release_abandoned: bool,
+    /// The most leases one session holds.
+    pub session_max_leases: u64,
 }
 
 /// Leases over a [`Store`].

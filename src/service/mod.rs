@@ -10,8 +10,10 @@ mod list;
 mod look;
 mod operator;
 mod place;
+mod sessions;
 mod waited;
 mod waiters;
 
 pub use self::acquire::AcquireRequest;
 pub use self::core::{inspection, LeaseService, ServiceSettings};
+pub use self::sessions::SessionAcquire;

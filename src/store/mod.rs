@@ -16,11 +16,13 @@ pub mod instances;
 pub mod memory;
 mod queueing;
 pub mod redis;
+mod sessions;
 mod types;
 mod waiters;
 
 pub use backend::Store;
 pub use queueing::{Ask, InQueue, Moved, QueueOp, Queued};
+pub use sessions::{keep_ms, MemorySessions, SessionCall, SessionFound};
 pub use types::{
     AcquireSpec, Contention, EndedEarly, EndedHold, HoldEnd, Probe, Readiness, Replicated,
     Replication, StoreAcquire, StoreBreak, StoreError, StoreInspect, StoreLease, StoreListed,

@@ -8,7 +8,9 @@
 //!   refused by name;
 //! - no owner token or operation id is ever in the answer; scoped like
 //!   inspect (`read` on the purpose);
-//! - Redis: the instance the waiters wait on, with its heartbeat;
+//! - Redis: the instance the waiters wait on, with its heartbeat, read
+//!   for that instance whatever other instances beat in the queue (65+
+//!   heartbeats sorted ahead of it), and at most 64 instances listed;
 //! - and what the console shows of a held lease beside it: inspect
 //!   gives each permit its `lockDelayMs` (the delay its expiry would
 //!   start) beside `maxHoldMs` and `holdEndsAt`.
@@ -20,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::app::{args, digest, unique, Backend, Reply, TestApp, TestAttempt};
+use crate::common::redis::RedisServer;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -284,4 +287,112 @@ async fn a_read_key_reads_the_waiters_and_another_purpose_may_not(backend: Backe
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{:#}", r.body);
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The server's clock in ms (`TIME`).
+fn server_now_ms(server: &RedisServer) -> u64 {
+    let time = server.cli(&["TIME"]);
+    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().expect("TIME"));
+    let (secs, micros) = (parts.next().expect("secs"), parts.next().expect("µs"));
+    secs * 1000 + micros / 1000
+}
+
+/// Redis: a waiter counts while its own instance's heartbeat is alive,
+/// however many other instances beat in the same queue. 70 other live
+/// heartbeats, each with a later deadline than the real instance's (so
+/// sorted ahead of it: score -(deadline)), once read the first 64 of them
+/// only and counted the real waiter dead (`waiting: 0`, `complete: true`).
+/// Then 70 live waiters of those instances ahead of it: all are counted,
+/// the real one last, and the instances listed stop at 64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_counts_behind_many_other_instances_heartbeats() {
+    let server = RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let d = digest();
+    let queue = format!("{}:queue:v2:{{{P}:{d}}}", app.namespace);
+    let holder = app.attempt().await;
+    let r = app.acquire(P, &d, &holder, 60_000).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:#}", r.body);
+    let w = app.attempt().await;
+    let waiting = {
+        let (http, url, w) = (
+            app.http.clone(),
+            format!("{}/leases/{P}/{d}", app.base),
+            w.clone(),
+        );
+        tokio::spawn(async move {
+            let sent = http
+                .put(url)
+                .header("Lease-Owner-Token", &w.token)
+                .header("Lease-Operation-Id", &w.op)
+                .json(&json!({"ttlMs": 30_000, "waitMs": 20_000, "holder": "the-real-one"}))
+                .send()
+                .await;
+            drop(sent);
+        })
+    };
+    let r = until_waiting(&app, &d, 1).await;
+    let real = r.body["waiters"][0]["instance"]
+        .as_str()
+        .expect("instance")
+        .to_owned();
+
+    // 70 other instances' heartbeats, each good for a minute (the real
+    // one's is good for 2 s at most): all sorted ahead of it.
+    let later = server_now_ms(&server) + 60_000;
+    let fakes: Vec<String> = (0..70).map(|n| format!("fake{n:02}")).collect();
+    let mut zadd = vec!["ZADD".to_owned(), queue.clone()];
+    for (n, f) in fakes.iter().enumerate() {
+        zadd.extend([format!("-{}", later + n as u64), format!("~{f}")]);
+    }
+    let zadd: Vec<&str> = zadd.iter().map(String::as_str).collect();
+    assert_eq!(server.cli(&zadd).trim(), "70");
+    let beats = server.cli(&["ZRANGEBYSCORE", &queue, "-inf", "(0"]);
+    let beats: Vec<&str> = beats.lines().map(str::trim).collect();
+    assert_eq!(beats.len(), 71, "{beats:?}");
+    assert_eq!(
+        beats[70],
+        format!("~{real}"),
+        "the real heartbeat sorts last"
+    );
+
+    let r = waiters(&app, &d, "").await;
+    assert_eq!(r.body["waiting"], 1, "{:#}", r.body);
+    assert_eq!(r.body["complete"], true, "{:#}", r.body);
+    assert_eq!(holders(&r), ["the-real-one"], "{:#}", r.body);
+    assert_eq!(r.body["instances"].as_array().map(Vec::len), Some(1));
+    assert_eq!(r.body["instances"][0]["instance"], real.as_str());
+
+    // A live waiter of each of those instances, ahead of the real one
+    // (scores 1..70 µs: the start of the store's clock).
+    let mut zadd = vec!["ZADD".to_owned(), queue.clone()];
+    for (n, f) in fakes.iter().enumerate() {
+        zadd.extend([(n + 1).to_string(), format!("x:{f}:1")]);
+    }
+    let zadd: Vec<&str> = zadd.iter().map(String::as_str).collect();
+    assert_eq!(server.cli(&zadd).trim(), "70");
+    let r = waiters(&app, &d, "?limit=100").await;
+    assert_eq!(r.body["waiting"], 71, "{:#}", r.body);
+    let list = r.body["waiters"].as_array().expect("waiters");
+    assert_eq!(list.len(), 71);
+    assert_eq!(list[70]["instance"], real.as_str(), "{:#}", r.body);
+    assert_eq!(list[70]["position"], 71);
+    let listed: Vec<&str> = r.body["instances"]
+        .as_array()
+        .expect("instances")
+        .iter()
+        .map(|i| i["instance"].as_str().expect("instance"))
+        .collect();
+    let first: Vec<&str> = fakes[..64].iter().map(String::as_str).collect();
+    assert_eq!(listed, first, "the first 64 instances in queue order");
+
+    // The fakes go; the real waiter leaves as the instance stops.
+    let mut zrem = vec!["ZREM".to_owned(), queue.clone()];
+    for f in &fakes {
+        zrem.extend([format!("~{f}"), format!("x:{f}:1")]);
+    }
+    let zrem: Vec<&str> = zrem.iter().map(String::as_str).collect();
+    assert_eq!(server.cli(&zrem).trim(), "140");
+    app.shutdown().await;
+    waiting.await.expect("the waiter's request");
 }

@@ -46,6 +46,7 @@ mod refusals;
 mod roles;
 mod scripts;
 mod seq_lifetime;
+mod sessions;
 mod soak;
 mod store_keys;
 mod tls;

@@ -130,6 +130,30 @@ fn answers() -> Vec<(ProblemType, bool, Response)> {
             respond_one(&crate::domain::BreakOutcome::NothingToBreak),
         ),
         (
+            P::SessionFull,
+            true,
+            respond_one(&crate::domain::SessionOutcome::SessionFull { limit: 10_000 }),
+        ),
+        (
+            P::Lost,
+            false,
+            respond_one(&crate::domain::SessionOutcome::Lost {
+                reason: crate::domain::SessionGone::SessionEnded,
+            }),
+        ),
+        (
+            P::Lost,
+            false,
+            respond_one(&crate::domain::SessionOutcome::Lost {
+                reason: crate::domain::SessionGone::SessionExpired,
+            }),
+        ),
+        (
+            P::NotOwner,
+            false,
+            respond_one(&crate::domain::SessionOutcome::NotOwner),
+        ),
+        (
             P::Unavailable,
             true,
             respond_one(&Failure::Unavailable { retry_after_ms: 50 }),

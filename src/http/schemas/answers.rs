@@ -54,6 +54,7 @@ outcome_tags! {
     NotReadyTag => NotReady,
     BrokenTag => Broken,
     NothingToBreakTag => NothingToBreak,
+    SessionFullTag => SessionFull,
 }
 
 /// `reason` of a 404 `lost`: `absent`, `revoked` or `max_hold`.
@@ -267,12 +268,17 @@ pub struct Inspected {
 /// A problem answer's example with the problem's usual status and words
 /// (from the problem table, as the answer writes them), and the outcome's
 /// own members (which may give their own `detail`).
-fn example(problem: ProblemType, members: Value) -> Value {
+pub(super) fn example(problem: ProblemType, members: Value) -> Value {
     example_with(problem, problem.words(), problem.status().as_u16(), members)
 }
 
 /// A problem answer's example with other words or another status.
-fn example_with(problem: ProblemType, words: Words, status: u16, members: Value) -> Value {
+pub(super) fn example_with(
+    problem: ProblemType,
+    words: Words,
+    status: u16,
+    members: Value,
+) -> Value {
     let mut example = json!({
         "type": type_uri(&problem.outcome()),
         "title": words.title,
@@ -321,6 +327,7 @@ macro_rules! problem {
         }
     };
 }
+pub(super) use problem;
 
 problem! {
     /// `owner_operation_conflict` (409): the same owner token holds the lease

@@ -8,7 +8,12 @@
 mod answers;
 mod events;
 mod purpose_events;
+mod sessions;
 
 pub use self::answers::*;
 pub use self::events::{lease_events, LeaseEvent, STATE_EVENT};
 pub use self::purpose_events::{purpose_events, PurposeEventDoc};
+pub use self::sessions::{
+    SessionAcquireConflict, SessionCreateConflict, SessionFullProblem, SessionLostProblem,
+    SessionLostReason, SessionNotOwnerProblem,
+};

@@ -56,6 +56,7 @@ pub struct MemoryStore {
     waiters: Arc<WaitRegistry>,
     /// The fair queue's places, kept to be read (see [`queue`]).
     queues: super::records::Queues,
+    pub(in crate::store) sessions: crate::store::MemorySessions, // §18
 }
 
 fn wall_ms() -> StoreTime {
@@ -83,6 +84,7 @@ impl MemoryStore {
             max_leases,
             waiters,
             queues: super::records::Queues::default(),
+            sessions: crate::store::MemorySessions::new(max_leases),
         }
     }
 

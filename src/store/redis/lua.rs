@@ -135,6 +135,10 @@ pub const PURPOSES: Source = source!("purposes");
 pub const WAITERS: Source = source!("waiters");
 /// `lua/instances.lua`.
 pub const INSTANCES: Source = source!("instances");
+/// `lua/session.lua`.
+pub const SESSION: Source = source!("session");
+/// `lua/session_renew.lua`.
+pub const SESSION_RENEW: Source = source!("session_renew");
 
 /// `lua/plain_acquire.lua`: acquire.lua's plain lease in brief.
 pub const PLAIN_ACQUIRE: Source = source!("plain_acquire");
@@ -144,7 +148,7 @@ pub const PLAIN_RENEW: Source = source!("plain_renew");
 pub const PLAIN_RELEASE: Source = source!("plain_release");
 
 /// Every script the service runs.
-pub const ALL: [Source; 13] = [
+pub const ALL: [Source; 15] = [
     ACQUIRE,
     RENEW,
     RELEASE,
@@ -155,6 +159,8 @@ pub const ALL: [Source; 13] = [
     PURPOSES,
     WAITERS,
     INSTANCES,
+    SESSION,
+    SESSION_RENEW,
     PLAIN_ACQUIRE,
     PLAIN_RENEW,
     PLAIN_RELEASE,

@@ -14,6 +14,7 @@
 //! `wedge` holds the tests of issue 39's items 1 and 2 (a `#fragment`
 //! that wedged a connection, a head deadline that restarted).
 
+mod bodies;
 mod cases;
 mod faults;
 mod wedge;

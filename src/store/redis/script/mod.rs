@@ -18,6 +18,7 @@ mod purposes;
 mod queue;
 mod release;
 mod renew;
+mod session;
 mod waiters;
 
 use super::call::{Call, Executed};

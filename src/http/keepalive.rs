@@ -1,0 +1,225 @@
+//! `GET /sessions/{id}/keepalive` (docs/design.md §19): while the stream
+//! is open this instance renews the session (and every lease on it) every
+//! third of its TTL and sends `event: renewed`; when the client goes (the
+//! body is dropped: a crash, a reset, a closed lid) the session is ended at
+//! once and its leases are released. When the session is lost the stream
+//! sends `event: lost` and ends. If this instance dies, the session ends at
+//! its TTL like any other.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{RawPathParams, RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use utoipa::ToSchema;
+
+use super::app::AppState;
+use super::extract::{Headers, Problems};
+use super::problem::{respond_one, ApiError};
+use super::session_extract::{path_id, secret};
+use super::watch_stream::event_stream;
+use crate::domain::{OwnerToken, SessionGone, SessionId, SessionOutcome};
+#[allow(unused_imports)] // named by the OpenAPI annotations only
+use crate::http::schemas::{
+    HeadersTooLargeProblem, InvalidRequestProblem, ServiceUnavailable, UnauthorizedProblem,
+};
+#[allow(unused_imports)] // named by the OpenAPI annotations only
+use crate::http::schemas::{SessionLostProblem, SessionNotOwnerProblem};
+
+/// The route (also its metric label).
+pub const ROUTE: &str = "/sessions/{id}/keepalive";
+
+/// `GET /sessions/{id}/keepalive`.
+pub(super) fn routes() -> axum::Router<AppState> {
+    axum::Router::new().route(ROUTE, axum::routing::get(keepalive))
+}
+
+/// One event of the keep-alive stream, as an event-stream parser reads it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeepaliveEvent {
+    /// `renewed` (data: the session answer of a renew, `lost` listing the
+    /// leases it no longer holds) or `lost` (data: `{"reason"}`,
+    /// `session_ended`, `session_expired` or `absent`; the last event).
+    #[schema(pattern = "^(renewed|lost)$")]
+    pub event: String,
+    /// JSON.
+    #[schema(content_media_type = "application/json")]
+    pub data: String,
+}
+
+/// Why the stream stopped renewing.
+enum Stopped {
+    /// The client went: end the session.
+    Gone,
+    /// The session is gone: say so.
+    Lost(SessionGone),
+    /// The stream's own bound (`maxMs`) or shutdown: end the session.
+    Bound,
+}
+
+fn sse(event: &str, data: &impl Serialize) -> Bytes {
+    let json = serde_json::to_string(data).unwrap_or_else(|_| "{}".to_owned());
+    Bytes::from(format!("event: {event}\ndata: {json}\n\n"))
+}
+
+/// Keep a session alive while connected.
+///
+/// While this `text/event-stream` is open the instance serving it renews
+/// the session (and every lease on it) every third of its TTL, sending
+/// `renewed` each time (the first at once). When the connection closes the
+/// session is ended and its leases released at once; when the stream ends
+/// at `maxMs` too. When the session is lost (ended elsewhere, or a renew
+/// came too late) the stream sends `lost` and ends. If the serving instance
+/// dies, the session ends at its TTL.
+#[utoipa::path(
+    get,
+    path = ROUTE,
+    operation_id = "keepSessionAlive",
+    tag = "sessions",
+    params(
+        ("id" = String, Path, description = "The session id.", pattern = r"^s1\.[0-9a-f]{32}$", min_length = 35, max_length = 35),
+        ("Lease-Owner-Token" = String, Header, description = "The session's secret.",
+            pattern = r"^[A-Za-z0-9_-]{32}$", min_length = 32, max_length = 32),
+        ("maxMs" = Option<u64>, Query, nullable = false, description = "Optional: end the stream (and the session) this many milliseconds after it opens, 1 to 3600000.",
+            minimum = 1, maximum = 3600000),
+    ),
+    responses(
+        (status = 200, description = "The event stream: `renewed` events, and `lost` last when the session is lost. The schema is one event's.",
+            content_type = "text/event-stream", body = KeepaliveEvent),
+        (status = 400, description = "`invalid_request`: a malformed path, header or `maxMs`.", body = InvalidRequestProblem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
+        (status = 404, description = "`lost`: the session ended, expired or never was.", body = SessionLostProblem, content_type = "application/problem+json"),
+        (status = 409, description = "`not_owner`: the token is not this session's secret.", body = SessionNotOwnerProblem, content_type = "application/problem+json"),
+        (status = 431, description = "`headers_too_large`.", body = HeadersTooLargeProblem, content_type = "application/problem+json"),
+        (status = 503, description = "`unavailable` or `overloaded` (the watch cap is reached).", body = ServiceUnavailable, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "When to retry, in whole seconds."))),
+        (status = 504, description = "`indeterminate`: the first renew's reply was lost; open the stream again.", body = crate::http::schemas::IndeterminateProblem, content_type = "application/problem+json"),
+    ),
+    security((), ("apiKey" = []))
+)]
+pub async fn keepalive(
+    State(app): State<AppState>,
+    path: Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
+    RawQuery(query): RawQuery,
+    Headers(headers): Headers,
+) -> Response {
+    let result = async {
+        app.authenticate(&headers)?;
+        let mut problems = Problems::default();
+        let id = match path {
+            Ok(p) => path_id(&p, &mut problems),
+            Err(_) => {
+                problems.shape("path", "path parameters must be valid UTF-8");
+                None
+            }
+        };
+        let token = secret(&headers, &mut problems);
+        let mut max_ms = None;
+        for pair in query
+            .as_deref()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
+            match pair.split_once('=') {
+                Some(("maxMs", v)) if max_ms.is_none() => match v.parse::<u64>() {
+                    Ok(ms) if (1..=3_600_000).contains(&ms) => max_ms = Some(ms),
+                    _ => problems.shape("maxMs", "must be between 1 and 3600000"),
+                },
+                _ => problems.shape("query", "only maxMs, once"),
+            }
+        }
+        problems.finish()?;
+        let (id, token) = (
+            id.ok_or(ApiError::Internal)?,
+            token.ok_or(ApiError::Internal)?,
+        );
+        // Counted as a watcher: the same cap bounds streams of every kind.
+        let Some(slot) = app.service.waiters().watch().admit(app.watch.max_watchers) else {
+            return Ok(respond_one(&app.service.overloaded()));
+        };
+        // The first renew answers the request: a stream opens only on a
+        // live session.
+        let first = match app.service.renew_session(&id, &token, None).await {
+            Ok(outcome @ SessionOutcome::Renewed { .. }) => outcome,
+            Ok(other) => return Ok(respond_one(&other)),
+            Err(failure) => return Ok(respond_one(&failure)),
+        };
+        let ttl_ms = match &first {
+            SessionOutcome::Renewed { session, .. } => session.ttl_ms,
+            _ => 1000,
+        };
+        let (tx, rx) = mpsc::channel::<Bytes>(4);
+        let _ = tx.try_send(sse("renewed", &first));
+        let app2 = Arc::clone(&app);
+        tokio::spawn(async move {
+            let _slot = slot;
+            let why = keep(&app2, &id, &token, ttl_ms, max_ms, &tx).await;
+            match why {
+                Stopped::Lost(reason) => {
+                    let _ = tx
+                        .send(sse("lost", &serde_json::json!({ "reason": reason })))
+                        .await;
+                }
+                Stopped::Gone | Stopped::Bound => {
+                    if let Err(failure) = app2.service.end_session(&id, &token).await {
+                        tracing::warn!(
+                            ?failure,
+                            "ending a session whose keep-alive closed failed; it ends at its TTL"
+                        );
+                    }
+                }
+            }
+        });
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            let chunk = rx.recv().await?;
+            Some((Ok::<_, Infallible>(chunk), rx))
+        });
+        Ok::<_, ApiError>(event_stream(Body::from_stream(body)))
+    };
+    result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Renews until the client goes, the session is lost, or the bound.
+async fn keep(
+    app: &AppState,
+    id: &SessionId,
+    token: &OwnerToken,
+    ttl_ms: u64,
+    max_ms: Option<u64>,
+    tx: &mpsc::Sender<Bytes>,
+) -> Stopped {
+    let every = Duration::from_millis((ttl_ms / 3).max(100));
+    let bound = max_ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+    let shutdown = app.service.shutdown_token().clone();
+    loop {
+        let until_bound = async {
+            match bound {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = tx.closed() => return Stopped::Gone,
+            () = until_bound => return Stopped::Bound,
+            () = shutdown.cancelled() => return Stopped::Bound,
+            () = tokio::time::sleep(every) => {}
+        }
+        match app.service.renew_session(id, token, None).await {
+            Ok(outcome @ SessionOutcome::Renewed { .. }) => {
+                if tx.send(sse("renewed", &outcome)).await.is_err() {
+                    return Stopped::Gone;
+                }
+            }
+            Ok(SessionOutcome::Lost { reason }) => return Stopped::Lost(reason),
+            Ok(_) => return Stopped::Lost(SessionGone::Absent),
+            // A store failure: try again at the next tick (the session
+            // lives its TTL, three ticks).
+            Err(_) => {}
+        }
+    }
+}

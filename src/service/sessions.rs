@@ -1,0 +1,409 @@
+//! Sessions (docs/design.md §18): make, renew (and every attached lease
+//! with it), end (releasing every attached lease), read, and an acquire
+//! that attaches its lease to a session.
+
+use crate::domain::{
+    member, member_parts, AcquireOutcome, AttachedRenew, Attempt, Failure, HolderLabel, LostLease,
+    OperationId, OwnerToken, Purpose, RenewOutcome, ResourceDigest, ResourceId, SessionGone,
+    SessionId, SessionLease, SessionOutcome, SessionRecord, SessionView, Ttl,
+};
+use crate::store::{keep_ms, SessionCall, SessionFound, StoreError};
+
+use super::{AcquireRequest, LeaseService};
+
+/// Leases read from a session's set per store call.
+const PAGE: u64 = 1000;
+
+/// How an acquire on a session ended.
+#[derive(Debug)]
+pub enum SessionAcquire {
+    /// As any acquire (the lease, when it was taken, is attached).
+    Lease(AcquireOutcome),
+    /// The session refused it (gone, full, not the token's).
+    Session(SessionOutcome),
+}
+
+fn gone(found: &SessionFound) -> Option<SessionGone> {
+    match found {
+        SessionFound::Ended => Some(SessionGone::SessionEnded),
+        SessionFound::Expired => Some(SessionGone::SessionExpired),
+        SessionFound::Absent => Some(SessionGone::Absent),
+        _ => None,
+    }
+}
+
+/// The resource and operation id of a member of a session's set.
+fn parse_member(m: &str) -> Option<(ResourceId, OperationId)> {
+    let (purpose, digest, op) = member_parts(m)?;
+    Some((
+        ResourceId {
+            purpose: Purpose::parse(purpose).ok()?,
+            digest: ResourceDigest::parse(digest).ok()?,
+        },
+        OperationId::parse(op).ok()?,
+    ))
+}
+
+impl LeaseService {
+    fn session_failure(&self, err: StoreError) -> Failure {
+        self.failure(err, None)
+    }
+
+    async fn session_call(
+        &self,
+        id: &SessionId,
+        call: SessionCall<'_>,
+        keep: u64,
+    ) -> Result<SessionFound, Failure> {
+        match self.admitted(self.store.session(id, call, keep)).await? {
+            Ok(found) => Ok(found),
+            Err(err) => Err(self.session_failure(err)),
+        }
+    }
+
+    /// Makes a session for `attempt` (its owner token is the secret).
+    pub async fn create_session(
+        &self,
+        attempt: &Attempt,
+        ttl: Ttl,
+        holder: Option<&HolderLabel>,
+    ) -> Result<SessionOutcome, Failure> {
+        let id = SessionId::of(&attempt.owner_token);
+        let call = SessionCall::Create {
+            operation_id: attempt.operation_id.as_str(),
+            ttl_ms: ttl.ms(),
+            holder,
+        };
+        let found = self.session_call(&id, call, keep_ms(ttl.ms())).await?;
+        Ok(match found {
+            SessionFound::Live(r) => SessionOutcome::SessionCreated {
+                session: SessionView::of(&id, &r),
+            },
+            SessionFound::Replayed(r) => SessionOutcome::ReplayedSameOperation {
+                session: SessionView::of(&id, &r),
+            },
+            SessionFound::OtherOperation => SessionOutcome::OwnerOperationConflict,
+            SessionFound::Full(_) => {
+                return Err(self.overloaded());
+            }
+            other => SessionOutcome::Lost {
+                reason: gone(&other).unwrap_or(SessionGone::Absent),
+            },
+        })
+    }
+
+    /// Every lease in session `id`'s set.
+    async fn session_leases(
+        &self,
+        id: &SessionId,
+    ) -> Result<Vec<(String, ResourceId, OperationId)>, Failure> {
+        let mut out = Vec::new();
+        let mut offset = 0;
+        loop {
+            let page = match self.store.session_page(id, offset, PAGE).await {
+                Ok(page) => page,
+                Err(err) => return Err(self.session_failure(err)),
+            };
+            let n = page.len() as u64;
+            for m in page {
+                if let Some((resource, op)) = parse_member(&m) {
+                    out.push((m, resource, op));
+                }
+            }
+            if n < PAGE {
+                return Ok(out);
+            }
+            offset += n;
+        }
+    }
+
+    /// Renews session `id` for `ttl` (its own when `None`), and every
+    /// lease attached to it to the session's new expiry.
+    pub async fn renew_session(
+        &self,
+        id: &SessionId,
+        token: &OwnerToken,
+        ttl: Option<Ttl>,
+    ) -> Result<SessionOutcome, Failure> {
+        if !id.is_secret(token) {
+            return Ok(SessionOutcome::NotOwner);
+        }
+        let ttl_ms = match ttl {
+            Some(t) => t.ms(),
+            None => match self.session_call(id, SessionCall::Get, 0).await? {
+                SessionFound::Live(r) => r.ttl_ms,
+                other => {
+                    return Ok(SessionOutcome::Lost {
+                        reason: gone(&other).unwrap_or(SessionGone::Absent),
+                    })
+                }
+            },
+        };
+        let found = self
+            .session_call(id, SessionCall::Renew { ttl_ms }, keep_ms(ttl_ms))
+            .await?;
+        let record = match found {
+            SessionFound::Live(r) => r,
+            other => {
+                return Ok(SessionOutcome::Lost {
+                    reason: gone(&other).unwrap_or(SessionGone::Absent),
+                })
+            }
+        };
+        let lost = self.renew_leases(id, token, &record).await?;
+        Ok(SessionOutcome::Renewed {
+            session: SessionView::of(id, &record),
+            lost,
+        })
+    }
+
+    /// Gives every lease of session `id` the expiry of `record`; answers
+    /// those it no longer holds (and drops them from the session).
+    async fn renew_leases(
+        &self,
+        id: &SessionId,
+        token: &OwnerToken,
+        record: &SessionRecord,
+    ) -> Result<Vec<LostLease>, Failure> {
+        let leases = self.session_leases(id).await?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pairs: Vec<(ResourceId, OperationId)> = leases
+            .iter()
+            .map(|(_, r, op)| (r.clone(), op.clone()))
+            .collect();
+        let fared = match self
+            .admitted(self.store.renew_attached(token, &pairs, record.expires_at))
+            .await?
+        {
+            Ok(fared) => fared,
+            Err(err) => return Err(self.session_failure(err)),
+        };
+        let left = record.expires_at.0.saturating_sub(record.now.0).max(1);
+        let ttl = self.bounds().max_ttl().at_most(Some(left));
+        let mut lost = Vec::new();
+        for ((m, resource, op), fared) in leases.iter().zip(fared) {
+            if fared == AttachedRenew::Renewed {
+                continue;
+            }
+            let attempt = Attempt {
+                owner_token: token.clone(),
+                operation_id: op.clone(),
+            };
+            let reason = match self.renew(resource, &attempt, ttl, None).await? {
+                RenewOutcome::Renewed { .. } => continue,
+                RenewOutcome::Lost { reason } => reason,
+            };
+            lost.push(LostLease {
+                purpose: resource.purpose.as_str().to_owned(),
+                digest: resource.digest.as_str().to_owned(),
+                reason,
+            });
+            self.session_call(id, SessionCall::Detach { member: m }, 0)
+                .await?;
+        }
+        Ok(lost)
+    }
+
+    /// Ends session `id`: marks it ended, then releases every attached lease.
+    pub async fn end_session(
+        &self,
+        id: &SessionId,
+        token: &OwnerToken,
+    ) -> Result<SessionOutcome, Failure> {
+        if !id.is_secret(token) {
+            return Ok(SessionOutcome::NotOwner);
+        }
+        let record = match self.session_call(id, SessionCall::Get, 0).await? {
+            SessionFound::Live(r) => r,
+            _ => return Ok(SessionOutcome::AlreadyAbsent),
+        };
+        let found = self
+            .session_call(id, SessionCall::End, keep_ms(record.ttl_ms))
+            .await?;
+        if !matches!(found, SessionFound::Live(_)) {
+            return Ok(SessionOutcome::AlreadyAbsent);
+        }
+        let released = self.release_leases(id, token).await?;
+        self.session_call(id, SessionCall::Forget, 0).await?;
+        Ok(SessionOutcome::Ended { released })
+    }
+
+    /// Releases every lease in session `id`'s set; how many it held.
+    async fn release_leases(&self, id: &SessionId, token: &OwnerToken) -> Result<u64, Failure> {
+        let leases = self.session_leases(id).await?;
+        let mut n = 0;
+        // 16 at a time: each is one store call.
+        for chunk in leases.chunks(16) {
+            let mut calls = Vec::with_capacity(chunk.len());
+            for (_, resource, op) in chunk {
+                calls.push(self.release_one(resource, token, op));
+            }
+            for r in futures_util::future::join_all(calls).await {
+                if r? == crate::domain::ReleaseOutcome::Released {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    async fn release_one(
+        &self,
+        resource: &ResourceId,
+        token: &OwnerToken,
+        op: &OperationId,
+    ) -> Result<crate::domain::ReleaseOutcome, Failure> {
+        let attempt = Attempt {
+            owner_token: token.clone(),
+            operation_id: op.clone(),
+        };
+        self.release(resource, &attempt).await
+    }
+
+    /// Releases `resource` for `attempt` and takes it off session `id`.
+    pub async fn release_session_lease(
+        &self,
+        id: &SessionId,
+        resource: &ResourceId,
+        attempt: &Attempt,
+    ) -> Result<crate::domain::ReleaseOutcome, Failure> {
+        let outcome = self.release(resource, attempt).await?;
+        if !matches!(outcome, crate::domain::ReleaseOutcome::NotOwner) {
+            let m = member(
+                resource.purpose.as_str(),
+                resource.digest.as_str(),
+                attempt.operation_id.as_str(),
+            );
+            self.session_call(id, SessionCall::Detach { member: &m }, 0)
+                .await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Session `id` and a page of its leases.
+    pub async fn get_session(
+        &self,
+        id: &SessionId,
+        offset: u64,
+        limit: u64,
+    ) -> Result<SessionOutcome, Failure> {
+        let record = match self.session_call(id, SessionCall::Get, 0).await? {
+            SessionFound::Live(r) => r,
+            other => {
+                return Ok(SessionOutcome::Lost {
+                    reason: gone(&other).unwrap_or(SessionGone::Absent),
+                })
+            }
+        };
+        let page = match self.store.session_page(id, offset, limit).await {
+            Ok(page) => page,
+            Err(err) => return Err(self.session_failure(err)),
+        };
+        let next_cursor = (page.len() as u64 == limit).then(|| (offset + limit).to_string());
+        let leases = page
+            .iter()
+            .filter_map(|m| member_parts(m))
+            .map(|(purpose, digest, _)| SessionLease {
+                purpose: purpose.to_owned(),
+                digest: digest.to_owned(),
+            })
+            .collect();
+        Ok(SessionOutcome::Session {
+            session: SessionView::of(id, &record),
+            leases,
+            next_cursor,
+        })
+    }
+
+    /// Acquires `resource` for `attempt` on session `id`: the lease ends
+    /// when the session does. The attempt's owner token must be the
+    /// session's secret.
+    pub async fn acquire_on_session(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        id: &SessionId,
+        request: &AcquireRequest,
+    ) -> Result<SessionAcquire, Failure> {
+        if !id.is_secret(&attempt.owner_token) {
+            return Ok(SessionAcquire::Session(SessionOutcome::NotOwner));
+        }
+        let refused = |found: &SessionFound| {
+            SessionAcquire::Session(SessionOutcome::Lost {
+                reason: gone(found).unwrap_or(SessionGone::Absent),
+            })
+        };
+        let record = match self.session_call(id, SessionCall::Get, 0).await? {
+            SessionFound::Live(r) => r,
+            other => return Ok(refused(&other)),
+        };
+        let left = record.expires_at.0.saturating_sub(record.now.0);
+        if left == 0 {
+            return Ok(refused(&SessionFound::Expired));
+        }
+        let ttl = self.bounds().max_ttl().at_most(Some(left));
+        let asked = AcquireRequest {
+            ttl,
+            wait: request.wait,
+            holder: request.holder.clone(),
+            shape: request.shape,
+            max_hold_ms: request.max_hold_ms,
+        };
+        let outcome = self.acquire(resource, attempt, &asked).await?;
+        if !matches!(
+            outcome,
+            AcquireOutcome::Acquired { .. } | AcquireOutcome::ReplayedSameOperation { .. }
+        ) {
+            return Ok(SessionAcquire::Lease(outcome));
+        }
+        // Attached after it was taken: an end that ran meanwhile either
+        // found it in the set (and released it) or makes this attach fail
+        // (and it is released here).
+        let m = member(
+            resource.purpose.as_str(),
+            resource.digest.as_str(),
+            attempt.operation_id.as_str(),
+        );
+        let max = self.settings.session_max_leases;
+        let attach = SessionCall::Attach { member: &m, max };
+        let found = self
+            .session_call(id, attach, keep_ms(record.ttl_ms))
+            .await?;
+        let now_record = match found {
+            SessionFound::Live(r) => r,
+            SessionFound::Full(_) => {
+                self.release(resource, attempt).await?;
+                return Ok(SessionAcquire::Session(SessionOutcome::SessionFull {
+                    limit: max,
+                }));
+            }
+            other => {
+                self.release(resource, attempt).await?;
+                return Ok(refused(&other));
+            }
+        };
+        if now_record.expires_at != record.expires_at {
+            // Renewed meanwhile: the lease takes the session's new expiry.
+            let pair = [(resource.clone(), attempt.operation_id.clone())];
+            let token = &attempt.owner_token;
+            if let Ok(fared) = self
+                .store
+                .renew_attached(token, &pair, now_record.expires_at)
+                .await
+            {
+                if fared.first() == Some(&AttachedRenew::Unsure) {
+                    let left = now_record
+                        .expires_at
+                        .0
+                        .saturating_sub(now_record.now.0)
+                        .max(1);
+                    let ttl = self.bounds().max_ttl().at_most(Some(left));
+                    self.renew(resource, attempt, ttl, None).await?;
+                }
+            }
+        }
+        Ok(SessionAcquire::Lease(outcome))
+    }
+}

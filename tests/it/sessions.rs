@@ -1,0 +1,535 @@
+//! Sessions (docs/design.md §18, §19): every verb and outcome, on the
+//! embedded store and on a real `redis-server`.
+
+#[allow(unused_imports)]
+use crate::common;
+
+use common::app::{args, digest, Backend, Reply, TestApp, TestAttempt};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const P: &str = "shards";
+
+both_stores!(
+    a_session_is_made_once_per_attempt,
+    bad_session_requests_are_refused_with_problems,
+    leases_on_a_session_follow_its_renewals,
+    ending_a_session_frees_its_leases_for_waiters,
+    an_unrenewed_session_ends_its_leases_with_it,
+    a_renew_lists_the_leases_it_no_longer_holds,
+    a_full_session_takes_no_more_leases,
+    releasing_one_lease_takes_it_off_the_session,
+    a_closed_keepalive_ends_the_session,
+    a_keepalive_renews_and_says_when_the_session_is_lost,
+);
+
+/// A made session: its attempt (the token is its secret) and id.
+struct Session {
+    attempt: TestAttempt,
+    id: String,
+}
+
+async fn send(rb: reqwest::RequestBuilder) -> Reply {
+    TestApp::reply(rb.send().await.expect("send")).await
+}
+
+async fn create(app: &TestApp, a: &TestAttempt, body: &Value) -> Reply {
+    send(
+        app.http
+            .post(format!("{}/sessions", app.base))
+            .header("Lease-Owner-Token", &a.token)
+            .header("Lease-Operation-Id", &a.op)
+            .json(body),
+    )
+    .await
+}
+
+async fn session(app: &TestApp, ttl_ms: u64) -> Session {
+    let attempt = app.attempt().await;
+    let r = create(
+        app,
+        &attempt,
+        &json!({"ttlMs": ttl_ms, "holder": "worker-7"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let id = r.body["session"]["id"].as_str().expect("id").to_owned();
+    Session { attempt, id }
+}
+
+async fn renew(app: &TestApp, s: &Session, body: &Value) -> Reply {
+    send(
+        app.http
+            .patch(format!("{}/sessions/{}", app.base, s.id))
+            .header("Lease-Owner-Token", &s.attempt.token)
+            .json(body),
+    )
+    .await
+}
+
+async fn end(app: &TestApp, s: &Session) -> Reply {
+    send(
+        app.http
+            .delete(format!("{}/sessions/{}", app.base, s.id))
+            .header("Lease-Owner-Token", &s.attempt.token),
+    )
+    .await
+}
+
+/// Acquires `d` on the session for operation `op`.
+async fn take(app: &TestApp, s: &Session, d: &str, op: &str, body: &Value) -> Reply {
+    send(
+        app.http
+            .put(format!("{}/sessions/{}/leases/{P}/{d}", app.base, s.id))
+            .header("Lease-Owner-Token", &s.attempt.token)
+            .header("Lease-Operation-Id", op)
+            .json(body),
+    )
+    .await
+}
+
+/// Waits (a long-poll on the resource's version, bounded) until `d` is free.
+async fn until_free(app: &TestApp, d: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = app.inspect(P, d, None).await;
+        if r.body["held"] == false {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{d} still held: {:?}",
+            r.body
+        );
+        let version = r.body["version"].as_str().expect("version").to_owned();
+        app.get(&format!(
+            "/leases/{P}/{d}?changedSince={version}&waitMs=2000"
+        ))
+        .await;
+    }
+}
+
+async fn a_session_is_made_once_per_attempt(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let a = app.attempt().await;
+    let first = create(&app, &a, &json!({"ttlMs": 30_000, "holder": "worker-7"})).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+    assert_eq!(first.outcome(), "session_created");
+    let s = &first.body["session"];
+    let id = s["id"].as_str().expect("id");
+    assert!(id.starts_with("s1.") && id.len() == 35, "{id}");
+    assert_eq!(s["holder"], "worker-7");
+    assert_eq!(s["ttlMs"], 30_000);
+    assert_eq!(s["leases"], 0);
+    // The secret is never in an answer.
+    assert!(!first.body.to_string().contains(&a.token));
+    // A lost reply, retried with the same attempt: the same session.
+    let again = create(&app, &a, &json!({"ttlMs": 30_000})).await;
+    assert_eq!(again.status, StatusCode::OK, "{:?}", again.body);
+    assert_eq!(again.outcome(), "replayed_same_operation");
+    assert_eq!(again.body["session"]["id"], id);
+    assert_eq!(again.body["session"]["createdAt"], s["createdAt"]);
+    // The same token for another operation: a conflict, not a second session.
+    let other = TestApp::other_operation(&a);
+    let conflict = create(&app, &other, &json!({"ttlMs": 30_000})).await;
+    assert_eq!(conflict.status, StatusCode::CONFLICT, "{:?}", conflict.body);
+    assert_eq!(conflict.outcome(), "owner_operation_conflict");
+    assert_eq!(conflict.content_type(), "application/problem+json");
+    let read = app.get(&format!("/sessions/{id}")).await;
+    assert_eq!(read.outcome(), "session", "{:?}", read.body);
+    assert_eq!(read.body["leases"], json!([]));
+    app.shutdown().await;
+}
+
+async fn bad_session_requests_are_refused_with_problems(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let a = app.attempt().await;
+    let short = create(&app, &a, &json!({"ttlMs": 999})).await;
+    assert_eq!(
+        short.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{:?}",
+        short.body
+    );
+    assert_eq!(short.body["errors"][0]["field"], "ttlMs");
+    let no_attempt = send(
+        app.http
+            .post(format!("{}/sessions", app.base))
+            .json(&json!({"ttlMs": 5000})),
+    )
+    .await;
+    assert_eq!(
+        no_attempt.status,
+        StatusCode::BAD_REQUEST,
+        "{:?}",
+        no_attempt.body
+    );
+    let s = session(&app, 30_000).await;
+    // Another token is not this session's secret.
+    let stranger = app.attempt().await;
+    let wrong = send(
+        app.http
+            .patch(format!("{}/sessions/{}", app.base, s.id))
+            .header("Lease-Owner-Token", &stranger.token)
+            .json(&json!({})),
+    )
+    .await;
+    assert_eq!(wrong.status, StatusCode::CONFLICT, "{:?}", wrong.body);
+    assert_eq!(wrong.outcome(), "not_owner");
+    let d = digest();
+    let foreign = send(
+        app.http
+            .put(format!("{}/sessions/{}/leases/{P}/{d}", app.base, s.id))
+            .header("Lease-Owner-Token", &stranger.token)
+            .header("Lease-Operation-Id", &stranger.op)
+            .json(&json!({})),
+    )
+    .await;
+    assert_eq!(foreign.outcome(), "not_owner", "{:?}", foreign.body);
+    assert_eq!(app.inspect(P, &d, None).await.body["held"], false);
+    for bad in ["s1.XYZ", "s2.0123456789abcdef0123456789abcdef", "nope"] {
+        let r = app.get(&format!("/sessions/{bad}")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {:?}", r.body);
+        assert_eq!(r.body["errors"][0]["field"], "id");
+    }
+    let unknown = app
+        .get("/sessions/s1.0123456789abcdef0123456789abcdef")
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND, "{:?}", unknown.body);
+    assert_eq!(unknown.body["reason"], "absent");
+    let ttl = take(&app, &s, &d, "op-1", &json!({"ttlMs": 5000})).await;
+    assert_eq!(
+        ttl.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{:?}",
+        ttl.body
+    );
+    let page = app.get(&format!("/sessions/{}?limit=0", s.id)).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{:?}", page.body);
+    app.shutdown().await;
+}
+
+async fn leases_on_a_session_follow_its_renewals(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 20_000).await;
+    let (d1, d2) = (digest(), digest());
+    let a = take(&app, &s, &d1, "op-1", &json!({"holder": "shard-1"})).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
+    let b = take(&app, &s, &d2, "op-2", &json!({"limit": 3})).await;
+    assert_eq!(b.status, StatusCode::CREATED, "{:?}", b.body);
+    assert!(a.remaining_ms() <= 20_000 && b.remaining_ms() <= 20_000);
+    // The same lease again: a replay, no second permit.
+    let replay = take(&app, &s, &d1, "op-1", &json!({"holder": "shard-1"})).await;
+    assert_eq!(
+        replay.outcome(),
+        "replayed_same_operation",
+        "{:?}",
+        replay.body
+    );
+    assert_eq!(replay.fencing_token(), a.fencing_token());
+    // Each lease has its own fencing token.
+    assert_ne!(a.fencing_token(), b.fencing_token());
+    let renewed = renew(&app, &s, &json!({"ttlMs": 60_000})).await;
+    assert_eq!(renewed.status, StatusCode::OK, "{:?}", renewed.body);
+    assert_eq!(renewed.body["lost"], json!([]));
+    assert_eq!(renewed.body["session"]["leases"], 2);
+    // Both now end when the session does: past the TTL they were taken with.
+    for d in [&d1, &d2] {
+        let r = app.inspect(P, d, None).await;
+        let left = r.body["remainingMs"].as_u64().expect("remainingMs");
+        assert!(left > 20_000 && left <= 60_000, "{d}: {left}");
+    }
+    let read = app.get(&format!("/sessions/{}", s.id)).await;
+    let mut listed: Vec<&str> = read.body["leases"]
+        .as_array()
+        .expect("leases")
+        .iter()
+        .map(|l| l["digest"].as_str().expect("digest"))
+        .collect();
+    listed.sort_unstable();
+    let mut want = vec![d1.as_str(), d2.as_str()];
+    want.sort_unstable();
+    assert_eq!(listed, want);
+    let one = app.get(&format!("/sessions/{}?limit=1", s.id)).await;
+    assert_eq!(one.body["leases"].as_array().map(Vec::len), Some(1));
+    let cursor = one.body["nextCursor"].as_str().expect("nextCursor");
+    let next = app
+        .get(&format!("/sessions/{}?limit=1&cursor={cursor}", s.id))
+        .await;
+    let (first, second) = (
+        &one.body["leases"][0]["digest"],
+        &next.body["leases"][0]["digest"],
+    );
+    assert_ne!(first, second, "the pages differ");
+    assert!(want.contains(&second.as_str().expect("digest")));
+    // Someone else is contended as with any lease.
+    let other = app.attempt().await;
+    let c = app.acquire(P, &d1, &other, 5000).await;
+    assert_eq!(c.outcome(), "contended", "{:?}", c.body);
+    app.shutdown().await;
+}
+
+async fn ending_a_session_frees_its_leases_for_waiters(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 30_000).await;
+    let ds: Vec<String> = (0..3).map(|_| digest()).collect();
+    for (i, d) in ds.iter().enumerate() {
+        let r = take(&app, &s, d, &format!("op-{i}"), &json!({})).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    }
+    // A waiter on the first: woken by the end, long before the TTL.
+    let waiter = app.attempt().await;
+    let wait = {
+        let (http, base, d, w) = (
+            app.http.clone(),
+            app.base.clone(),
+            ds[0].clone(),
+            waiter.clone(),
+        );
+        tokio::spawn(async move {
+            let rb = http
+                .put(format!("{base}/leases/{P}/{d}"))
+                .header("Lease-Owner-Token", &w.token)
+                .header("Lease-Operation-Id", &w.op)
+                .json(&json!({"ttlMs": 5000, "waitMs": 20_000}));
+            TestApp::reply(rb.send().await.expect("send")).await
+        })
+    };
+    app.until_waiters(1).await;
+    let ended = end(&app, &s).await;
+    assert_eq!(ended.status, StatusCode::OK, "{:?}", ended.body);
+    assert_eq!(ended.outcome(), "ended");
+    assert_eq!(ended.body["released"], 3);
+    let got = wait.await.expect("waiter");
+    assert_eq!(got.outcome(), "acquired", "{:?}", got.body);
+    assert!(got.body["waitedMs"].as_u64().expect("waitedMs") < 20_000);
+    for d in &ds[1..] {
+        assert_eq!(app.inspect(P, d, None).await.body["held"], false);
+        let h = app.get(&format!("/leases/{P}/{d}/history")).await;
+        assert_eq!(h.body["entries"][0]["event"], "released", "{:?}", h.body);
+    }
+    // Ended: every session verb says so.
+    let late = renew(&app, &s, &json!({})).await;
+    assert_eq!(late.status, StatusCode::NOT_FOUND, "{:?}", late.body);
+    assert_eq!(late.body["reason"], "session_ended");
+    let attach = take(&app, &s, &digest(), "op-9", &json!({})).await;
+    assert_eq!(attach.body["reason"], "session_ended", "{:?}", attach.body);
+    assert_eq!(end(&app, &s).await.outcome(), "already_absent");
+    app.shutdown().await;
+}
+
+async fn an_unrenewed_session_ends_its_leases_with_it(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 1000).await;
+    let (d1, d2) = (digest(), digest());
+    take(&app, &s, &d1, "op-1", &json!({})).await;
+    take(&app, &s, &d2, "op-2", &json!({"mode": "shared"})).await;
+    let e1 = app.inspect(P, &d1, None).await;
+    let e2 = app.inspect(P, &d2, None).await;
+    // One expiry for both (to the millisecond, give or take the reads).
+    let r1 = e1.body["remainingMs"].as_u64().expect("remaining");
+    let r2 = e2.body["remainingMs"].as_u64().expect("remaining");
+    assert!(r1.abs_diff(r2) < 200, "{r1} vs {r2}");
+    until_free(&app, &d1).await;
+    until_free(&app, &d2).await;
+    let late = renew(&app, &s, &json!({})).await;
+    assert_eq!(late.status, StatusCode::NOT_FOUND, "{:?}", late.body);
+    assert_eq!(late.body["reason"], "session_expired");
+    let read = app.get(&format!("/sessions/{}", s.id)).await;
+    assert_eq!(read.body["reason"], "session_expired", "{:?}", read.body);
+    app.shutdown().await;
+}
+
+async fn a_renew_lists_the_leases_it_no_longer_holds(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 30_000).await;
+    let (kept, broken, bounded) = (digest(), digest(), digest());
+    take(&app, &s, &kept, "op-1", &json!({})).await;
+    take(&app, &s, &broken, "op-2", &json!({})).await;
+    let b = take(&app, &s, &bounded, "op-3", &json!({"maxHoldMs": 300})).await;
+    assert_eq!(b.outcome(), "acquired", "{:?}", b.body);
+    // Renewed up to its hold bound (granted the time left), then it ends
+    // there: the next renew hears why.
+    let capped = renew(&app, &s, &json!({})).await;
+    assert_eq!(capped.body["lost"], json!([]), "{:?}", capped.body);
+    let broke = send(
+        app.http
+            .post(format!("{}/leases/{P}/{broken}/break", app.base))
+            .json(&json!({})),
+    )
+    .await;
+    assert_eq!(broke.outcome(), "broken", "{:?}", broke.body);
+    until_free(&app, &bounded).await;
+    let r = renew(&app, &s, &json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let mut lost: Vec<(String, String)> = r.body["lost"]
+        .as_array()
+        .expect("lost")
+        .iter()
+        .map(|l| {
+            (
+                l["digest"].as_str().expect("digest").to_owned(),
+                l["reason"].as_str().expect("reason").to_owned(),
+            )
+        })
+        .collect();
+    lost.sort();
+    let mut want = vec![
+        (broken.clone(), "revoked".to_owned()),
+        (bounded.clone(), "max_hold".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(lost, want);
+    // Off the session now: the next renew lists nothing.
+    let again = renew(&app, &s, &json!({})).await;
+    assert_eq!(again.body["lost"], json!([]), "{:?}", again.body);
+    assert_eq!(again.body["session"]["leases"], 1);
+    assert_eq!(app.inspect(P, &kept, None).await.body["held"], true);
+    app.shutdown().await;
+}
+
+async fn a_full_session_takes_no_more_leases(backend: Backend) {
+    let app = TestApp::spawn_with(args(&backend, &["--session-max-leases", "2"])).await;
+    let s = session(&app, 30_000).await;
+    let ds: Vec<String> = (0..3).map(|_| digest()).collect();
+    for (i, d) in ds.iter().take(2).enumerate() {
+        let r = take(&app, &s, d, &format!("op-{i}"), &json!({})).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    }
+    let full = take(&app, &s, &ds[2], "op-2", &json!({})).await;
+    assert_eq!(full.status, StatusCode::CONFLICT, "{:?}", full.body);
+    assert_eq!(full.outcome(), "session_full");
+    assert_eq!(full.body["limit"], 2);
+    // Nothing left held by the refused one.
+    assert_eq!(app.inspect(P, &ds[2], None).await.body["held"], false);
+    let page = app.get("/problems/session-full").await;
+    assert_eq!(page.status, StatusCode::OK);
+    app.shutdown().await;
+}
+
+async fn releasing_one_lease_takes_it_off_the_session(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 30_000).await;
+    let (d1, d2) = (digest(), digest());
+    take(&app, &s, &d1, "op-1", &json!({})).await;
+    take(&app, &s, &d2, "op-2", &json!({})).await;
+    let released = send(
+        app.http
+            .delete(format!("{}/sessions/{}/leases/{P}/{d1}", app.base, s.id))
+            .header("Lease-Owner-Token", &s.attempt.token)
+            .header("Lease-Operation-Id", "op-1"),
+    )
+    .await;
+    assert_eq!(released.outcome(), "released", "{:?}", released.body);
+    assert_eq!(app.inspect(P, &d1, None).await.body["held"], false);
+    let r = renew(&app, &s, &json!({})).await;
+    assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    assert_eq!(r.body["session"]["leases"], 1);
+    let ended = end(&app, &s).await;
+    assert_eq!(ended.body["released"], 1, "{:?}", ended.body);
+    app.shutdown().await;
+}
+
+/// Opens `s`'s keep-alive stream; the response streams events.
+async fn keepalive(app: &TestApp, s: &Session, query: &str) -> reqwest::Response {
+    let resp = app
+        .http
+        .get(format!("{}/sessions/{}/keepalive{query}", app.base, s.id))
+        .header("Lease-Owner-Token", &s.attempt.token)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().expect("type"),
+        "text/event-stream"
+    );
+    resp
+}
+
+/// The next event of a stream: its name and data.
+async fn next_event(resp: &mut reqwest::Response, buf: &mut String) -> (String, Value) {
+    loop {
+        if let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            let name = event
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))
+                .expect("event line")
+                .to_owned();
+            let data = event
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .expect("data line");
+            return (name, serde_json::from_str(data).expect("JSON data"));
+        }
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), resp.chunk())
+            .await
+            .expect("an event within 10 s")
+            .expect("read")
+            .expect("the stream ended without an event");
+        buf.push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+    }
+}
+
+async fn a_closed_keepalive_ends_the_session(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 30_000).await;
+    let d = digest();
+    take(&app, &s, &d, "op-1", &json!({})).await;
+    let mut stream = keepalive(&app, &s, "").await;
+    let mut buf = String::new();
+    let (name, data) = next_event(&mut stream, &mut buf).await;
+    assert_eq!(name, "renewed");
+    assert_eq!(data["session"]["id"], s.id.as_str());
+    // The client goes: the session ends at once, not at its 30 s TTL.
+    let closed = std::time::Instant::now();
+    drop(stream);
+    until_free(&app, &d).await;
+    assert!(closed.elapsed() < std::time::Duration::from_secs(5));
+    let late = renew(&app, &s, &json!({})).await;
+    assert_eq!(late.body["reason"], "session_ended", "{:?}", late.body);
+    app.shutdown().await;
+}
+
+async fn a_keepalive_renews_and_says_when_the_session_is_lost(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 1000).await;
+    let d = digest();
+    take(&app, &s, &d, "op-1", &json!({})).await;
+    let mut stream = keepalive(&app, &s, "").await;
+    let mut buf = String::new();
+    // Renewed every third of the TTL: past the TTL the lease is still held.
+    let mut renewals = 0;
+    let first = std::time::Instant::now();
+    while first.elapsed() < std::time::Duration::from_millis(1500) {
+        let (name, data) = next_event(&mut stream, &mut buf).await;
+        assert_eq!(name, "renewed", "{data}");
+        renewals += 1;
+    }
+    assert!(renewals >= 3, "{renewals}");
+    assert_eq!(app.inspect(P, &d, None).await.body["held"], true);
+    // Ended elsewhere: the stream says `lost` and ends.
+    assert_eq!(end(&app, &s).await.outcome(), "ended");
+    loop {
+        let (name, data) = next_event(&mut stream, &mut buf).await;
+        if name == "lost" {
+            assert_eq!(data["reason"], "session_ended");
+            break;
+        }
+        assert_eq!(name, "renewed");
+    }
+    assert!(
+        stream.chunk().await.expect("read").is_none(),
+        "the stream ends after lost"
+    );
+    // A bounded stream ends, and ends its session with it.
+    let bounded = session(&app, 30_000).await;
+    let d2 = digest();
+    take(&app, &bounded, &d2, "op-1", &json!({})).await;
+    let short = keepalive(&app, &bounded, "?maxMs=200").await;
+    let body = short.text().await.expect("body");
+    assert!(body.starts_with("event: renewed"), "{body}");
+    until_free(&app, &d2).await;
+    app.shutdown().await;
+}
