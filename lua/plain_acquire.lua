@@ -62,7 +62,7 @@ if seq then
   end
   local a, b, c, d = string.match(seq, '^(%d+):(%d+):(%d+):?(%d*)')
   if a then
-    if d ~= '' and tonumber(d) > now then
+    if d ~= '' and d ~= '0' and tonumber(d) > now then
       return string.format('%d', tonumber(ARGV[7]) + 5) -- a queue: acquire.lua decides
     end
     -- Fencing as lib/fence.lua: above the last token and the clock in µs.
@@ -71,15 +71,23 @@ if seq then
       fence_text = string.format('%d', last + 1)
     end
     changes_text = string.format('%d', tonumber(b) + 1)
-    watched = tonumber(c)
+    watched = c == '0' and 0 or tonumber(c)
     marks = ':' .. c .. ':' .. (d == '' and '0' or d)
   end
 end
 -- The sequence lives as the history, at least this TTL and a minute
--- (acquire.lua's SEQ_TTL).
-local ttl, hist_ms = tonumber(ARGV[2]), tonumber(ARGV[5])
-local done = redis.pcall('SET', KEYS[2], fence_text .. ':' .. changes_text .. marks, 'PX',
-  (ttl > hist_ms and ttl > 60000) and ARGV[2] or (hist_ms > 60000 and ARGV[5] or '60000'))
+-- (acquire.lua's SEQ_TTL). A history age of n digits is at least
+-- 10^(n-1) ms: with 6 digits or more, above a minute, and above a TTL
+-- below that, with no number made of it (the usual case).
+local ttl = tonumber(ARGV[2])
+local seq_px
+if #ARGV[5] > 5 and ttl < 10 ^ (#ARGV[5] - 1) then
+  seq_px = ARGV[5]
+else
+  local hist_ms = tonumber(ARGV[5])
+  seq_px = (ttl > hist_ms and ttl > 60000) and ARGV[2] or (hist_ms > 60000 and ARGV[5] or '60000')
+end
+local done = redis.pcall('SET', KEYS[2], fence_text .. ':' .. changes_text .. marks, 'PX', seq_px)
 if type(done) == 'table' and done.err then
   return {tonumber(ARGV[7]) - 10, done.err}
 end
@@ -90,7 +98,8 @@ if type(done) == 'table' and done.err then
 end
 local H = KEYS[3]
 done = redis.pcall('LPUSH', H, 'a|' .. now_text .. '|' .. fence_text .. '|' .. changes_text .. '.1|' .. ARGV[3])
-if type(done) == 'number' and done > 1 and done > tonumber(ARGV[4]) then
+-- (A length of n digits is at least 10^(n-1): no trim below that.)
+if type(done) == 'number' and done > 10 ^ (#ARGV[4] - 1) and done > tonumber(ARGV[4]) then
   redis.pcall('LTRIM', H, 0, tonumber(ARGV[4]) - 1)
 end
 -- The history lives its age past this entry (plain_release.lua counts on it).

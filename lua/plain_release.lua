@@ -44,7 +44,7 @@ local changes = '0'
 if seq then
   local a, c = string.match(seq, '^%d+:(%d+):%d+:?(%d*)')
   if a then
-    if c ~= '' and tonumber(c) > now then
+    if c ~= '' and c ~= '0' and tonumber(c) > now then
       return string.format('%d', tonumber(ARGV[6]) + 5) -- a queue: release.lua hands off
     end
     changes = a
@@ -61,11 +61,14 @@ end
 local H = KEYS[3]
 done = redis.pcall('LPUSH', H, 'r|' .. now_text .. '|' .. fence .. '|' .. changes .. '.0|' .. string.sub(cur, at))
 local held = now - tonumber(acq)
+-- A bound of n digits is at least 10^(n-1): below that, no number is
+-- made of it (the list's length against the entries kept, the hold
+-- against half the history's age).
 if type(done) == 'number' then
-  if done > 1 and done > tonumber(ARGV[4]) then
+  if done > 10 ^ (#ARGV[4] - 1) and done > tonumber(ARGV[4]) then
     redis.pcall('LTRIM', H, 0, tonumber(ARGV[4]) - 1)
   end
-  if done == 1 or held * 2 > tonumber(ARGV[5]) then
+  if done == 1 or (held * 2 >= 10 ^ (#ARGV[5] - 1) and held * 2 > tonumber(ARGV[5])) then
     redis.pcall('PEXPIRE', H, ARGV[5])
   end
 end
