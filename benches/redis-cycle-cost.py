@@ -9,8 +9,12 @@ their `--#include` lines are spliced as src/store/redis/lua.rs splices
 them (each piece once, where first included). A redis-server runs under
 callgrind (instrumentation off until the cycles start) on a free loopback
 port; 20 warm-up cycles, then CYCLES (300) cycles on fresh resources, each
-the two EVALSHAs the service sends for a plain lease (holder `worker-7`,
-TTL 30 s, history 100 entries / one hour, nobody watching); the
+the EVALSHAs the service sends for a plain lease (holder `worker-7`,
+TTL 30 s, history 100 entries / one hour, nobody watching): the slim
+scripts (plain_*.lua, when LUA_DIR has them), and the general script
+after a slim one's status 6. RENEWS=N adds N renews to each cycle,
+ONLY=renew counts N renews of held leases alone, GENERAL_ONLY=1 sends
+the general scripts only. The
 instructions Redis spends idle over the same time (measured right after)
 are taken off. The same figure as `cargo bench --bench load -- --only
 redis-cost` within a few thousand (the service adds the purposes

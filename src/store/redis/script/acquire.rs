@@ -247,8 +247,15 @@ impl RedisStore {
             purpose_watched: self.purpose_watched_arg(resource),
         };
         // A plain lease asked by a caller not queued: the slim script
-        // first (lua/plain_acquire.lua), this one when it says so.
-        let slim = if shape.is_empty() && spec.shape.is_plain_undelayed() {
+        // first (lua/plain_acquire.lua), this one when it says so. Not
+        // while this instance has waiters for the resource (a waiter's
+        // first look that could not enter, behind another one's): a queue
+        // is likely, which the slim script leaves to this one, and that
+        // second run would be a look that found nothing.
+        let slim = if shape.is_empty()
+            && spec.shape.is_plain_undelayed()
+            && !self.waiters.waits_on(&tag)
+        {
             self.plain_acquire(resource, attempt, &ttl_ms, &holder)
                 .await?
         } else {
