@@ -5,7 +5,9 @@
 -- KEYS[8] claim  KEYS[9] grants (see acquire.lua; the claim of the caller's permit)
 -- ARGV[1] owner token  ARGV[2] operation id
 -- ARGV[3] event channel  ARGV[4] resource tag ("<purpose>:<digest>")
--- ARGV[5] mode: '' the caller's release; 'a' the clean-up of an acquisition
+-- ARGV[5] mode: '' the caller's release; 's' the same when the lease's
+--         session ended (docs/design.md §18: its history entry is 'e', not 'r');
+--         'a' the clean-up of an acquisition
 --         whose waiter left before hearing of it (docs/design.md §14): the permit
 --         goes only if nobody has been told it is held since, i.e. it was
 --         never renewed and no replay claimed it (acquire.lua's claim key).
@@ -13,7 +15,7 @@
 -- ARGV[8] this instance's id (its queue members are '<mode>:<id>:<n>')
 -- ARGV[9] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
--- History (see acquire.lua): 'r' for the released permit, and 'x'/'d' for
+-- History (see acquire.lua): 'r' ('e' in mode 's') for the released permit, and 'x'/'d' for
 -- expired permits this run reads, as acquire.lua writes them.
 -- Returns {tag(1), heldMs} released (heldMs = now - the permit's acquiredAt,
 -- for the hold-time histogram), {tag(0)} already absent, {tag(-1)} someone
@@ -301,7 +303,7 @@ end
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
-done = redis.pcall('LPUSH', H, 'r|' .. string.format('%d', now) .. '|' .. own_fence .. '|' .. changes .. '.'
+done = redis.pcall('LPUSH', H, (ARGV[5] == 's' and 'e|' or 'r|') .. string.format('%d', now) .. '|' .. own_fence .. '|' .. changes .. '.'
   .. left_text .. '|' .. string.sub(own_value, own_at))
 if type(done) == 'number' and done > HMAX then
   redis.pcall('LTRIM', H, 0, HMAX - 1)

@@ -46,13 +46,18 @@ local recorded = {}
 local relabel_asked = ARGV[4] ~= ''
 --#include lib/tombstone.lua
 -- A permit value's label slot at `at`: its hold bound (ms) or nil, and
--- where the label itself starts.
+-- where the label itself starts: after the hold bound's mark and a
+-- session's ("\29<session id>|", docs/design.md §18), which a new label
+-- keeps.
 local function slot(value, at)
+  local bound
   if string.byte(value, at) == 30 then
-    local bound, label_at = string.match(value, '^\30(%d+)|()', at)
-    return tonumber(bound), label_at
+    bound, at = string.match(value, '^\30(%d+)|()', at)
   end
-  return nil, at
+  if string.byte(value, at) == 29 then
+    at = string.match(value, '^\29[^|]*|()', at)
+  end
+  return tonumber(bound), at
 end
 if type(cur) == 'string' then
   local cut = string.find(cur, '|', 1, true)

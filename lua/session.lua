@@ -2,11 +2,11 @@
 -- §18, docs/storage.md "Keys"), both in the session's own slot; no lease key
 -- is read here (a session's leases live in many slots: the service renews
 -- them with session_renew.lua, per slot).
--- KEYS[1] record  <ns>:session:v1:{<id>}, a hash: o = the operation id of
+-- KEYS[1] record  <ns>:session:v2:{<id>}, a hash: o = the operation id of
 --   the attempt that made it, h = holder label ('' none), t = ttl ms of the
 --   last renewal, c = created at, r = renewed at, e = expires at (ms), x = '1'
 --   once ended
--- KEYS[2] leases  <ns>:session:v1:{<id>}:l, a sorted set: member
+-- KEYS[2] leases  <ns>:sessleases:v2:{<id>}, a sorted set: member
 --   "<purpose>\31<digest>\31<operation id>" scored by when it was attached
 -- ARGV[1] op: 'create', 'renew', 'attach', 'detach', 'end', 'get', 'page'
 --   or 'forget' (delete the set of leases, once ended ones are released)

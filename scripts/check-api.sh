@@ -447,6 +447,8 @@ step "promtool check metrics on a live scrape after the lease cycle" scrape_chec
 #   Inspected). Out-of-range `maxMs` values are tested in tests/it/watch.rs.
 #   watchPurpose (GET /leases/{purpose}/events) likewise, its events validated
 #   against PurposeEvent; tests/it/purpose_watch.rs tests its bounds.
+#   keepSessionAlive (GET /sessions/{id}/keepalive) likewise: a live session's
+#   stream renews it until closed; tests/it/sessions.rs tests its close.
 # max_response_time is set to the documented bound, not the 10 s default: an
 # acquire may wait server-side up to waitMs (30 s), plus the store timeout.
 # Bounded: --max-examples per operation and phase; a fixed seed, so a failure
@@ -473,6 +475,10 @@ parameters = { "query.maxMs" = 250 }
 
 [[operations]]
 include-operation-id = "watchPurpose"
+parameters = { "query.maxMs" = 250 }
+
+[[operations]]
+include-operation-id = "keepSessionAlive"
 parameters = { "query.maxMs" = 250 }
 TOML
   # In $TMP: hypothesis keeps its example database in the working directory.

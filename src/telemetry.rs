@@ -46,6 +46,13 @@ pub const WATCH_READS: &str = "leasehold_watch_reads_total";
 pub const BUILD_INFO: &str = "leasehold_build_info";
 /// Leases returned by listing pages (`GET /leases/{purpose}`).
 pub const LIST_LEASES: &str = "leasehold_list_leases_total";
+/// Session verbs by op and outcome (docs/design.md §18).
+pub const SESSION_OPERATIONS: &str = "leasehold_session_operations_total";
+/// Leases a session renew renewed, by path (`light`: the batched script;
+/// `full`: as a lease of its own).
+pub const SESSION_LEASES_RENEWED: &str = "leasehold_session_leases_renewed_total";
+/// Keep-alive streams open on this instance (sessions it keeps alive).
+pub const KEEPALIVES: &str = "leasehold_session_keepalive_streams";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -89,6 +96,7 @@ pub fn install_metrics() -> PrometheusHandle {
             metrics::gauge!(WAITERS).set(0.0);
             metrics::gauge!(WATCHERS).set(0.0);
             metrics::gauge!(WATCH_GROUPS).set(0.0);
+            metrics::gauge!(KEEPALIVES).set(0.0);
             handle
         })
         .clone()
@@ -170,6 +178,21 @@ fn describe() {
         LIST_LEASES,
         Unit::Count,
         "Leases returned by listing pages (pages themselves count as verb 'list' in leasehold_lease_operations_total)."
+    );
+    describe_counter!(
+        SESSION_OPERATIONS,
+        Unit::Count,
+        "Session verbs by op (create, renew, end, read, acquire, release) and outcome."
+    );
+    describe_counter!(
+        SESSION_LEASES_RENEWED,
+        Unit::Count,
+        "Leases renewed with their session, by path: light (the batched script), full (renewed as a lease of its own: a bounded hold, or one the light path could not decide)."
+    );
+    describe_gauge!(
+        KEEPALIVES,
+        Unit::Count,
+        "Keep-alive streams open on this instance: the sessions it keeps alive."
     );
     describe_gauge!(
         BUILD_INFO,

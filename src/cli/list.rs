@@ -121,6 +121,7 @@ mod tests {
             limit: 1,
             mode: Mode::Exclusive,
             permits: None,
+            session: None,
         };
         let text = table(&[lease("a", Some("pod-7")), lease("b", None)]);
         let lines: Vec<&str> = text.lines().collect();

@@ -64,6 +64,8 @@ struct WireListed {
     mode: Mode,
     #[serde(default)]
     permits: Option<Vec<PermitView>>,
+    #[serde(default)]
+    session: Option<crate::domain::SessionId>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,6 +240,7 @@ impl Reply {
                     limit: w.limit,
                     mode: w.mode,
                     permits: w.permits.clone(),
+                    session: w.session.clone(),
                 })
             })
             .collect()

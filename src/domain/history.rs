@@ -13,6 +13,9 @@ pub enum HistoryEvent {
     Acquired,
     /// Its holder released it.
     Released,
+    /// Its session ended (docs/design.md §18), which released it: event
+    /// `released`, `reason: session_ended`.
+    SessionEnded,
     /// Its TTL ran out (written by the next script run that saw it: expiry
     /// is lazy).
     Expired,
@@ -37,7 +40,7 @@ impl HistoryEvent {
     pub fn as_str(&self) -> &'static str {
         match self {
             HistoryEvent::Acquired => "acquired",
-            HistoryEvent::Released => "released",
+            HistoryEvent::Released | HistoryEvent::SessionEnded => "released",
             HistoryEvent::Expired => "expired",
             HistoryEvent::HolderChanged => "holder_changed",
             HistoryEvent::LockDelay { .. } => "lock_delay",
@@ -127,7 +130,8 @@ pub struct HistoryItem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, minimum = 1, example = 5000)]
     pub lock_delay_ms: Option<u64>,
-    /// `revoked` only: the reason the admin gave.
+    /// `revoked`: the reason the admin gave; `released`: `session_ended`
+    /// when the lease's session ended (docs/sessions.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, example = "stuck since the deploy")]
     pub reason: Option<String>,
@@ -144,6 +148,7 @@ impl From<HistoryEntry> for HistoryItem {
         let (lock_delay_ms, reason, key_name) = match e.event {
             HistoryEvent::LockDelay { lock_delay_ms } => (Some(lock_delay_ms), None, None),
             HistoryEvent::Revoked { reason, key_name } => (None, reason, key_name),
+            HistoryEvent::SessionEnded => (None, Some("session_ended".to_owned()), None),
             _ => (None, None, None),
         };
         Self {

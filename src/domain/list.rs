@@ -223,6 +223,11 @@ pub struct ListedLease {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub permits: Option<Vec<PermitView>>,
+    /// The session the (first) holder's lease is on (docs/sessions.md),
+    /// when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = r"^s1\.[0-9a-f]{32}$", nullable = false)]
+    pub session: Option<super::SessionId>,
 }
 
 /// One page of a purpose's leases.

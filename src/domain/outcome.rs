@@ -197,6 +197,11 @@ pub struct PermitView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 60000, example = 5000, nullable = false)]
     pub lock_delay_ms: Option<u64>,
+    /// The session it was taken on (docs/sessions.md), when it was: it
+    /// ends when the session does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = r"^s1\.[0-9a-f]{32}$", example = "s1.7c3f0e2a9b814d6f8a1c2e3b4d5f6a7b", nullable = false)]
+    pub session: Option<super::SessionId>,
 }
 
 /// Why a renew found the lease gone.

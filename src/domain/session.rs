@@ -70,6 +70,13 @@ impl Serialize for SessionId {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for SessionId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Self::parse(&raw).map_err(|e| serde::de::Error::custom(e.0))
+    }
+}
+
 /// A session as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRecord {

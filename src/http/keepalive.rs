@@ -57,8 +57,11 @@ enum Stopped {
     Gone,
     /// The session is gone: say so.
     Lost(SessionGone),
-    /// The stream's own bound (`maxMs`) or shutdown: end the session.
+    /// The stream's own bound (`maxMs`): end the session.
     Bound,
+    /// This instance stops: the stream ends, the session lives on (its
+    /// client reopens the stream on another instance within the TTL).
+    Shutdown,
 }
 
 fn sse(event: &str, data: &impl Serialize) -> Bytes {
@@ -158,6 +161,7 @@ pub async fn keepalive(
         let app2 = Arc::clone(&app);
         tokio::spawn(async move {
             let _slot = slot;
+            metrics::gauge!(crate::telemetry::KEEPALIVES).increment(1.0);
             let why = keep(&app2, &id, &token, ttl_ms, max_ms, &tx).await;
             match why {
                 Stopped::Lost(reason) => {
@@ -165,6 +169,7 @@ pub async fn keepalive(
                         .send(sse("lost", &serde_json::json!({ "reason": reason })))
                         .await;
                 }
+                Stopped::Shutdown => {}
                 Stopped::Gone | Stopped::Bound => {
                     if let Err(failure) = app2.service.end_session(&id, &token).await {
                         tracing::warn!(
@@ -206,7 +211,7 @@ async fn keep(
         tokio::select! {
             () = tx.closed() => return Stopped::Gone,
             () = until_bound => return Stopped::Bound,
-            () = shutdown.cancelled() => return Stopped::Bound,
+            () = shutdown.cancelled() => return Stopped::Shutdown,
             () = tokio::time::sleep(every) => {}
         }
         match app.service.renew_session(id, token, None).await {

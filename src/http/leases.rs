@@ -310,6 +310,7 @@ pub async fn acquire(
             holder: body.and_then(|b| b.holder),
             shape,
             max_hold_ms,
+            session: None,
         };
         Ok::<_, ApiError>(respond(
             &app.service.acquire(&resource, &attempt, &request).await,

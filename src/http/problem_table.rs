@@ -384,6 +384,13 @@ pub const LOST_SESSION_EXPIRED: Words = Words {
     detail: "The session expired (it was not renewed in time), or no such session exists; its leases ended with it. Stop the work they protected.",
 };
 
+/// `owner_operation_conflict` (409): the owner token made a live session
+/// for another operation.
+pub const SESSION_OTHER_OPERATION: Words = Words {
+    title: ProblemType::OwnerOperationConflict.row().title,
+    detail: "The owner token made a live session for a different operation id; nothing was made. Make a new attempt for a new session.",
+};
+
 /// `not_owner` (409): the owner token sent is not the session's secret.
 pub const SESSION_NOT_OWNER: Words = Words {
     title: ProblemType::NotOwner.row().title,

@@ -66,7 +66,7 @@ impl Answer for SessionOutcome {
             Self::Lost {
                 reason: SessionGone::SessionExpired | SessionGone::Absent,
             } => LOST_SESSION_EXPIRED,
-            Self::OwnerOperationConflict => ProblemType::OwnerOperationConflict.words(),
+            Self::OwnerOperationConflict => super::problem_table::SESSION_OTHER_OPERATION,
             Self::NotOwner => super::problem_table::SESSION_NOT_OWNER,
             Self::SessionFull { .. } => ProblemType::SessionFull.words(),
             _ => Words::NONE,
@@ -107,7 +107,24 @@ fn params_of(
     ),
     request_body(content = SessionBody, description = "The session's TTL and holder label."),
     responses(
-        (status = 201, description = "`session_created`.", body = SessionAnswer),
+        (status = 201, description = "`session_created`.", body = SessionAnswer,
+            links(
+                ("renew" = (operation_id = "renewSession", description = "Renew the session just made.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                    ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ))),
+                ("read" = (operation_id = "readSession", description = "Read the session just made.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                ))),
+                ("keepalive" = (operation_id = "keepSessionAlive", description = "Keep the session just made alive.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                    ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ))),
+                ("end" = (operation_id = "endSession", description = "End the session just made.", parameters(
+                    ("id" = "$response.body#/session/id"),
+                    ("header.Lease-Owner-Token" = "$request.header.Lease-Owner-Token"),
+                ))),
+            )),
         (status = 200, description = "`replayed_same_operation`: this attempt made it already.", body = SessionAnswer),
         (status = 400, description = "`invalid_request`: a malformed header or JSON body.", body = InvalidRequestProblem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`.", body = UnauthorizedProblem, content_type = "application/problem+json"),
@@ -451,6 +468,7 @@ pub async fn acquire(
                     lock_delay_ms: lock_delay_ms?,
                 },
                 max_hold_ms: max_hold_ms?,
+                session: None,
             })
         });
         problems.finish()?;

@@ -38,6 +38,9 @@ pub struct AcquireRequest {
     /// `maxHoldMs`: no renewal reaches past the acquisition plus this; a
     /// TTL above it is granted it.
     pub max_hold_ms: Option<u64>,
+    /// The session the lease is taken on (docs/design.md §18): its permit
+    /// carries the id, which inspect and list show.
+    pub session: Option<crate::domain::SessionId>,
 }
 
 impl AcquireRequest {
@@ -49,6 +52,7 @@ impl AcquireRequest {
             holder: None,
             shape: LeaseShape::default(),
             max_hold_ms: None,
+            session: None,
         }
     }
 
@@ -59,6 +63,7 @@ impl AcquireRequest {
             shape: self.shape,
             queue,
             max_hold_ms: self.max_hold_ms,
+            session: self.session.as_ref(),
         }
     }
 }

@@ -248,10 +248,21 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: &Attempt,
     ) -> Result<ReleaseOutcome, Failure> {
+        self.release_for(resource, attempt, false).await
+    }
+
+    /// [`LeaseService::release`]; `session_ended`: its session ended (the
+    /// history entry says so).
+    pub(super) async fn release_for(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        session_ended: bool,
+    ) -> Result<ReleaseOutcome, Failure> {
         let started = Instant::now();
         // A release's answer carries no replication (its WAIT still runs).
         let answer = self
-            .admitted(self.store.release(resource, attempt))
+            .admitted(self.store.release_for(resource, attempt, session_ended))
             .await
             .map(|r| {
                 r.map(|r| {
@@ -411,6 +422,7 @@ impl From<StoreLease> for PermitView {
             ttl_ms: p.ttl_ms,
             acquired_at: p.acquired_at,
             renewed_at: p.renewed_at,
+            session: p.session,
         }
     }
 }

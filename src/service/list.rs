@@ -101,6 +101,7 @@ fn listed(found: StoreListed) -> Option<ListedLease> {
     Some(ListedLease {
         digest: found.digest,
         holder: first.holder,
+        session: first.session,
         fencing_token: first.fencing_token,
         remaining_ms: first.remaining_ms,
         ttl_ms: first.ttl_ms,

@@ -10,6 +10,14 @@ use crate::domain::{
 use crate::store::{keep_ms, SessionCall, SessionFound, StoreError};
 
 use super::{AcquireRequest, LeaseService};
+use crate::domain::OutcomeName;
+use crate::telemetry::{SESSION_LEASES_RENEWED, SESSION_OPERATIONS};
+
+/// Counts a session verb's answer (bounded labels: the op and outcome names).
+fn count<T: OutcomeName>(op: &'static str, result: &Result<T, Failure>) {
+    metrics::counter!(SESSION_OPERATIONS, "op" => op, "outcome" => result.outcome_name())
+        .increment(1);
+}
 
 /// Leases read from a session's set per store call.
 const PAGE: u64 = 1000;
@@ -21,6 +29,15 @@ pub enum SessionAcquire {
     Lease(AcquireOutcome),
     /// The session refused it (gone, full, not the token's).
     Session(SessionOutcome),
+}
+
+impl OutcomeName for SessionAcquire {
+    fn outcome_name(&self) -> &'static str {
+        match self {
+            Self::Lease(outcome) => outcome.outcome_name(),
+            Self::Session(outcome) => outcome.outcome_name(),
+        }
+    }
 }
 
 fn gone(found: &SessionFound) -> Option<SessionGone> {
@@ -63,6 +80,17 @@ impl LeaseService {
 
     /// Makes a session for `attempt` (its owner token is the secret).
     pub async fn create_session(
+        &self,
+        attempt: &Attempt,
+        ttl: Ttl,
+        holder: Option<&HolderLabel>,
+    ) -> Result<SessionOutcome, Failure> {
+        let result = self.create_session_inner(attempt, ttl, holder).await;
+        count("create", &result);
+        result
+    }
+
+    async fn create_session_inner(
         &self,
         attempt: &Attempt,
         ttl: Ttl,
@@ -120,6 +148,17 @@ impl LeaseService {
     /// Renews session `id` for `ttl` (its own when `None`), and every
     /// lease attached to it to the session's new expiry.
     pub async fn renew_session(
+        &self,
+        id: &SessionId,
+        token: &OwnerToken,
+        ttl: Option<Ttl>,
+    ) -> Result<SessionOutcome, Failure> {
+        let result = self.renew_session_inner(id, token, ttl).await;
+        count("renew", &result);
+        result
+    }
+
+    async fn renew_session_inner(
         &self,
         id: &SessionId,
         token: &OwnerToken,
@@ -183,8 +222,14 @@ impl LeaseService {
         let left = record.expires_at.0.saturating_sub(record.now.0).max(1);
         let ttl = self.bounds().max_ttl().at_most(Some(left));
         let mut lost = Vec::new();
+        let (mut light, mut full) = (0u64, 0u64);
         for ((m, resource, op), fared) in leases.iter().zip(fared) {
             if fared == AttachedRenew::Renewed {
+                // A renewal changes no version: tell this instance's
+                // purpose streams (docs/watching.md, `renewed`), as a
+                // lease's own renew does.
+                self.waiters.purposes().renewed(resource);
+                light += 1;
                 continue;
             }
             let attempt = Attempt {
@@ -192,7 +237,10 @@ impl LeaseService {
                 operation_id: op.clone(),
             };
             let reason = match self.renew(resource, &attempt, ttl, None).await? {
-                RenewOutcome::Renewed { .. } => continue,
+                RenewOutcome::Renewed { .. } => {
+                    full += 1;
+                    continue;
+                }
                 RenewOutcome::Lost { reason } => reason,
             };
             lost.push(LostLease {
@@ -203,11 +251,23 @@ impl LeaseService {
             self.session_call(id, SessionCall::Detach { member: m }, 0)
                 .await?;
         }
+        metrics::counter!(SESSION_LEASES_RENEWED, "path" => "light").increment(light);
+        metrics::counter!(SESSION_LEASES_RENEWED, "path" => "full").increment(full);
         Ok(lost)
     }
 
     /// Ends session `id`: marks it ended, then releases every attached lease.
     pub async fn end_session(
+        &self,
+        id: &SessionId,
+        token: &OwnerToken,
+    ) -> Result<SessionOutcome, Failure> {
+        let result = self.end_session_inner(id, token).await;
+        count("end", &result);
+        result
+    }
+
+    async fn end_session_inner(
         &self,
         id: &SessionId,
         token: &OwnerToken,
@@ -259,7 +319,7 @@ impl LeaseService {
             owner_token: token.clone(),
             operation_id: op.clone(),
         };
-        self.release(resource, &attempt).await
+        self.release_for(resource, &attempt, true).await
     }
 
     /// Releases `resource` for `attempt` and takes it off session `id`.
@@ -269,7 +329,9 @@ impl LeaseService {
         resource: &ResourceId,
         attempt: &Attempt,
     ) -> Result<crate::domain::ReleaseOutcome, Failure> {
-        let outcome = self.release(resource, attempt).await?;
+        let outcome = self.release(resource, attempt).await;
+        count("release", &outcome);
+        let outcome = outcome?;
         if !matches!(outcome, crate::domain::ReleaseOutcome::NotOwner) {
             let m = member(
                 resource.purpose.as_str(),
@@ -284,6 +346,17 @@ impl LeaseService {
 
     /// Session `id` and a page of its leases.
     pub async fn get_session(
+        &self,
+        id: &SessionId,
+        offset: u64,
+        limit: u64,
+    ) -> Result<SessionOutcome, Failure> {
+        let result = self.get_session_inner(id, offset, limit).await;
+        count("read", &result);
+        result
+    }
+
+    async fn get_session_inner(
         &self,
         id: &SessionId,
         offset: u64,
@@ -327,6 +400,20 @@ impl LeaseService {
         id: &SessionId,
         request: &AcquireRequest,
     ) -> Result<SessionAcquire, Failure> {
+        let result = self
+            .acquire_on_session_inner(resource, attempt, id, request)
+            .await;
+        count("acquire", &result);
+        result
+    }
+
+    async fn acquire_on_session_inner(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        id: &SessionId,
+        request: &AcquireRequest,
+    ) -> Result<SessionAcquire, Failure> {
         if !id.is_secret(&attempt.owner_token) {
             return Ok(SessionAcquire::Session(SessionOutcome::NotOwner));
         }
@@ -350,6 +437,7 @@ impl LeaseService {
             holder: request.holder.clone(),
             shape: request.shape,
             max_hold_ms: request.max_hold_ms,
+            session: Some(id.clone()),
         };
         let outcome = self.acquire(resource, attempt, &asked).await?;
         if !matches!(
@@ -384,8 +472,10 @@ impl LeaseService {
                 return Ok(refused(&other));
             }
         };
-        if now_record.expires_at != record.expires_at {
-            // Renewed meanwhile: the lease takes the session's new expiry.
+        if request.wait.ms() > 0 || now_record.expires_at != record.expires_at {
+            // Renewed meanwhile, or granted after a wait (a grant counts
+            // the TTL asked from when it is granted): the lease takes the
+            // session's expiry.
             let pair = [(resource.clone(), attempt.operation_id.clone())];
             let token = &attempt.owner_token;
             if let Ok(fared) = self

@@ -74,12 +74,29 @@ impl Store {
         resource: &ResourceId,
         attempt: &Attempt,
     ) -> Result<Replicated<StoreRelease>, StoreError> {
+        self.release_for(resource, attempt, false).await
+    }
+
+    /// [`Store::release`]; `session_ended`: because the lease's session
+    /// ended (its history entry says so, docs/design.md §18).
+    pub async fn release_for(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        session_ended: bool,
+    ) -> Result<Replicated<StoreRelease>, StoreError> {
+        use crate::domain::HistoryEvent::{Released, SessionEnded};
+        let event = if session_ended {
+            SessionEnded
+        } else {
+            Released
+        };
         match self {
             Store::Memory(s) => s
-                .release(resource, attempt)
+                .release_as(resource, attempt, false, event)
                 .await
                 .map(|v| Replicated::unreplicated(v).with_ended(s.take_ended(&resource.tag()))),
-            Store::Redis(s) => s.release(resource, attempt).await,
+            Store::Redis(s) => s.release(resource, attempt, session_ended).await,
         }
     }
 

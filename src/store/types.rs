@@ -7,7 +7,7 @@
 use super::queueing::{InQueue, Moved};
 
 use crate::domain::{Attempt, HeldBy, HolderLabel, LeaseShape, Mode, OwnerToken, StoreTime, Ttl};
-use crate::domain::{ListCursor, ResourceDigest};
+use crate::domain::{ListCursor, ResourceDigest, SessionId};
 
 /// A live lease as the store holds it: the public record of its holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub struct StoreLease {
     /// The lock-delay that would follow its expiry (`lockDelayMs` of the
     /// acquisition; 0: none); `None` where the store call did not read it.
     pub lock_delay_ms: Option<u64>,
+    /// The session the lease is on (docs/design.md §18), if any.
+    pub session: Option<SessionId>,
 }
 
 impl StoreLease {
@@ -44,6 +46,7 @@ impl StoreLease {
             holder: spec.holder.cloned(),
             max_hold_ms: spec.max_hold_ms,
             lock_delay_ms: Some(spec.shape.lock_delay_ms),
+            session: spec.session.cloned(),
         }
     }
 }
@@ -63,6 +66,8 @@ pub struct AcquireSpec<'a> {
     /// `maxHoldMs`: no renewal of the permit reaches past its acquisition
     /// plus this (the TTL is at most this already: the service caps it).
     pub max_hold_ms: Option<u64>,
+    /// The session the lease is taken on (its permit carries the id).
+    pub session: Option<&'a SessionId>,
 }
 
 impl<'a> AcquireSpec<'a> {
@@ -74,6 +79,7 @@ impl<'a> AcquireSpec<'a> {
             shape: LeaseShape::default(),
             queue: InQueue::No,
             max_hold_ms: None,
+            session: None,
         }
     }
 }

@@ -21,6 +21,7 @@ both_stores!(
     releasing_one_lease_takes_it_off_the_session,
     a_closed_keepalive_ends_the_session,
     a_keepalive_renews_and_says_when_the_session_is_lost,
+    a_lease_shows_its_session_and_keeps_it_through_a_relabel,
 );
 
 /// A made session: its attempt (the token is its secret) and id.
@@ -307,6 +308,11 @@ async fn ending_a_session_frees_its_leases_for_waiters(backend: Backend) {
         assert_eq!(app.inspect(P, d, None).await.body["held"], false);
         let h = app.get(&format!("/leases/{P}/{d}/history")).await;
         assert_eq!(h.body["entries"][0]["event"], "released", "{:?}", h.body);
+        assert_eq!(
+            h.body["entries"][0]["reason"], "session_ended",
+            "{:?}",
+            h.body
+        );
     }
     // Ended: every session verb says so.
     let late = renew(&app, &s, &json!({})).await;
@@ -421,6 +427,10 @@ async fn releasing_one_lease_takes_it_off_the_session(backend: Backend) {
     )
     .await;
     assert_eq!(released.outcome(), "released", "{:?}", released.body);
+    // Released by its holder, not by the session's end: no reason.
+    let h = app.get(&format!("/leases/{P}/{d1}/history")).await;
+    assert_eq!(h.body["entries"][0]["event"], "released", "{:?}", h.body);
+    assert!(h.body["entries"][0].get("reason").is_none(), "{:?}", h.body);
     assert_eq!(app.inspect(P, &d1, None).await.body["held"], false);
     let r = renew(&app, &s, &json!({})).await;
     assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
@@ -531,5 +541,226 @@ async fn a_keepalive_renews_and_says_when_the_session_is_lost(backend: Backend) 
     let body = short.text().await.expect("body");
     assert!(body.starts_with("event: renewed"), "{body}");
     until_free(&app, &d2).await;
+    app.shutdown().await;
+}
+
+async fn a_lease_shows_its_session_and_keeps_it_through_a_relabel(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 30_000).await;
+    let (plain, bounded, counted) = (digest(), digest(), digest());
+    take(&app, &s, &plain, "op-1", &json!({"holder": "shard-1"})).await;
+    take(&app, &s, &bounded, "op-2", &json!({"maxHoldMs": 600_000})).await;
+    take(
+        &app,
+        &s,
+        &counted,
+        "op-3",
+        &json!({"limit": 2, "holder": "c"}),
+    )
+    .await;
+    for d in [&plain, &bounded, &counted] {
+        let r = app.inspect(P, d, None).await;
+        assert_eq!(
+            r.body["permits"][0]["session"],
+            s.id.as_str(),
+            "{:?}",
+            r.body
+        );
+    }
+    let bounded_view = app.inspect(P, &bounded, None).await;
+    assert_eq!(bounded_view.body["permits"][0]["maxHoldMs"], 600_000);
+    // A plain lease with no session shows none.
+    let other = app.attempt().await;
+    let free = digest();
+    app.acquire(P, &free, &other, 5000).await;
+    let r = app.inspect(P, &free, None).await;
+    assert!(
+        r.body["permits"][0].get("session").is_none(),
+        "{:?}",
+        r.body
+    );
+    // Listing shows it too.
+    let listed = app.get(&format!("/leases/{P}?limit=100")).await;
+    let mine = listed.body["leases"]
+        .as_array()
+        .expect("leases")
+        .iter()
+        .find(|l| l["digest"] == plain.as_str())
+        .cloned()
+        .expect("listed");
+    assert_eq!(mine["session"], s.id.as_str(), "{mine}");
+    // A new label through the lease's own renew keeps the session mark.
+    for (d, op) in [(&plain, "op-1"), (&counted, "op-3")] {
+        let a = TestAttempt {
+            token: s.attempt.token.clone(),
+            op: op.to_owned(),
+        };
+        let rb = app
+            .http
+            .patch(format!("{}/leases/{P}/{d}", app.base))
+            .header("Lease-Owner-Token", &a.token)
+            .header("Lease-Operation-Id", &a.op)
+            .json(&json!({"ttlMs": 20_000, "holder": "relabelled"}));
+        let r = send(rb).await;
+        assert_eq!(r.outcome(), "renewed", "{:?}", r.body);
+        assert_eq!(r.body["lease"]["holder"], "relabelled");
+        let v = app.inspect(P, d, None).await;
+        assert_eq!(
+            v.body["permits"][0]["session"],
+            s.id.as_str(),
+            "{:?}",
+            v.body
+        );
+        assert_eq!(v.body["permits"][0]["holder"], "relabelled");
+    }
+    // The session still renews them (the light path reads the marked slot).
+    let renewed = renew(&app, &s, &json!({})).await;
+    assert_eq!(renewed.body["lost"], json!([]), "{:?}", renewed.body);
+    assert_eq!(end(&app, &s).await.body["released"], 3);
+    app.shutdown().await;
+}
+
+/// A session renew of 120 leases on one Redis is a handful of script runs
+/// (the record, a page of its leases, and the light renew in batches of
+/// 100), not one per lease; and every key a session writes expires, the
+/// list of an ended session's leases at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_renew_is_batched_and_its_keys_expire() {
+    let server = common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let s = session(&app, 30_000).await;
+    let ds: Vec<String> = (0..120).map(|_| digest()).collect();
+    for (i, d) in ds.iter().enumerate() {
+        let body = if i % 10 == 0 {
+            json!({"limit": 3})
+        } else {
+            json!({})
+        };
+        let r = take(&app, &s, d, &format!("op-{i}"), &body).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    }
+    // A first renew loads the scripts (NOSCRIPT, then the retry).
+    renew(&app, &s, &json!({})).await;
+    // Every command Redis runs is logged (SLOWLOG, no threshold): each
+    // script run shows as its EVALSHA with the script's SHA.
+    server.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cli(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    server.cli(&["SLOWLOG", "RESET"]);
+    let r = renew(&app, &s, &json!({"ttlMs": 40_000})).await;
+    assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    let log = server.cli(&["SLOWLOG", "GET", "100000"]);
+    let runs = |source: &str| {
+        let sha = ::redis::Script::new(source).get_hash().to_owned();
+        log.lines().filter(|l| l.trim() == sha).count()
+    };
+    use leasehold::store::redis::lua;
+    // One light run per 100 leases, none of renew.lua's (each lease's own).
+    assert_eq!(runs(lua::SESSION_RENEW.assembled), 2, "{log}");
+    assert_eq!(runs(lua::RENEW.assembled), 0);
+    assert_eq!(
+        runs(lua::SESSION.assembled),
+        2,
+        "the record's renew and one page"
+    );
+    server.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"]);
+    for d in [&ds[0], &ds[1], &ds[119]] {
+        let left = app.inspect(P, d, None).await.body["remainingMs"]
+            .as_u64()
+            .expect("remainingMs");
+        assert!(left > 30_000, "{d}: {left}");
+    }
+    let (record, leases) = (
+        format!("{}:session:v2:{{{}}}", app.namespace, s.id),
+        format!("{}:sessleases:v2:{{{}}}", app.namespace, s.id),
+    );
+    for key in [&record, &leases] {
+        let pttl: i64 = server.cli(&["PTTL", key]).trim().parse().expect("PTTL");
+        // Its expiry (40 s) plus the time it is kept to say why it went.
+        assert!(pttl > 40_000 && pttl <= 40_000 + 60_000, "{key}: {pttl}");
+    }
+    assert_eq!(end(&app, &s).await.body["released"], 120);
+    assert_eq!(server.cli(&["EXISTS", &leases]).trim(), "0");
+    let pttl: i64 = server.cli(&["PTTL", &record]).trim().parse().expect("PTTL");
+    assert!(
+        pttl > 0 && pttl <= 60_000,
+        "an ended session's record: {pttl}"
+    );
+    let keys = server.cli(&["--scan", "--pattern", &format!("{}:*", app.namespace)]);
+    for key in keys.lines().filter(|k| !k.is_empty()) {
+        let pttl: i64 = server.cli(&["PTTL", key]).trim().parse().expect("PTTL");
+        assert_ne!(pttl, -1, "{key} has no TTL");
+    }
+    app.shutdown().await;
+}
+
+/// An instance that stops cleanly ends its keep-alive streams without
+/// ending their sessions: the client keeps the session alive elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_instance_leaves_its_streams_sessions_alive() {
+    let server = common::redis::RedisServer::start();
+    let backend = Backend::Redis(server.url());
+    let namespace = common::app::unique("t");
+    let first = TestApp::spawn_with(args(&backend, &["--namespace", &namespace])).await;
+    let other = TestApp::spawn_with(args(&backend, &["--namespace", &namespace])).await;
+    let s = session(&first, 30_000).await;
+    let d = digest();
+    take(&first, &s, &d, "op-1", &json!({})).await;
+    let mut stream = keepalive(&first, &s, "").await;
+    let mut buf = String::new();
+    assert_eq!(next_event(&mut stream, &mut buf).await.0, "renewed");
+    first.shutdown().await;
+    // The stream ended without `lost`.
+    let rest = tokio::time::timeout(std::time::Duration::from_secs(10), stream.text())
+        .await
+        .expect("the stream ends with the instance")
+        .unwrap_or_default();
+    assert!(
+        !(buf + &rest).contains("event: lost"),
+        "lost sent at a clean stop"
+    );
+    let renewed = renew(&other, &s, &json!({})).await;
+    assert_eq!(renewed.outcome(), "renewed", "{:?}", renewed.body);
+    assert_eq!(other.inspect(P, &d, None).await.body["held"], true);
+    other.shutdown().await;
+}
+
+/// On a Redis Cluster a session's leases live in many slots: a renew
+/// renews each in its own slot (no script reads another slot's key) and an
+/// end releases them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_spans_the_slots_of_a_cluster() {
+    let cluster = common::redis::RedisCluster::start(3, 0);
+    let seeds = cluster.seed_urls()[0].clone();
+    let app = TestApp::spawn_with(args(&Backend::Memory, &["--redis-cluster-nodes", &seeds])).await;
+    let s = session(&app, 20_000).await;
+    let ds: Vec<String> = (0..40).map(|_| digest()).collect();
+    for (i, d) in ds.iter().enumerate() {
+        let body = if i % 8 == 0 {
+            json!({"mode": "shared"})
+        } else {
+            json!({})
+        };
+        let r = take(&app, &s, d, &format!("op-{i}"), &body).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    }
+    // The leases are on every master.
+    for master in cluster.masters() {
+        let keys = master.cli(&["KEYS", &format!("{}:lease:v2:*", app.namespace)]);
+        assert!(keys.lines().any(|l| !l.is_empty()), "a master with none");
+    }
+    let r = renew(&app, &s, &json!({"ttlMs": 60_000})).await;
+    assert_eq!(r.outcome(), "renewed", "{:?}", r.body);
+    assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    for d in &ds {
+        let left = app.inspect(P, d, None).await.body["remainingMs"]
+            .as_u64()
+            .expect("remainingMs");
+        assert!(left > 20_000, "{d}: {left}");
+    }
+    let ended = end(&app, &s).await;
+    assert_eq!(ended.body["released"], 40, "{:?}", ended.body);
+    for d in &ds {
+        assert_eq!(app.inspect(P, d, None).await.body["held"], false);
+    }
     app.shutdown().await;
 }

@@ -1064,6 +1064,60 @@ async fn acl_rules_from_the_docs_are_enough() {
         listed.iter().any(|l| l["digest"] == held.as_str()),
         "{listed:?}"
     );
+    // Sessions (lua/session.lua, lua/session_renew.lua): make, attach a
+    // plain and a counted lease, renew (the light path), end.
+    let owner = app.attempt().await;
+    let made = app
+        .http
+        .post(format!("{}/sessions", app.base))
+        .header("Lease-Owner-Token", &owner.token)
+        .header("Lease-Operation-Id", &owner.op)
+        .json(&serde_json::json!({"ttlMs": 30_000}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let made: serde_json::Value = made.json().await.expect("JSON");
+    let id = made["session"]["id"].as_str().expect("id").to_owned();
+    for (i, body) in [serde_json::json!({}), serde_json::json!({"limit": 2})]
+        .iter()
+        .enumerate()
+    {
+        let r = app
+            .http
+            .put(format!(
+                "{}/sessions/{id}/leases/{P}/{}",
+                app.base,
+                digest()
+            ))
+            .header("Lease-Owner-Token", &owner.token)
+            .header("Lease-Operation-Id", format!("op-{i}"))
+            .json(body)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    let renewed = app
+        .http
+        .patch(format!("{}/sessions/{id}", app.base))
+        .header("Lease-Owner-Token", &owner.token)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .expect("send");
+    let renewed: serde_json::Value = renewed.json().await.expect("JSON");
+    assert_eq!(renewed["outcome"], "renewed", "{renewed}");
+    assert_eq!(renewed["lost"], serde_json::json!([]));
+    let ended = app
+        .http
+        .delete(format!("{}/sessions/{id}", app.base))
+        .header("Lease-Owner-Token", &owner.token)
+        .send()
+        .await
+        .expect("send");
+    let ended: serde_json::Value = ended.json().await.expect("JSON");
+    assert_eq!(ended["released"], 2, "{ended}");
     // Nothing outside the namespace, no admin commands.
     let denied = server.cli_as("leasehold", &password, &["GET", "other:key"]);
     assert!(denied.is_err_and(|e| e.contains("NOPERM")));

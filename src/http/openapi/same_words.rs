@@ -154,6 +154,11 @@ fn answers() -> Vec<(ProblemType, bool, Response)> {
             respond_one(&crate::domain::SessionOutcome::NotOwner),
         ),
         (
+            P::OwnerOperationConflict,
+            false,
+            respond_one(&crate::domain::SessionOutcome::OwnerOperationConflict),
+        ),
+        (
             P::Unavailable,
             true,
             respond_one(&Failure::Unavailable { retry_after_ms: 50 }),

@@ -210,6 +210,9 @@ fn permit(holder: Option<&str>) -> crate::domain::PermitView {
         max_hold_ms: None,
         hold_ends_at: None,
         lock_delay_ms: None,
+        session: holder.and_then(|_| {
+            crate::domain::SessionId::parse("s1.0123456789abcdef0123456789abcdef").ok()
+        }),
     }
 }
 
@@ -429,6 +432,7 @@ async fn every_outcome_conforms_to_its_documented_response() {
                         })
                         .to_vec()
                 }),
+                session: None,
             }],
             next_cursor: next.map(str::to_owned),
         })

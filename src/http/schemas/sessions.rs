@@ -7,10 +7,12 @@ use utoipa::ToSchema;
 
 use super::answers::{
     example, example_with, problem, LostTag, NotOwnerTag, OwnerOperationConflictProblem,
-    SessionFullTag,
+    OwnerOperationConflictTag, SessionFullTag,
 };
 use super::{ContendedProblem, LimitMismatchProblem};
-use crate::http::problem_table::{ProblemType, LOST_SESSION_ENDED, SESSION_NOT_OWNER};
+use crate::http::problem_table::{
+    ProblemType, LOST_SESSION_ENDED, SESSION_NOT_OWNER, SESSION_OTHER_OPERATION,
+};
 
 /// `reason` of a session's 404 `lost`.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -52,18 +54,11 @@ problem! {
     }
 }
 
-/// The 409 answers of `createSession`.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-#[schema(discriminator(property_name = "outcome", mapping(
-    ("owner_operation_conflict" = "#/components/schemas/OwnerOperationConflictProblem"),
-    ("not_owner" = "#/components/schemas/SessionNotOwnerProblem"),
-)))]
-pub enum SessionCreateConflict {
-    /// `owner_operation_conflict`.
-    OwnerOperationConflict(OwnerOperationConflictProblem),
-    /// `not_owner`.
-    NotOwner(SessionNotOwnerProblem),
+problem! {
+    /// `owner_operation_conflict` (409): the owner token made a live
+    /// session for another operation id; nothing was made.
+    #[schema(example = json!(example_with(ProblemType::OwnerOperationConflict, SESSION_OTHER_OPERATION, 409, json!({}))))]
+    SessionCreateConflict, OwnerOperationConflictTag, 409 ..= 409 {}
 }
 
 /// The 409 answers of an acquire on a session.

@@ -31,6 +31,8 @@ pub(super) struct Permit {
     pub(super) claimed: bool,
     /// Its expiry is in the history already (written once).
     pub(super) noted: bool,
+    /// The session it is on.
+    pub(super) session: Option<crate::domain::SessionId>,
 }
 
 /// Equal, in time independent of where two owner tokens differ (the token
@@ -81,6 +83,7 @@ impl Permit {
             holder: self.holder.clone(),
             max_hold_ms: self.max_hold_ms,
             lock_delay_ms: Some(u64::try_from(self.lock_delay.as_millis()).unwrap_or(u64::MAX)),
+            session: self.session.clone(),
         }
     }
 }

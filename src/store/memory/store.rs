@@ -228,6 +228,7 @@ impl MemoryStore {
             max_hold_ms: spec.max_hold_ms,
             claimed: false,
             noted: false,
+            session: spec.session.cloned(),
         };
         let record = StoreLease {
             remaining_ms: spec.ttl.ms(),
@@ -341,14 +342,6 @@ impl MemoryStore {
         Ok(answer)
     }
 
-    pub(in crate::store) async fn release(
-        &self,
-        resource: &ResourceId,
-        attempt: &Attempt,
-    ) -> Result<StoreRelease, StoreError> {
-        self.release_as(resource, attempt, false).await
-    }
-
     /// The clean-up release of an acquisition whose waiter left: true when
     /// the permit went, false when it was claimed or renewed since.
     pub(in crate::store) async fn release_abandoned(
@@ -357,16 +350,18 @@ impl MemoryStore {
         attempt: &Attempt,
     ) -> Result<bool, StoreError> {
         Ok(matches!(
-            self.release_as(resource, attempt, true).await?,
+            self.release_as(resource, attempt, true, HistoryEvent::Released)
+                .await?,
             StoreRelease::Released { .. }
         ))
     }
 
-    async fn release_as(
+    pub(in crate::store) async fn release_as(
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
         abandoned: bool,
+        event: HistoryEvent,
     ) -> Result<StoreRelease, StoreError> {
         let key = resource.tag();
         let now = Instant::now();
@@ -383,7 +378,7 @@ impl MemoryStore {
                         let goes = p.is(attempt) && p.live(now) && !(abandoned && p.claimed);
                         if goes {
                             acquired_at = Some(p.acquired_at);
-                            gone = Some(of(p, HistoryEvent::Released, wall_ms(), ""));
+                            gone = Some(of(p, event.clone(), wall_ms(), ""));
                         }
                         !goes
                     });

@@ -175,9 +175,39 @@ fn roster_size(_: &Layout, _: u64) -> u64 {
 fn no_bound(_: &Layout, _: u64) -> u64 {
     u64::MAX
 }
+fn session_ttl(l: &Layout) -> u64 {
+    // Its expiry (at most the largest TTL ahead) plus the time it is kept
+    // to say why it is gone (its TTL, at least a minute, at most an hour).
+    l.max_ttl_ms + l.max_ttl_ms.clamp(60_000, 3_600_000)
+}
+fn session_fields(_: &Layout, _: u64) -> u64 {
+    7
+}
+fn session_leases(_: &Layout, _: u64) -> u64 {
+    SESSION_MAX_LEASES
+}
+
+/// `LEASEHOLD_SESSION_MAX_LEASES`' default.
+const SESSION_MAX_LEASES: u64 = 10_000;
 
 /// Every kind of key the service writes (docs/storage.md "Keys").
 pub const KINDS: &[Kind] = &[
+    Kind {
+        name: "session",
+        ttl_ms: session_ttl,
+        size: session_fields,
+        counts: "fields",
+        // Kept a minute at least past its end, to say why it is gone.
+        long_lived: true,
+    },
+    Kind {
+        name: "sessleases",
+        ttl_ms: session_ttl,
+        size: session_leases,
+        counts: "members",
+        // Kept a minute at least past its end, to say why it is gone.
+        long_lived: true,
+    },
     Kind {
         name: "lease",
         ttl_ms: lease_ttl,

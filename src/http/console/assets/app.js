@@ -959,6 +959,9 @@
     fact(dl, 'renewed', when(i.renewedAt, ago));
     fact(dl, 'hold ends', bound ? when(bound.at, ahead) : 'no bound');
     fact(dl, 'max hold', bound && bound.max ? dur(bound.max) : 'none');
+    // A lease on a session (docs/sessions.md) ends when its session does.
+    const sessions = [...new Set((i.permits || []).map((p) => p.session).filter(Boolean))];
+    fact(dl, 'session', sessions.length ? sessions.join(', ') + ' (ends with it)' : 'none');
     // A running lock-delay (after an expiry), or the one a held permit's
     // expiry would start (a release or a break starts none).
     const delay = i.lockDelayRemainingMs;

@@ -10,7 +10,7 @@ use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
 use super::decode::{
-    ended_holds, int, label, non_negative, store_time, token_of, HOLD_MARK, STATUS,
+    ended_holds, int, label, non_negative, store_time, token_of, HOLD_MARK, SESSION_MARK, STATUS,
 };
 use crate::domain::{Attempt, HolderLabel, ResourceId};
 use crate::store::{
@@ -104,9 +104,11 @@ fn shape_arg(spec: &AcquireSpec<'_>) -> String {
 /// and every reader takes it off the label).
 pub(super) fn holder_arg<'a>(spec: &AcquireSpec<'a>) -> std::borrow::Cow<'a, str> {
     let label = spec.holder.map_or("", HolderLabel::as_str);
-    match spec.max_hold_ms {
-        None => label.into(),
-        Some(ms) => format!("{HOLD_MARK}{ms}|{label}").into(),
+    match (spec.max_hold_ms, spec.session) {
+        (None, None) => label.into(),
+        (Some(ms), None) => format!("{HOLD_MARK}{ms}|{label}").into(),
+        (None, Some(id)) => format!("{SESSION_MARK}{id}|{label}").into(),
+        (Some(ms), Some(id)) => format!("{HOLD_MARK}{ms}|{SESSION_MARK}{id}|{label}").into(),
     }
 }
 
@@ -163,7 +165,7 @@ fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire
         }
         2 => {
             use at::replayed::*;
-            let (holder, max_hold_ms) = label(items, HOLDER)?;
+            let (holder, max_hold_ms, session) = label(items, HOLDER)?;
             let lease = StoreLease {
                 fencing_token: token_of(int(items, FENCE)?)?,
                 remaining_ms: non_negative(int(items, REMAINING)?).unwrap_or(0),
@@ -173,6 +175,7 @@ fn decode(items: &[redis::Value], spec: &AcquireSpec<'_>) -> Result<StoreAcquire
                 holder,
                 max_hold_ms,
                 lock_delay_ms: None,
+                session,
             };
             // A grant whose message this instance missed: the waiter's
             // acquisition, not a replay of an earlier one.

@@ -5,7 +5,7 @@
 use redis::Value;
 
 use super::super::reply::bad_reply;
-use crate::domain::{HolderLabel, StoreTime};
+use crate::domain::{HolderLabel, SessionId, StoreTime};
 use crate::store::{EndedEarly, EndedHold, HoldEnd, StoreError};
 
 /// Every answer's first item: the script's status.
@@ -48,10 +48,14 @@ pub fn ended(items: &[Value]) -> Result<EndedEarly, StoreError> {
 /// docs/decisions/storage-v2.md, "Bounded holds").
 pub const HOLD_MARK: char = '\u{1e}';
 
-/// A permit's holder slot as the scripts store it: the label, and the hold
-/// bound in ms when the slot starts with [`HOLD_MARK`]. `None` when it is
-/// not what the service writes.
-pub fn holder_slot(slot: &str) -> Option<(Option<HolderLabel>, Option<u64>)> {
+/// The mark of a permit taken on a session (docs/design.md §18): after the
+/// hold bound's, if any, `"\x1d<session id>|"` before the label.
+pub const SESSION_MARK: char = '\u{1d}';
+
+/// A permit's holder slot as the scripts store it: the label, the hold
+/// bound in ms when the slot starts with [`HOLD_MARK`], and the session
+/// after a [`SESSION_MARK`]. `None` when it is not what the service writes.
+pub fn holder_slot(slot: &str) -> Option<Slot> {
     let (label, max_hold_ms) = match slot.strip_prefix(HOLD_MARK) {
         Some(rest) => {
             let (ms, label) = rest.split_once('|')?;
@@ -59,13 +63,23 @@ pub fn holder_slot(slot: &str) -> Option<(Option<HolderLabel>, Option<u64>)> {
         }
         None => (slot, None),
     };
+    let (label, session) = match label.strip_prefix(SESSION_MARK) {
+        Some(rest) => {
+            let (id, label) = rest.split_once('|')?;
+            (label, Some(SessionId::parse(id).ok()?))
+        }
+        None => (label, None),
+    };
     if label.is_empty() {
-        return Some((None, max_hold_ms));
+        return Some((None, max_hold_ms, session));
     }
     HolderLabel::parse(label)
         .ok()
-        .map(|label| (Some(label), max_hold_ms))
+        .map(|label| (Some(label), max_hold_ms, session))
 }
+
+/// A holder slot read: the label, the hold bound, the session.
+pub type Slot = (Option<HolderLabel>, Option<u64>, Option<SessionId>);
 
 /// The hold times a script appends after an answer's own `fixed` items
 /// (acquire.lua and release.lua: the expiries it wrote; break.lua: the
@@ -110,7 +124,7 @@ pub fn token_of(v: i64) -> Result<u64, StoreError> {
 /// The holder slot at `items[at]` ([`holder_slot`]): the label (`''` is
 /// none) and the hold bound; anything the service could not have written
 /// is a bad reply.
-pub fn label(items: &[Value], at: usize) -> Result<(Option<HolderLabel>, Option<u64>), StoreError> {
+pub fn label(items: &[Value], at: usize) -> Result<Slot, StoreError> {
     holder_slot(text(items, at)?).ok_or_else(bad_reply)
 }
 
@@ -123,7 +137,23 @@ mod tests {
     }
 
     fn shown(slot: &str) -> Result<(Option<String>, Option<u64>), StoreError> {
-        label(&[bulk(slot)], 0).map(|(l, b)| (l.map(|l| l.as_str().to_owned()), b))
+        label(&[bulk(slot)], 0).map(|(l, b, _)| (l.map(|l| l.as_str().to_owned()), b))
+    }
+
+    #[test]
+    fn a_session_is_read_off_the_slot_after_a_hold_bound() {
+        let id = "s1.0123456789abcdef0123456789abcdef";
+        let read = |slot: &str| label(&[bulk(slot)], 0);
+        let (l, b, s) = read(&format!("\u{1d}{id}|pod")).expect("slot");
+        assert_eq!(
+            (l.map(|l| l.as_str().to_owned()), b),
+            (Some("pod".to_owned()), None)
+        );
+        assert_eq!(s.map(|s| s.as_str().to_owned()), Some(id.to_owned()));
+        let (l, b, s) = read(&format!("\u{1e}500|\u{1d}{id}|")).expect("slot");
+        assert_eq!((l, b, s.is_some()), (None, Some(500), true));
+        assert!(read("\u{1d}s1.nope|pod").is_err());
+        assert!(read(&format!("\u{1d}{id}")).is_err());
     }
 
     #[test]

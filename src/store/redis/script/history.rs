@@ -56,6 +56,7 @@ pub(in crate::store) fn parse_entry(text: &str) -> Option<HistoryEntry> {
     let (event, noticed, holder) = match kind {
         "a" => (HistoryEvent::Acquired, false, rest),
         "r" => (HistoryEvent::Released, false, rest),
+        "e" => (HistoryEvent::SessionEnded, false, rest),
         "x" => (HistoryEvent::Expired, false, rest),
         "X" => (HistoryEvent::Expired, true, rest),
         "h" => (HistoryEvent::HolderChanged, false, rest),
@@ -80,7 +81,7 @@ pub(in crate::store) fn parse_entry(text: &str) -> Option<HistoryEntry> {
         _ => return None,
     };
     // The permit's label slot, a hold bound's mark and all.
-    let (holder, _max_hold_ms) = holder_slot(holder)?;
+    let (holder, _max_hold_ms, _session) = holder_slot(holder)?;
     Some(HistoryEntry {
         event,
         at,

@@ -88,7 +88,7 @@ fn permit_at(items: &[Value], at: usize) -> Result<StoreLease, StoreError> {
     use permit::*;
     let [remaining, fence, acquired, renewed, granted] =
         [REMAINING, FENCE, ACQUIRED_AT, RENEWED_AT, TTL_MS].map(|p| int(items, at + p));
-    let (holder, max_hold_ms) = label(items, at + HOLDER)?;
+    let (holder, max_hold_ms, session) = label(items, at + HOLDER)?;
     Ok(StoreLease {
         fencing_token: token_of(fence?)?,
         remaining_ms: non_negative(remaining?).unwrap_or(0),
@@ -98,6 +98,7 @@ fn permit_at(items: &[Value], at: usize) -> Result<StoreLease, StoreError> {
         holder,
         max_hold_ms,
         lock_delay_ms: non_negative(int(items, at + LOCK_DELAY_MS)?),
+        session,
     })
 }
 

@@ -30,6 +30,9 @@ enum Mode {
     /// `'a'`: the clean-up of an acquisition whose waiter left before
     /// hearing of it; the permit goes only if nobody was told it is held.
     Abandoned,
+    /// `'s'`: the caller's release because its session ended (the history
+    /// entry says so).
+    SessionEnded,
 }
 
 impl Mode {
@@ -37,6 +40,7 @@ impl Mode {
         match self {
             Mode::Caller => "",
             Mode::Abandoned => "a",
+            Mode::SessionEnded => "s",
         }
     }
 }
@@ -146,8 +150,14 @@ impl RedisStore {
         &self,
         resource: &ResourceId,
         attempt: &Attempt,
+        session_ended: bool,
     ) -> Result<Replicated<StoreRelease>, StoreError> {
-        let done = self.release_as(resource, attempt, Mode::Caller).await?;
+        let mode = if session_ended {
+            Mode::SessionEnded
+        } else {
+            Mode::Caller
+        };
+        let done = self.release_as(resource, attempt, mode).await?;
         let value = decode(&done.value)?;
         // The expiries the run wrote follow the answer's own items.
         let fixed = match value {

@@ -91,7 +91,7 @@ fn decode(items: &[redis::Value], ttl: Ttl) -> Result<StoreRenew, StoreError> {
             let granted = non_negative(int(items, TTL_GRANTED)?)
                 .filter(|ms| (1..=ttl.ms()).contains(ms))
                 .ok_or_else(bad_reply)?;
-            let (holder, max_hold_ms) = label(items, HOLDER)?;
+            let (holder, max_hold_ms, session) = label(items, HOLDER)?;
             StoreRenew::Renewed(StoreLease {
                 fencing_token: token_of(int(items, FENCE)?)?,
                 remaining_ms: granted,
@@ -101,6 +101,7 @@ fn decode(items: &[redis::Value], ttl: Ttl) -> Result<StoreRenew, StoreError> {
                 holder,
                 max_hold_ms,
                 lock_delay_ms: None,
+                session,
             })
         }
         0 => StoreRenew::Absent,

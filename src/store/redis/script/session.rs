@@ -92,8 +92,9 @@ fn decode(items: &[Value], call: &SessionCall<'_>) -> Result<SessionFound, Store
 
 impl RedisStore {
     fn session_key_pair(&self, id: &SessionId) -> [String; 2] {
-        let record = format!("{}:session:v1:{{{}}}", self.namespace, id.as_str());
-        let leases = format!("{record}:l");
+        let (ns, id) = (&self.namespace, id.as_str());
+        let record = format!("{ns}:session:v2:{{{id}}}");
+        let leases = format!("{ns}:sessleases:v2:{{{id}}}");
         [record, leases]
     }
 

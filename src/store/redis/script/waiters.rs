@@ -84,7 +84,7 @@ fn decode(items: &[Value]) -> Result<QueueRead, StoreError> {
     for i in (at::LEN..instances_at).step_by(at::WAITER) {
         let (mode, instance) = member_parts(text(items, i)?).ok_or_else(bad_reply)?;
         let micros: f64 = text(items, i + 1)?.parse().map_err(|_| bad_reply())?;
-        let (holder, _max_hold) = label(items, i + 2)?;
+        let (holder, _max_hold, _session) = label(items, i + 2)?;
         entries.push(QueueEntry {
             instance: instance.to_owned(),
             mode,
