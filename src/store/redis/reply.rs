@@ -173,7 +173,10 @@ pub fn open(reply: Value, nonce: &Nonce) -> Result<Opened, ()> {
             let Value::BulkString(packed) = items.remove(0) else {
                 return Err(());
             };
-            let mut head = unpack(&packed).ok_or(())?;
+            // One allocation: the words and the items after them.
+            let words = packed.iter().filter(|&&b| b == b' ').count() + 1;
+            let mut head = Vec::with_capacity(words + items.len());
+            unpack_into(&packed, &mut head).ok_or(())?;
             head.append(&mut items);
             head
         }
@@ -202,6 +205,12 @@ pub fn open(reply: Value, nonce: &Nonce) -> Result<Opened, ()> {
 /// about 1 500 instructions, now about 1 100.
 fn unpack(packed: &[u8]) -> Option<Vec<Value>> {
     let mut items = Vec::with_capacity(4);
+    unpack_into(packed, &mut items)?;
+    Some(items)
+}
+
+/// [`unpack`] into `items`.
+fn unpack_into(packed: &[u8], items: &mut Vec<Value>) -> Option<()> {
     let (mut n, mut digits, mut negative) = (0i64, 0usize, false);
     // A space after the last word ends it as the others are ended.
     for &b in packed.iter().chain(std::iter::once(&b' ')) {
@@ -218,7 +227,7 @@ fn unpack(packed: &[u8]) -> Option<Vec<Value>> {
             _ => return None,
         }
     }
-    Some(items)
+    Some(())
 }
 
 /// Most digits of a packed integer: 18 cannot overflow an `i64`, and no

@@ -259,7 +259,7 @@ impl RedisStore {
             && spec.shape.is_plain_undelayed()
             && !self.waiters.waits_on(&tag)
         {
-            self.plain_acquire(resource, attempt, &ttl_ms, &holder)
+            self.plain_acquire(resource, &tag, attempt, &ttl_ms, &holder)
                 .await?
         } else {
             None

@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 use super::super::call::Executed;
 use super::super::evalsha::{values, Named, Script};
-use super::super::keys::KeyBuf;
+use super::super::keys::{KeyBuf, PERMIT_FIELD};
 use super::super::lua;
 use super::super::reply::bad_reply;
 use super::super::store::RedisStore;
@@ -37,16 +37,6 @@ const WAITS_FOR_REPLICAS: bool = true;
 fn keys3<'a>(k: &[&'a str; 3]) -> Named<'a, 3> {
     let [record, seq, hist] = k;
     [("record", *record), ("sequence", *seq), ("history", *hist)]
-}
-
-/// The permit field of `attempt`: `p:<owner token>:<operation id>`.
-fn field(attempt: &Attempt) -> String {
-    let (owner, op) = (attempt.owner_token.expose(), attempt.operation_id.as_str());
-    let mut f = String::with_capacity(owner.len() + op.len() + 3);
-    for part in ["p:", owner, ":", op] {
-        f.push_str(part);
-    }
-    f
 }
 
 /// plain_acquire.lua's `ARGV` (the nonce, last, is added per call).
@@ -123,30 +113,36 @@ fn answered(done: Executed) -> Result<Option<Replicated<Vec<redis::Value>>>, Sto
 impl RedisStore {
     /// plain_acquire.lua for `attempt`: a plain lease asked by a caller
     /// not queued. Answers as acquire.lua, or `None`.
+    /// `tag` is `resource.tag()`.
     pub(super) async fn plain_acquire(
         &self,
         resource: &ResourceId,
+        tag: &str,
         attempt: &Attempt,
         ttl_ms: &str,
         holder_label: &str,
     ) -> Result<Option<Replicated<Vec<redis::Value>>>, StoreError> {
-        let tag = resource.tag();
-        let permit_field = field(attempt);
+        // The keys and the permit field in one allocation.
+        let buf = KeyBuf::new(
+            &self.namespace,
+            resource,
+            ["lease", "seq", "hist", PERMIT_FIELD],
+            Some(attempt),
+        );
+        let [record, seq, hist, permit_field] = buf.get();
         let args = AcquireArgs {
-            permit_field: &permit_field,
+            permit_field,
             ttl_ms,
             holder_label,
             history_length: &self.history_args[0],
             history_ttl_ms: &self.history_args[1],
             purpose_watched: self.purpose_watched_arg(resource),
         };
-        let buf = KeyBuf::new(&self.namespace, resource, ["lease", "seq", "hist"], None);
-        let all = buf.get();
         let done = self
             .run_on_record(
                 &ACQUIRE,
-                &values(&keys3(&all)),
-                &tag,
+                &values(&keys3(&[record, seq, hist])),
+                tag,
                 &values(&args.named()),
                 WAITS_FOR_REPLICAS,
             )
@@ -156,24 +152,30 @@ impl RedisStore {
 
     /// plain_renew.lua for `attempt`, keeping its label. Answers as
     /// renew.lua, or `None`.
+    /// `tag` is `resource.tag()`.
     pub(super) async fn plain_renew(
         &self,
         resource: &ResourceId,
+        tag: &str,
         attempt: &Attempt,
         ttl_ms: &str,
     ) -> Result<Option<Replicated<Vec<redis::Value>>>, StoreError> {
-        let tag = resource.tag();
-        let permit_field = field(attempt);
+        let buf = KeyBuf::new(
+            &self.namespace,
+            resource,
+            ["lease", PERMIT_FIELD],
+            Some(attempt),
+        );
+        let [record, permit_field] = buf.get();
         let args = RenewArgs {
-            permit_field: &permit_field,
+            permit_field,
             ttl_ms,
         };
-        let buf = KeyBuf::new(&self.namespace, resource, ["lease"], None);
         let mut done = self
             .run_on_record(
                 &RENEW,
-                &buf.get(),
-                &tag,
+                &[record],
+                tag,
                 &values(&args.named()),
                 WAITS_FOR_REPLICAS,
             )
@@ -198,20 +200,24 @@ impl RedisStore {
         tag: &str,
         attempt: &Attempt,
     ) -> Result<Option<Replicated<Vec<redis::Value>>>, StoreError> {
-        let permit_field = field(attempt);
+        let buf = KeyBuf::new(
+            &self.namespace,
+            resource,
+            ["lease", "seq", "hist", PERMIT_FIELD],
+            Some(attempt),
+        );
+        let [record, seq, hist, permit_field] = buf.get();
         let args = ReleaseArgs {
-            permit_field: &permit_field,
+            permit_field,
             event_channel: &self.wake_channel,
             resource_tag: tag,
             history_length: &self.history_args[0],
             history_ttl_ms: &self.history_args[1],
         };
-        let buf = KeyBuf::new(&self.namespace, resource, ["lease", "seq", "hist"], None);
-        let all = buf.get();
         let done = self
             .run_on_record(
                 &RELEASE,
-                &values(&keys3(&all)),
+                &values(&keys3(&[record, seq, hist])),
                 tag,
                 &values(&args.named()),
                 WAITS_FOR_REPLICAS,

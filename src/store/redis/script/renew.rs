@@ -139,7 +139,7 @@ impl RedisStore {
         // A renew that keeps the label: the slim script first
         // (lua/plain_renew.lua), this one when it says so.
         if holder.is_none() {
-            if let Some(done) = self.plain_renew(resource, attempt, &ttl_ms).await? {
+            if let Some(done) = self.plain_renew(resource, &tag, attempt, &ttl_ms).await? {
                 return Ok(Replicated {
                     value: decode(&done.value, ttl)?,
                     replication: done.replication,
