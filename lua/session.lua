@@ -11,10 +11,12 @@
 -- ARGV[1] op: 'create', 'renew', 'attach', 'detach', 'end', 'get', 'page'
 --   or 'forget' (delete the set of leases, once ended ones are released)
 -- ARGV[2] operation id (create), member (attach, detach) or offset (page)
--- ARGV[3] ttl ms (create, renew), the most leases (attach) or page size (page)
+-- ARGV[3] ttl ms (create, renew; '' on a renew: the session's own), the most
+--   leases (attach) or page size (page)
 -- ARGV[4] holder label (create; '' none)
 -- ARGV[5] keep ms: how long a session's record outlives its end or expiry,
---   so that a late caller hears why it is gone (at most an hour)
+--   so that a late caller hears why it is gone (at most an hour; '' on a
+--   renew: its TTL, at least a minute, at most an hour)
 -- ARGV[6] nonce; every reply starts with tag(status) = nonce * 16 + status + 9
 -- (see acquire.lua).
 -- Returns {tag(status), now, o, h, t, c, r, e, leases} for statuses 1 (live;
@@ -95,8 +97,10 @@ if op == 'create' then
   end
   return {tag + 3}
 elseif op == 'renew' then
-  local ttl = tonumber(ARGV[3])
-  rec.t, rec.r, rec.e = ARGV[3], string.format('%d', now), string.format('%d', now + ttl)
+  local ttl_text = ARGV[3] ~= '' and ARGV[3] or rec.t
+  local ttl = tonumber(ttl_text)
+  keep = keep or math.min(math.max(ttl, 60000), 3600000)
+  rec.t, rec.r, rec.e = ttl_text, string.format('%d', now), string.format('%d', now + ttl)
   local done = redis.pcall('HSET', R, 't', rec.t, 'r', rec.r, 'e', rec.e)
   if type(done) == 'table' and done.err then
     return {tag - 9, done.err}

@@ -66,13 +66,13 @@ pub struct LockArgs {
 }
 
 /// The signals forwarded to the command.
-struct Signals {
+pub(super) struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    fn install() -> Result<Self, Exit> {
+    pub(super) fn install() -> Result<Self, Exit> {
         let install = |kind| {
             signal(kind)
                 .map_err(|e| Exit::new(EXIT_OSERR, format!("cannot install a signal handler: {e}")))
@@ -84,7 +84,7 @@ impl Signals {
     }
 
     /// The next SIGINT or SIGTERM.
-    async fn next(&mut self) -> Signal {
+    pub(super) async fn next(&mut self) -> Signal {
         tokio::select! {
             _ = self.interrupt.recv() => Signal::SIGINT,
             _ = self.terminate.recv() => Signal::SIGTERM,
@@ -120,13 +120,13 @@ pub(super) fn operation_id() -> Result<OperationId, Exit> {
 }
 
 /// 128 + N for a signal, as shells report it.
-fn signal_exit(signal: Signal) -> ExitCode {
+pub(super) fn signal_exit(signal: Signal) -> ExitCode {
     ExitCode::from(128u8.saturating_add(signal as u8))
 }
 
 /// The command's exit status as this process's: its code, or 128 + the
 /// signal that killed it.
-fn status_exit(status: ExitStatus) -> ExitCode {
+pub(super) fn status_exit(status: ExitStatus) -> ExitCode {
     match (status.code(), status.signal()) {
         (Some(code), _) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         (None, Some(sig)) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(255)),
@@ -338,7 +338,7 @@ async fn hold(
 }
 
 /// Sends `signal` to the command, if it still runs.
-fn send(pid: Option<Pid>, signal: Signal) {
+pub(super) fn send(pid: Option<Pid>, signal: Signal) {
     if let Some(pid) = pid {
         // ESRCH: it is gone already.
         let _ = kill(pid, signal);
@@ -346,7 +346,12 @@ fn send(pid: Option<Pid>, signal: Signal) {
 }
 
 /// SIGTERM, then SIGKILL after `grace`; returns once the command exited.
-async fn stop(child: &mut Child, pid: Option<Pid>, grace: Duration, signals: &mut Signals) {
+pub(super) async fn stop(
+    child: &mut Child,
+    pid: Option<Pid>,
+    grace: Duration,
+    signals: &mut Signals,
+) {
     send(pid, Signal::SIGTERM);
     let deadline = tokio::time::sleep(grace);
     tokio::pin!(deadline);
@@ -360,7 +365,7 @@ async fn stop(child: &mut Child, pid: Option<Pid>, grace: Duration, signals: &mu
         }
     }
     eprintln!(
-        "leasehold lock: the command did not exit within {} ms of SIGTERM; sending SIGKILL",
+        "leasehold: the command did not exit within {} ms of SIGTERM; sending SIGKILL",
         grace.as_millis()
     );
     let _ = child.start_kill();

@@ -1,5 +1,6 @@
 //! The operator's command line (feature `cli`): `leasehold lock` runs a
-//! command while holding a lease, `leasehold inspect` shows a lease,
+//! command while holding a lease, `leasehold session` one while holding
+//! several on one session, `leasehold inspect` shows a lease,
 //! `leasehold list` a purpose's leases, `leasehold history` a resource's
 //! changes, `leasehold watch` follows a lease;
 //! `leasehold acquire | renew | release` hold one across shell steps;
@@ -11,12 +12,12 @@
 //!
 //! | code | meaning |
 //! | --- | --- |
-//! | the command's | `lock`: the command ran and exited (killed by signal N: 128+N) |
+//! | the command's | `lock`, `session`: the command ran and exited (killed by signal N: 128+N) |
 //! | 1 | `break`: nothing to break (no live permit, or none with that token) |
 //! | 64 | bad usage or settings (flags, files, a request the service rejected) |
 //! | 69 | the service is unreachable or unavailable (refused, timed out, TLS not trusted, 503) |
 //! | 71 | an operating system error (signal handlers, randomness, waiting for the command) |
-//! | 75 | `lock`: not acquired within the wait, or the lease was lost while the command ran |
+//! | 75 | `lock`, `session`: not acquired within the wait, or the lease (a lease or the session) was lost while the command ran |
 //! | 77 | the service refused the API key (401/403) |
 
 mod common;
@@ -25,6 +26,7 @@ mod inspect;
 mod list;
 mod lock;
 mod operator;
+mod session;
 mod steps;
 mod watch;
 mod watch_purpose;
@@ -42,6 +44,7 @@ pub use self::inspect::InspectArgs;
 pub use self::list::ListArgs;
 pub use self::lock::LockArgs;
 pub use self::operator::BreakArgs;
+pub use self::session::{KeepAliveArg, SessionArgs};
 pub use self::steps::{AcquireArgs, ReleaseArgs, RenewArgs};
 pub use self::watch::WatchArgs;
 
@@ -58,6 +61,20 @@ pub enum ClientCommand {
     /// Exit codes: 64 bad usage, 69 service unreachable, 75 not acquired or
     /// lease lost, 77 API key refused.
     Lock(LockArgs),
+    /// Run a command while holding several leases on one session.
+    ///
+    /// Makes a session (--ttl), acquires --purpose/--resource for each
+    /// resource on it (waiting up to --wait in all), runs COMMAND while the
+    /// session lives (kept alive by its keep-alive stream: if this process
+    /// dies, the service frees every lease at once), ends the session when
+    /// COMMAND exits (releasing every lease) and exits with COMMAND's
+    /// status. COMMAND sees LEASEHOLD_SESSION, LEASEHOLD_PURPOSE, and
+    /// LEASEHOLD_DIGESTS and LEASEHOLD_FENCING_TOKENS (space-separated, in
+    /// --resource order). If the session or a lease is lost, COMMAND gets
+    /// SIGTERM, then SIGKILL after --kill-grace, and session exits 75.
+    /// Exit codes: 64 bad usage, 69 service unreachable, 75 not acquired or
+    /// lost, 77 API key refused.
+    Session(SessionArgs),
     /// Show whether a lease is held, its remaining time and fencing token.
     Inspect(InspectArgs),
     /// List every lease held on a purpose (all pages; each lease once).
@@ -109,6 +126,7 @@ impl ClientCommand {
         runtime.block_on(async move {
             match self {
                 Self::Lock(args) => lock::run(args).await,
+                Self::Session(args) => session::run(args).await,
                 Self::Inspect(args) => inspect::run(args).await,
                 Self::List(args) => list::run(args).await,
                 Self::History(args) => history::run(args).await,
@@ -128,6 +146,7 @@ pub fn is_client_command(name: &str) -> bool {
     matches!(
         name,
         "lock"
+            | "session"
             | "inspect"
             | "list"
             | "history"

@@ -176,6 +176,11 @@ impl Client {
         format!("{}/leases/{purpose}/events", self.inner.base)
     }
 
+    /// `<base>` and `path` (which starts with `/`).
+    pub(super) fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.inner.base)
+    }
+
     pub(super) fn lease_url(&self, resource: &ResourceId) -> String {
         format!(
             "{}/leases/{}/{}",
@@ -305,6 +310,7 @@ impl Client {
         Ok(Reply {
             status,
             wire: serde_json::from_slice(&bytes).ok(),
+            body: bytes,
         })
     }
 

@@ -224,6 +224,21 @@ impl Shared {
             .unwrap_or_else(|| core.valid_until())
     }
 
+    /// Applies a renewal made on this lease's behalf (by its session),
+    /// sent at `sent`: the same transitions as [`Shared::renew`]'s reply.
+    pub(super) fn settle_renew(&self, sent: Instant, reply: RenewReply) -> LeaseState {
+        let state = self.core().finish_renew(Instant::now(), sent, reply);
+        self.publish(state);
+        state
+    }
+
+    /// Applies the end of this lease's session as a release reply.
+    pub(super) fn settle_release(&self, reply: ReleaseReply) -> LeaseState {
+        let state = self.core().finish_release(Instant::now(), reply);
+        self.publish(state);
+        state
+    }
+
     pub(super) fn expired_locally(&self) -> bool {
         self.core().expired_locally()
     }
@@ -234,6 +249,10 @@ impl Shared {
 
     pub(super) fn resource(&self) -> &ResourceId {
         &self.resource
+    }
+
+    pub(super) fn attempt(&self) -> &Attempt {
+        &self.attempt
     }
 
     pub(super) async fn renew(&self) -> Result<RenewOutcome, Error> {

@@ -17,6 +17,11 @@
 //! * [`Watchdog`] renews registered handles below their TTL and hands each
 //!   registration a [`CancellationToken`](tokio_util::sync::CancellationToken)
 //!   that is cancelled once, when the lease stops protecting the work.
+//! * [`Session`] is one liveness for many leases (docs/design.md §18,
+//!   §19): [`Session::acquire`] attaches leases that end with it, each a
+//!   [`SessionLease`] (its own fencing token, the session's validity, a
+//!   token cancelled once when it stops protecting the work); a keep-alive
+//!   stream renews it ([`KeepAlive`]), falling back to `PATCH`.
 //! * [`Election`] campaigns for one lease with a public holder label and
 //!   tells, on a bounded channel, when this candidate starts and stops
 //!   leading (with a [`Leadership`] token cancelled before the lease's local
@@ -55,6 +60,12 @@ mod machine;
 mod observe;
 mod purpose_stream;
 mod reply;
+mod session;
+mod session_core;
+mod session_keeper;
+mod session_lease;
+mod session_verbs;
+mod session_wire;
 mod tls;
 mod watchdog;
 
@@ -67,6 +78,14 @@ pub use self::leadership::{ElectionError, ElectionEvent, Leadership, StopReason}
 pub use self::machine::{HandleCore, LeaseState, Refused, ReleaseReply, RenewReply};
 pub use self::observe::{ElectionSettings, Leader, Observer};
 pub use self::purpose_stream::{PurposeStream, StreamEvent};
+pub use self::session::{Session, SessionOptions};
+pub use self::session_core::SessionEnd;
+pub use self::session_keeper::KeepAlive;
+pub use self::session_lease::{Attach, SessionLease};
+pub use self::session_verbs::{SessionEnded, SessionRenewal};
+pub use self::session_wire::{
+    session_id_of, AttachedLease, LostLease, SessionGone, SessionInfo, SessionPage,
+};
 pub use self::tls::{ClientIdentity, TlsSettings};
 pub use self::watchdog::{
     EndReason, EventKind, Registration, Watchdog, WatchdogError, WatchdogEvent,

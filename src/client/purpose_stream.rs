@@ -58,6 +58,15 @@ impl Client {
 }
 
 impl PurposeStream {
+    /// Reads the events of an open stream's answer (any `text/event-stream`).
+    pub(super) fn from_response(response: reqwest::Response, op: OperationId) -> Self {
+        Self {
+            response,
+            buf: String::new(),
+            op,
+        }
+    }
+
     /// The next event (comment lines skipped); `None` when the stream ended.
     pub async fn next(&mut self) -> Result<Option<StreamEvent>, Error> {
         loop {

@@ -99,6 +99,8 @@ struct WireFieldError {
 pub(super) struct Reply {
     pub(super) status: u16,
     pub(super) wire: Option<Wire>,
+    /// The body as read (answers with members [`Wire`] does not know).
+    pub(super) body: Vec<u8>,
 }
 
 impl Reply {

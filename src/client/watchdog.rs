@@ -239,6 +239,17 @@ pub struct Registration {
 }
 
 impl Registration {
+    /// A registration ended by someone else than a [`Watchdog`] (a
+    /// [`Session`](super::Session) for its leases): `end` is set, then
+    /// `token` cancelled, once.
+    pub(super) fn new(
+        id: u64,
+        token: CancellationToken,
+        end: watch::Receiver<Option<EndReason>>,
+    ) -> Self {
+        Self { id, token, end }
+    }
+
     /// This registration's id, as in [`WatchdogEvent::registration`].
     pub fn id(&self) -> u64 {
         self.id

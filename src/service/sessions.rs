@@ -167,19 +167,10 @@ impl LeaseService {
         if !id.is_secret(token) {
             return Ok(SessionOutcome::NotOwner);
         }
-        let ttl_ms = match ttl {
-            Some(t) => t.ms(),
-            None => match self.session_call(id, SessionCall::Get, 0).await? {
-                SessionFound::Live(r) => r.ttl_ms,
-                other => {
-                    return Ok(SessionOutcome::Lost {
-                        reason: gone(&other).unwrap_or(SessionGone::Absent),
-                    })
-                }
-            },
-        };
+        let ttl_ms = ttl.map(Ttl::ms);
+        let keep = ttl_ms.map_or(0, keep_ms);
         let found = self
-            .session_call(id, SessionCall::Renew { ttl_ms }, keep_ms(ttl_ms))
+            .session_call(id, SessionCall::Renew { ttl_ms }, keep)
             .await?;
         let record = match found {
             SessionFound::Live(r) => r,
@@ -277,6 +268,14 @@ impl LeaseService {
         }
         let record = match self.session_call(id, SessionCall::Get, 0).await? {
             SessionFound::Live(r) => r,
+            // Ended already: an end that failed half-way left leases on
+            // its list (released by this retry); expired or gone: its
+            // leases ended with it.
+            SessionFound::Ended => {
+                self.release_leases(id, token).await?;
+                self.session_call(id, SessionCall::Forget, 0).await?;
+                return Ok(SessionOutcome::AlreadyAbsent);
+            }
             _ => return Ok(SessionOutcome::AlreadyAbsent),
         };
         let found = self

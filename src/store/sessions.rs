@@ -27,10 +27,11 @@ pub enum SessionCall<'a> {
         /// Its public label.
         holder: Option<&'a HolderLabel>,
     },
-    /// Give it `ttl_ms` from now.
+    /// Give it `ttl_ms` from now (`None`: its own TTL; the keep time
+    /// then follows that TTL, as [`keep_ms`] says).
     Renew {
         /// The new TTL.
-        ttl_ms: u64,
+        ttl_ms: Option<u64>,
     },
     /// Add a lease (a [`crate::domain::member`]) unless it holds `max`.
     Attach {
@@ -239,6 +240,8 @@ impl MemorySessions {
                 return SessionFound::OtherOperation;
             }
             SessionCall::Renew { ttl_ms } => {
+                let ttl_ms = ttl_ms.unwrap_or(kept.record.ttl_ms);
+                let keep_ms = keep_ms.max(self::keep_ms(ttl_ms));
                 kept.record.ttl_ms = ttl_ms;
                 kept.record.renewed_at = StoreTime(now);
                 kept.record.expires_at = StoreTime(now + ttl_ms);

@@ -13,6 +13,8 @@ mod cli;
 #[cfg(feature = "cli")]
 mod cli_break;
 #[cfg(feature = "cli")]
+mod cli_session;
+#[cfg(feature = "cli")]
 mod cli_tls;
 #[cfg(feature = "client")]
 mod client;
@@ -46,6 +48,8 @@ mod refusals;
 mod roles;
 mod scripts;
 mod seq_lifetime;
+#[cfg(feature = "client")]
+mod session_client;
 mod sessions;
 mod soak;
 mod store_keys;

@@ -764,3 +764,25 @@ async fn a_session_spans_the_slots_of_a_cluster() {
     }
     app.shutdown().await;
 }
+
+/// An end that marked the session ended and then failed before releasing
+/// its leases (the store went away mid-way) is finished by the retry: the
+/// leases still on its list are released, not left to their expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_end_releases_what_a_failed_one_left() {
+    let server = common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let s = session(&app, 30_000).await;
+    let d = digest();
+    take(&app, &s, &d, "op-1", &json!({})).await;
+    // What a failed end leaves: the record marked ended, the list intact.
+    let record = format!("{}:session:v2:{{{}}}", app.namespace, s.id);
+    server.cli(&["HSET", &record, "x", "1"]);
+    assert_eq!(app.inspect(P, &d, None).await.body["held"], true);
+    let again = end(&app, &s).await;
+    assert_eq!(again.outcome(), "already_absent", "{:?}", again.body);
+    assert_eq!(app.inspect(P, &d, None).await.body["held"], false);
+    let leases = format!("{}:sessleases:v2:{{{}}}", app.namespace, s.id);
+    assert_eq!(server.cli(&["EXISTS", &leases]).trim(), "0");
+    app.shutdown().await;
+}

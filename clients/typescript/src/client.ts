@@ -30,6 +30,8 @@ import {
   type WatchOptions,
 } from "./options.js";
 import { OPERATION_ID, PURPOSE, DIGEST, resourceOf } from "./resource.js";
+import { Session } from "./session.js";
+import { sessionPage, type SessionOptions, type SessionPage } from "./session_wire.js";
 import { parseEventStream } from "./sse.js";
 import { neverConnected, Transport, type CallSpec } from "./transport.js";
 import type { Attempt, CallOptions, Inspection, Leader, ListedLease, Listing, ReleaseResult, RenewResult, Resource, WatchEvent } from "./types.js";
@@ -117,6 +119,31 @@ export class Client {
     if (!DIGEST.test(resource.digest)) errors.push({ field: "digest", message: "must be v1. and 64 lowercase hex (use digestOf)" });
     if (errors.length > 0) throw localInvalid(errors);
     return `${this.baseUrl}/leases/${resource.purpose}/${resource.digest}`;
+  }
+
+  /**
+   * `POST /sessions`: a session (docs/design.md §18, §19) kept alive by its
+   * keep-alive stream (PATCH when the stream is not there); leases acquired
+   * on it end with it. See `Session`.
+   */
+  session(options: SessionOptions): Promise<Session> {
+    return Session.create(this, this.#transport, options);
+  }
+
+  /** `GET /sessions/{id}`: the session and a page of its leases; undefined when it is gone. */
+  async readSession(id: string, options: CallOptions & { readonly limit?: number; readonly cursor?: string } = {}): Promise<SessionPage | undefined> {
+    const query = new URLSearchParams();
+    if (options.limit !== undefined) query.set("limit", String(options.limit));
+    if (options.cursor !== undefined) query.set("cursor", options.cursor);
+    const q = query.toString();
+    const reply = await this.#call({
+      method: "GET",
+      url: `${this.baseUrl}/sessions/${encodeURIComponent(id)}${q === "" ? "" : `?${q}`}`,
+      op: "session",
+      timeoutMs: options.timeoutMs ?? this.timeoutMs,
+      signal: options.signal,
+    });
+    return sessionPage(reply);
   }
 
   /** One request through the transport. */

@@ -19,6 +19,21 @@ export {
   type LockOptions,
 } from "./client.js";
 export { Lease, type LeaseOptions, type KeepAliveOptions } from "./lease.js";
+export { Session } from "./session.js";
+export {
+  sessionIdOf,
+  type KeepAliveMode,
+  type LostLease,
+  type SessionAcquireOptions,
+  type SessionAcquireResult,
+  type SessionEndReason,
+  type SessionEndResult,
+  type SessionGoneReason,
+  type SessionInfo,
+  type SessionOptions,
+  type SessionPage,
+  type SessionRenewResult,
+} from "./session_wire.js";
 export { HandleCore, type LeaseState, type RenewReply, type ReleaseReply } from "./machine.js";
 export {
   Election,

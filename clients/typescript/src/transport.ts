@@ -153,8 +153,13 @@ export class Transport {
    * Opens `url` as an event stream (`Last-Event-ID` when given). Rejects
    * with fetch's own error, for the caller to classify with `neverConnected`.
    */
-  async openStream(url: string, lastEventId: string | undefined, signal: AbortSignal): Promise<Response> {
-    const headers: Record<string, string> = { accept: "text/event-stream" };
+  async openStream(
+    url: string,
+    lastEventId: string | undefined,
+    signal: AbortSignal,
+    extra: Record<string, string> = {},
+  ): Promise<Response> {
+    const headers: Record<string, string> = { accept: "text/event-stream", ...extra };
     if (this.#apiKey !== undefined) headers["authorization"] = `Bearer ${this.#apiKey}`;
     if (lastEventId !== undefined) headers["last-event-id"] = lastEventId;
     return this.#fetch(url, { method: "GET", headers, signal, redirect: "manual" });

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::domain::{
     AcquireOutcome, Failure, Guarantee, HeldBy, Inspection, Lease, LostReason, OperationId,
-    Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest, StoreTime,
+    Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest, SessionId, StoreTime,
 };
 use crate::http::problem::{respond_one, ApiError, FieldError};
 
@@ -210,9 +210,7 @@ fn permit(holder: Option<&str>) -> crate::domain::PermitView {
         max_hold_ms: None,
         hold_ends_at: None,
         lock_delay_ms: None,
-        session: holder.and_then(|_| {
-            crate::domain::SessionId::parse("s1.0123456789abcdef0123456789abcdef").ok()
-        }),
+        session: holder.and_then(|_| SessionId::parse(&format!("s1.{:032x}", 7)).ok()),
     }
 }
 
@@ -407,7 +405,6 @@ async fn every_outcome_conforms_to_its_documented_response() {
     for response in attempts {
         check(&doc, "/attempts", "post", response).await;
     }
-
     // Listing: a page with and without a next cursor, and every refusal.
     let listed = |holder: Option<&str>, next: Option<&str>| {
         respond_one(&crate::domain::Listing {
@@ -495,8 +492,7 @@ fn optional_members_carry_no_default() {
     assert_eq!(wait["required"], json!(["ttlMs"]), "waitMs is optional");
 }
 
-/// A header or path parameter is text: it is sent or left out, never
-/// JSON `null` (which a generator would send as the string "null").
+/// A header or path parameter is text, sent or left out, never JSON `null` (sent as "null").
 #[test]
 fn no_parameter_is_nullable() {
     let doc: Value = serde_json::from_str(&super::document_json()).expect("document");

@@ -9,6 +9,9 @@
   UNKNOWN), local validity counted from the *send*, the fencing token.
 * ``client.lock(...)``: acquire, keep renewed in the background, signal the loss
   (``lease.lost``, ``on_lost``, in async code the body's task is cancelled), release.
+* ``client.session(ttl=...)``: one liveness for many leases (a keep-alive stream, PATCH
+  when it is not there); ``session.acquire(...)`` attaches leases that end with it, each
+  with its own fencing token and ``lost`` event; ``session.lost`` is set once.
 * ``leasehold.election.Election``: campaign, resign, proclaim, leader, observe.
 * ``leasehold.fencing``: the PostgreSQL guard and the ``FencedStore`` recipe.
 """
@@ -17,6 +20,15 @@ from ._async_client import AsyncClient
 from ._client import Client
 from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import AsyncLockContext, LockContext
+from ._session import Session, SessionLease
+from ._session_wire import (
+    LostLease,
+    SessionFull,
+    SessionGone,
+    SessionInfo,
+    SessionRenewed,
+    session_id_of,
+)
 from ._types import (
     Acquired,
     AcquireOutcome,
@@ -84,6 +96,7 @@ __all__ = [
     "ListedLease",
     "LockContext",
     "Lost",
+    "LostLease",
     "NotAcquired",
     "NotOwner",
     "Overloaded",
@@ -96,10 +109,17 @@ __all__ = [
     "RenewOutcome",
     "Renewed",
     "Replayed",
+    "Session",
+    "SessionFull",
+    "SessionGone",
+    "SessionInfo",
+    "SessionLease",
+    "SessionRenewed",
     "StopReason",
     "Term",
     "Unavailable",
     "WatchEvent",
     "digest",
     "may_have_applied",
+    "session_id_of",
 ]

@@ -14,11 +14,14 @@ from . import _wire as wire
 from ._base import WATCH_READ_TIMEOUT, ClientBase, new_operation_id, resource_of
 from ._lease import Lease
 from ._lock import LockContext, LostCallback
+from ._session import KeepAlive, Session
+from ._session_wire import SessionInfo, session_id_of, session_info
 from ._sse import SseParser
 from ._types import (
     Acquired,
     AcquireOutcome,
     Attempt,
+    Indeterminate,
     Inspected,
     LeaseholdError,
     Listed,
@@ -32,6 +35,10 @@ from ._types import (
 )
 
 __all__ = ["Client"]
+
+#: ``Client.read_session``'s answer: the session, a page of its leases as ``(purpose,
+#: digest)``, the next page's cursor.
+SessionPage = tuple[SessionInfo, list[tuple[str, str]], Optional[str]]
 
 
 class Client(ClientBase):
@@ -293,6 +300,54 @@ class Client(ClientBase):
             if not reconnect:
                 return
 
+    def session(
+        self,
+        *,
+        ttl: float,
+        holder: Optional[str] = None,
+        keep_alive: KeepAlive = "stream",
+        operation_id: Optional[str] = None,
+        attempt: Optional[Attempt] = None,
+        create_retries: int = 3,
+        stop_margin: Optional[float] = None,
+    ) -> Session:
+        """``POST /sessions``: a session of ``ttl`` seconds (1 s to 1 h) made with
+        ``attempt`` (a fresh one for ``operation_id`` when None; its owner token is the
+        session's secret). A create without certain reply is sent again with the same
+        attempt up to ``create_retries`` times (the service finds the same session).
+        ``keep_alive``: ``stream`` (the keep-alive stream, ``PATCH`` when it is not
+        there), ``renew`` (``PATCH`` every third of the validity) or ``manual``. The
+        session ends (``lost`` set) ``stop_margin`` (default TTL/10, at least the drift
+        budget) before its local validity runs out unrenewed."""
+        if attempt is None:
+            attempt = self.attempt(operation_id or new_operation_id("session"))
+        return create_session(self, attempt, ttl, holder, keep_alive, create_retries, stop_margin)
+
+    def read_session(
+        self, session_id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> Optional[SessionPage]:
+        """``GET /sessions/{id}``: the session, a page of its leases (``(purpose,
+        digest)``) and the next page's cursor; ``None`` when it is gone."""
+        params: dict[str, Union[str, int]] = {}
+        if limit is not None:
+            params["limit"] = limit
+        if cursor is not None:
+            params["cursor"] = cursor
+        reply = self._call(
+            "GET", f"{self.base_url}/sessions/{session_id}", "session", params=params
+        )
+        if reply.status == 404 and reply.outcome in ("lost", "not_found"):
+            return None
+        if reply.outcome != "session":
+            raise reply.failure("session")
+        try:
+            info = session_info(reply.body.get("session"))
+            leases = [(str(x["purpose"]), str(x["digest"])) for x in reply.body.get("leases") or []]
+        except (ValueError, KeyError, TypeError):
+            raise reply.unexpected("session") from None
+        next_cursor = reply.body.get("nextCursor")
+        return info, leases, next_cursor if isinstance(next_cursor, str) else None
+
     def lock(
         self,
         purpose: str,
@@ -336,3 +391,48 @@ class Client(ClientBase):
             lock_delay=lock_delay,
             max_hold=max_hold,
         )
+
+
+def create_session(
+    client: Client,
+    attempt: Attempt,
+    ttl: float,
+    holder: Optional[str],
+    keep_alive: KeepAlive,
+    retries: int,
+    stop_margin: Optional[float],
+) -> Session:
+    """``POST /sessions``, a create without certain reply sent again with the same attempt."""
+    body: dict[str, Any] = {"ttlMs": wire.ms(ttl)}
+    if holder is not None:
+        body["holder"] = check_holder(holder)
+    op = attempt.operation_id
+    tries = 0
+    while True:
+        sent = time.monotonic()
+        try:
+            response = client._http.request(
+                "POST",
+                f"{client.base_url}/sessions",
+                headers=wire.headers(client._api_key, attempt),
+                json=body,
+                timeout=client._timeout(),
+            )
+            reply = wire.Reply.of(response)
+            if reply.outcome not in ("session_created", "replayed_same_operation"):
+                raise reply.failure(op)
+            try:
+                info = session_info(reply.body.get("session"))
+            except ValueError:
+                raise reply.unexpected(op) from None
+            if info.id != session_id_of(attempt.owner_token):
+                raise reply.unexpected(op)
+            return Session(client, attempt, info, sent, ttl, keep_alive, stop_margin)
+        except httpx.TransportError as e:
+            error: LeaseholdError = wire.transport_error(e, op)
+        except Indeterminate as e:
+            error = e
+        if not isinstance(error, Indeterminate) or tries >= retries:
+            raise error
+        tries += 1
+        time.sleep(0.05 * 2**tries)

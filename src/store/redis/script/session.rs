@@ -120,7 +120,7 @@ impl RedisStore {
             SessionCall::Renew { ttl_ms } => (
                 "renew",
                 String::new(),
-                ttl_ms.to_string(),
+                ttl_ms.map_or_else(String::new, |ms| ms.to_string()),
                 String::new(),
                 true,
             ),
@@ -142,7 +142,12 @@ impl RedisStore {
             SessionCall::Get => ("get", String::new(), String::new(), String::new(), false),
             SessionCall::Forget => ("forget", String::new(), String::new(), String::new(), true),
         };
-        let keep = keep_ms.to_string();
+        // A renew to the session's own TTL: the script keeps the record
+        // as long as that TTL says.
+        let keep = match call {
+            SessionCall::Renew { ttl_ms: None } => String::new(),
+            _ => keep_ms.to_string(),
+        };
         let args = Args {
             op,
             arg: &arg,
