@@ -303,7 +303,8 @@ end
 if type(done) == 'table' and done.err then
   return {tag - 9, done.err}
 end
-done = redis.pcall('LPUSH', H, (ARGV[5] == 's' and 'e|' or 'r|') .. string.format('%d', now) .. '|' .. own_fence .. '|' .. changes .. '.'
+done = redis.pcall('LPUSH', H, (ARGV[5] == 's' and 'e|' or 'r|') .. string.format('%d', now) .. '|' .. own_fence
+  .. '|' .. changes .. '.'
   .. left_text .. '|' .. string.sub(own_value, own_at))
 if type(done) == 'number' and done > HMAX then
   redis.pcall('LTRIM', H, 0, HMAX - 1)
