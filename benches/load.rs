@@ -100,6 +100,9 @@ mod raw_sse;
 // What a lease costs Redis against the minimal lock (issue 41, §20).
 #[path = "load/redis_cost.rs"]
 mod redis_cost;
+// Sessions: one renew for many leases, and keep-alive streams (issue 42).
+#[path = "load/session_cost.rs"]
+mod session_cost;
 
 use env::Env;
 use http_client::Http;
@@ -221,6 +224,19 @@ async fn run(opts: Opts) -> Result<bool, String> {
         let (text, ok) = redis_cost::run(&opts).await?;
         summary.push_str(&text);
         cost_ok = ok;
+    }
+
+    // ---- sessions: session-renew and keepalive-streams (issue 42) ----
+    for (part, which) in [("session-renew", 0), ("keepalive-streams", 1)] {
+        if opts.wants(part) {
+            let (text, ok) = if which == 0 {
+                session_cost::session_renew(&opts).await?
+            } else {
+                session_cost::keepalive_streams(&opts).await?
+            };
+            summary.push_str(&text);
+            cost_ok &= ok;
+        }
     }
 
     let _ = writeln!(

@@ -51,7 +51,8 @@ usage: cargo bench --bench load -- [flags]   (each flag also as an env var)
                          (default: a quarter of the first round's service acquire ops/s)
   --scrape-every SECS    GET /metrics this often, as Prometheus would LOAD_SCRAPE_EVERY (0: never)
   --only LIST            comma list of acquire,cycle,contended,paced,handoff,
-                         permits,permits-many,fair,watch,list,anchor,redis-cost
+                         permits,permits-many,fair,watch,list,anchor,redis-cost,
+                         session-renew,keepalive-streams
                          (anchor and watch start an etcd: apt-get install etcd-server;
                          redis-cost runs Redis under callgrind: apt-get install valgrind)
                                                               LOAD_ONLY          (all)

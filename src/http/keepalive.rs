@@ -199,6 +199,8 @@ async fn keep(
     tx: &mpsc::Sender<Bytes>,
 ) -> Stopped {
     let every = Duration::from_millis((ttl_ms / 3).max(100));
+    let kept = app.service.keep_alive(id);
+    let mut ended_seen = false;
     let bound = max_ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let shutdown = app.service.shutdown_token().clone();
     loop {
@@ -212,6 +214,9 @@ async fn keep(
             () = tx.closed() => return Stopped::Gone,
             () = until_bound => return Stopped::Bound,
             () = shutdown.cancelled() => return Stopped::Shutdown,
+            // Ended on this instance: the renew below hears it (once: a
+            // failed renew waits for the next tick).
+            () = kept.ended.cancelled(), if !ended_seen => ended_seen = true,
             () = tokio::time::sleep(every) => {}
         }
         match app.service.renew_session(id, token, None).await {

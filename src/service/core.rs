@@ -50,6 +50,9 @@ pub struct LeaseService {
     pub(super) waiters: Arc<WaitRegistry>,
     pub(super) shutdown: CancellationToken,
     pub(super) meters: OperationMeters,
+    /// The keep-alive streams of this instance, woken when their session
+    /// ends here.
+    pub(super) kept: super::sessions::KeptAlive,
 }
 
 impl LeaseService {
@@ -71,6 +74,7 @@ impl LeaseService {
             settings,
             waiters,
             shutdown,
+            kept: super::sessions::KeptAlive::default(),
         }
     }
 

@@ -15,6 +15,14 @@
 //! (`unavailable` means not applied), typed answers and recovery after each
 //! fault window (an `acquired` within 5 s).
 //!
+//! Three more clients hold leases through sessions (issue 42, docs/design.md
+//! §18; `history/sessions.rs`): acquire the plain and the counting lease on
+//! a session, renew the session, end it or let it expire; a session renew
+//! is recorded as a renew of each of its leases (so a belief lasts the
+//! session's validity from the renew's send), an end as a release of each,
+//! and an ended session's leases must not be the caller's any more
+//! (`check_session_ends`).
+//!
 //! Callers misbehave too (issue 21, docs/design.md §14): any acquire, renew
 //! or release may be left in flight (3 % of calls; half of them inside a
 //! 3 s "callers leave" window, while the proxy delays replies by 150 ms,
@@ -156,6 +164,8 @@ const MANY_FILL: Duration = Duration::from_secs(12);
 #[path = "history/checker.rs"]
 mod checker;
 mod resharding;
+// Holders of leases through sessions (issue 42).
+mod sessions;
 
 // ---------------------------------------------------------------------------
 // The recorder
@@ -261,7 +271,14 @@ impl Recorder {
     ) -> Answer {
         let verb = event.verb.expect("verb");
         let base = &self.bases[event.app];
-        let url = format!("{base}/leases/{P}/{}", self.digests[event.resource]);
+        let url = match &event.session {
+            // A lease on a session: acquired and released on its path.
+            Some(id) if matches!(verb, Verb::Acquire | Verb::Release) => format!(
+                "{base}/sessions/{id}/leases/{P}/{}",
+                self.digests[event.resource]
+            ),
+            _ => format!("{base}/leases/{P}/{}", self.digests[event.resource]),
+        };
         let own = leave.as_ref().map(|_| {
             reqwest::Client::builder()
                 .timeout(HTTP_TIMEOUT)
@@ -585,6 +602,10 @@ impl Running {
             .map(|id| tokio::spawn(client(rec.clone(), id)))
             .collect();
         tasks.push(tokio::spawn(breaker(rec.clone())));
+        tasks.extend(
+            (0..sessions::CLIENTS)
+                .map(|id| tokio::spawn(sessions::client(rec.clone(), CLIENTS + 1 + id))),
+        );
         Running { rec, tasks }
     }
 
@@ -695,6 +716,7 @@ fn judge(store: &str, events: &[Event], faults: &[FaultWindow], checks: Checks) 
                 .collect::<Vec<_>>(),
         );
     }
+    sessions::judge(store, events);
     let violations = check_all(events, faults, DRIFT, RECOVERY_BOUND, checks);
     if violations.is_empty() {
         return;

@@ -50,6 +50,7 @@ mod scripts;
 mod seq_lifetime;
 #[cfg(feature = "client")]
 mod session_client;
+mod session_kill;
 mod sessions;
 mod soak;
 mod store_keys;

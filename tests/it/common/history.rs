@@ -102,6 +102,12 @@ pub struct Event {
     pub reason: Option<String>,
     /// `retryAfterMs` of a refusal.
     pub retry_after_ms: Option<u64>,
+    /// The session the lease is on (docs/design.md §18): its acquire and
+    /// release went to `/sessions/{id}/leases/…`; a session renew is
+    /// recorded as a renew of each of its leases (`remainingMs`: the
+    /// session's, so a belief lasts the session's validity from the
+    /// renew's send), a session end as a release of each.
+    pub session: Option<String>,
 }
 
 impl Event {
@@ -652,7 +658,15 @@ pub fn check_typed(events: &[Event]) -> Vec<Violation> {
         if let Some(err) = &e.transport_error {
             bad.push(format!("the recorder's request failed: {err}"));
         } else {
-            if !documented(e.verb(), e.status, &e.outcome) {
+            // An acquire on a session may also hear that the session is
+            // gone, full or not the token's (docs/design.md §18).
+            let on_session = e.session.is_some()
+                && e.verb() == Verb::Acquire
+                && matches!(
+                    (e.status, e.outcome.as_str()),
+                    (404, "lost") | (409, "session_full") | (409, "not_owner")
+                );
+            if !documented(e.verb(), e.status, &e.outcome) && !on_session {
                 bad.push(format!(
                     "{} {} is not a documented answer to {:?}",
                     e.status,
@@ -1101,6 +1115,33 @@ pub fn check_recovery(events: &[Event], faults: &[FaultWindow], bound: Duration)
         .collect()
 }
 
+/// Sessions (docs/design.md §18): once a session's end was answered
+/// (its leases recorded `released`), an inspect of one of its leases with
+/// the lease's own attempt never finds the caller still holding it: an
+/// ended session's leases are free for the next waiter at once, not at
+/// their TTL.
+pub fn check_session_ends(events: &[Event]) -> Vec<Violation> {
+    let mut ended: HashMap<(&str, usize), &Event> = HashMap::new();
+    for e in events
+        .iter()
+        .filter(|e| e.session.is_some() && e.verb() == Verb::Release && e.outcome == "released")
+    {
+        ended.entry((e.attempt.as_str(), e.resource)).or_insert(e);
+    }
+    events
+        .iter()
+        .filter(|e| e.verb() == Verb::Inspect && e.held_by.as_deref() == Some("caller"))
+        .filter_map(|e| {
+            let end = ended.get(&(e.attempt.as_str(), e.resource))?;
+            (e.send >= end.reply).then(|| Violation {
+                check: "session",
+                what: "a lease of a session whose end was answered is still held by it".into(),
+                events: vec![(*end).clone(), e.clone()],
+            })
+        })
+        .collect()
+}
+
 /// Which checks to run (Sentinel and restart-empty runs claim fewer).
 #[derive(Clone, Copy, Debug)]
 pub struct Checks {
@@ -1123,6 +1164,7 @@ pub fn check_all(
     let mut out = Vec::new();
     if checks.safety {
         out.extend(check_safety(events, drift, faults));
+        out.extend(check_session_ends(events));
         out.extend(check_breaks(events));
         out.extend(check_max_hold(events));
     }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use crate::common::history::Event;
 use crate::common::history::{
     beliefs, check_breaks, check_fencing, check_honesty, check_liveness, check_max_hold,
-    check_recovery, check_refusals, check_safety, check_typed, documented, FaultWindow, Liveness,
-    Verb,
+    check_recovery, check_refusals, check_safety, check_session_ends, check_typed, documented,
+    FaultWindow, Liveness, Verb,
 };
 
 const DRIFT: Duration = Duration::from_millis(10);
@@ -821,4 +821,71 @@ fn max_hold_fails_for_max_hold_too_early_or_without_a_bound() {
         held_out(200, 205),
     ]);
     assert_eq!(check_max_hold(&unbounded).len(), 1);
+}
+
+// --- sessions ----------------------------------------------------------------
+
+/// A lease on session `s1` (its end recorded as a release of it).
+fn on_session(mut e: Event) -> Event {
+    e.session = Some("s1".into());
+    e
+}
+
+/// The caller's inspect of its own lease: `caller` while it holds it.
+fn inspected(attempt: &str, send: u64, held: bool) -> Event {
+    Event {
+        held_by: Some(if held { "caller" } else { "other" }.into()),
+        ..ev(attempt, Verb::Inspect, send, send + 2, "inspected")
+    }
+}
+
+#[test]
+fn an_ended_sessions_lease_is_free_once_the_end_is_answered() {
+    let h = numbered(vec![
+        on_session(grant("a", Verb::Acquire, 0, 5, "acquired", 1, 1000)),
+        // Held before the end was sent: fine.
+        inspected("a", 10, true),
+        on_session(ev("a", Verb::Release, 20, 30, "released")),
+        inspected("a", 31, false),
+    ]);
+    assert!(check_session_ends(&h).is_empty());
+}
+
+#[test]
+fn an_ended_sessions_lease_still_held_after_the_answer_fails() {
+    let h = numbered(vec![
+        on_session(grant("a", Verb::Acquire, 0, 5, "acquired", 1, 1000)),
+        on_session(ev("a", Verb::Release, 20, 30, "released")),
+        inspected("a", 31, true),
+    ]);
+    let v = check_session_ends(&h);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].check, "session");
+    // A release that was not a session's (a plain lease) is not judged.
+    let plain = numbered(vec![
+        grant("a", Verb::Acquire, 0, 5, "acquired", 1, 1000),
+        ev("a", Verb::Release, 20, 30, "released"),
+        inspected("a", 31, true),
+    ]);
+    assert!(check_session_ends(&plain).is_empty());
+}
+
+#[test]
+fn a_session_renew_is_a_belief_for_the_sessions_validity() {
+    // Renewed through its session at 400 with 1000 ms left: believed until
+    // 400 + 1000 − drift = 1390: another holder told at 1385 overlaps,
+    // one told at 1391 not.
+    let renewed = on_session(grant("a", Verb::Renew, 400, 410, "renewed", 1, 1000));
+    let h = numbered(vec![
+        on_session(grant("a", Verb::Acquire, 0, 5, "acquired", 1, 1000)),
+        renewed.clone(),
+        grant("b", Verb::Acquire, 1380, 1385, "acquired", 2, 1000),
+    ]);
+    assert_eq!(check_safety(&h, DRIFT, &[]).len(), 1);
+    let h = numbered(vec![
+        on_session(grant("a", Verb::Acquire, 0, 5, "acquired", 1, 1000)),
+        renewed,
+        grant("b", Verb::Acquire, 1385, 1391, "acquired", 2, 1000),
+    ]);
+    assert!(check_safety(&h, DRIFT, &[]).is_empty());
 }
