@@ -108,7 +108,7 @@ pub struct StoreArgs {
         display_order = 312
     )]
     pub history_entries: u32,
-    /// How long a history entry is kept: older ones are not shown, and a resource's history goes this long after its last entry.
+    /// How long a history entry is kept: older ones are not shown, and a resource's history goes this long after its last entry (after a plain lease's release, at least half as long).
     #[arg(
         long,
         env = "LEASEHOLD_HISTORY_MAX_AGE_MS",

@@ -299,6 +299,12 @@ impl WaitRegistry {
         self.resources.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether this instance has a waiter for `tag` (a hint: another
+    /// instance's waiters are not known here).
+    pub fn waits_on(&self, tag: &str) -> bool {
+        self.map().contains_key(tag)
+    }
+
     /// Registers a waiter for `tag`, or `None` when the cap is reached.
     pub fn enter(self: &Arc<Self>, tag: &str) -> Option<WaitGuard> {
         let mut guard = self.register(tag);

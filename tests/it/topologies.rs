@@ -238,11 +238,14 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
     let r = a.acquire(P, &fresh, &other, 30_000).await;
     assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
     // A read whose keys are all still on the source is served there; a
-    // renew names keys that exist nowhere yet (tombstones, index): some
-    // keys here, some missing is TRYAGAIN, before anything is written.
+    // renew that changes the label (renew.lua: a plain renew keeping it,
+    // lua/plain_renew.lua, names only the record) names keys that exist
+    // nowhere yet (tombstones, index): some keys here, some missing is
+    // TRYAGAIN, before anything is written.
     let before = a.inspect(P, &moving, Some(&holder)).await;
     assert_eq!(before.body["heldBy"], "caller", "{:?}", before.body);
-    let r = a.renew(P, &moving, &holder, 60_000).await;
+    let relabel = serde_json::json!({ "ttlMs": 60_000, "holder": "moved" });
+    let r = a.renew_body(P, &moving, &holder, &relabel).await;
     assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
     let detail = r.body["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("nothing was applied"), "{:?}", r.body);
@@ -266,11 +269,11 @@ async fn cluster_contract_spread_and_cross_instance_wakeups() {
         &history,
     ]);
     // Moved keys: ASK to the importing node, which has them (a read of
-    // them is served there); a renew, which names keys it lacks, is
-    // TRYAGAIN there: unavailable, and nothing applied.
+    // them is served there); a renew that changes the label, which names
+    // keys it lacks, is TRYAGAIN there: unavailable, and nothing applied.
     let seen = a.inspect(P, &moving, Some(&holder)).await;
     assert_eq!(seen.body["heldBy"], "caller", "{:?}", seen.body);
-    let r = a.renew(P, &moving, &holder, 60_000).await;
+    let r = a.renew_body(P, &moving, &holder, &relabel).await;
     assert_eq!(r.outcome(), "unavailable", "{:?}", r.body);
     assert!(captured_logs().contains("ASK; following once"));
     let seen = a.inspect(P, &moving, Some(&holder)).await;

@@ -137,7 +137,7 @@ async fn evalsha(
     asking: bool,
     deadline: Instant,
 ) -> Result<Vec<Value>, RunError> {
-    let evalsha = script.evalsha(keys, args, nonce.as_str());
+    let evalsha = script.evalsha(keys, args, nonce);
     // Only the reply is on the hot path; the rest is boxed so that every
     // call's future (moved at each await up the chain) stays small.
     match send_script(conn, &evalsha, asking, deadline).await {

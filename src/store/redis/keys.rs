@@ -25,6 +25,11 @@ pub fn history_key(namespace: &str, resource: &ResourceId) -> String {
 /// `KEYS[7]`): `<ns>:claim:v2:{<purpose>:<digest>}:p:<owner token>:<operation id>`.
 pub(super) const CLAIM: &str = "claim";
 
+/// The kind whose entry in a [`KeyBuf`] is not a key but `attempt`'s permit
+/// field, `p:<owner token>:<operation id>` (the slim scripts' first
+/// argument, lua/plain_*.lua): built in the same allocation as the keys.
+pub(super) const PERMIT_FIELD: &str = "permit field";
+
 /// The `KEYS` of one script call on a resource, built into one string: one
 /// allocation a call, not one a key (acquire passes 8 keys and release 9,
 /// since every key a script touches comes in `KEYS`; issue 39, item 11).
@@ -50,6 +55,13 @@ impl<const N: usize> KeyBuf<N> {
         let mut text = String::with_capacity(each * N + kinds_len + extra);
         let mut ends = [0; N];
         for (kind, end) in kinds.iter().zip(ends.iter_mut()) {
+            if let (true, Some((owner, op))) = (*kind == PERMIT_FIELD, claim) {
+                for part in ["p:", owner, ":", op] {
+                    text.push_str(part);
+                }
+                *end = text.len();
+                continue;
+            }
             for part in [namespace, ":", kind, ":v2:{", purpose, ":", digest, "}"] {
                 text.push_str(part);
             }
@@ -145,6 +157,12 @@ mod tests {
                 claim.as_str(),
                 seq_key("ns", &resource).as_str()
             ]
+        );
+        let with_field = KeyBuf::new("ns", &resource, ["lease", PERMIT_FIELD], Some(&attempt));
+        let field = format!("p:{}:op-1", attempt.owner_token.expose());
+        assert_eq!(
+            with_field.get(),
+            [lease_key("ns", &resource).as_str(), field.as_str()]
         );
         let bare = KeyBuf::new("ns", &resource, [CLAIM], None);
         assert_eq!(bare.get(), [key("ns", CLAIM, &resource).as_str()]);

@@ -140,8 +140,15 @@ pub const SESSION: Source = source!("session");
 /// `lua/session_renew.lua`.
 pub const SESSION_RENEW: Source = source!("session_renew");
 
+/// `lua/plain_acquire.lua`: acquire.lua's plain lease in brief.
+pub const PLAIN_ACQUIRE: Source = source!("plain_acquire");
+/// `lua/plain_renew.lua`: renew.lua's plain lease in brief.
+pub const PLAIN_RENEW: Source = source!("plain_renew");
+/// `lua/plain_release.lua`: release.lua's plain lease in brief.
+pub const PLAIN_RELEASE: Source = source!("plain_release");
+
 /// Every script the service runs.
-pub const ALL: [Source; 12] = [
+pub const ALL: [Source; 15] = [
     ACQUIRE,
     RENEW,
     RELEASE,
@@ -154,6 +161,9 @@ pub const ALL: [Source; 12] = [
     INSTANCES,
     SESSION,
     SESSION_RENEW,
+    PLAIN_ACQUIRE,
+    PLAIN_RENEW,
+    PLAIN_RELEASE,
 ];
 
 /// The length of `entry` assembled from `pieces`.

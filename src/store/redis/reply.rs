@@ -68,27 +68,22 @@ pub fn code_of(message: &str) -> &str {
 #[derive(Clone, Copy)]
 pub struct Nonce {
     value: u32,
-    text: [u8; 10],
+    text: [u8; 12],
     start: u8,
 }
 
 impl Nonce {
     fn new(value: u32) -> Self {
-        let mut text = [b'0'; 10];
-        let (mut n, mut at) = (value, text.len());
-        loop {
-            at -= 1;
-            text[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        Self {
-            value,
-            text,
-            start: at as u8,
-        }
+        let (text, start) = decimal(u64::from(value));
+        Self { value, text, start }
+    }
+
+    /// The tag of status 1 made with this nonce (`nonce * 16 + 10`), in
+    /// decimal: what a tagged script ([`super::evalsha::Script::tagged`])
+    /// is sent instead of the nonce.
+    pub fn tag_of_status_one(&self) -> TagText {
+        let (text, start) = decimal(u64::from(self.value) * 16 + 10);
+        TagText { text, start }
     }
 
     /// The decimal text sent to the script.
@@ -106,6 +101,35 @@ impl Nonce {
             }
             _ => None,
         }
+    }
+}
+
+/// `n` in decimal, right-aligned in the buffer, and where it starts
+/// (12 digits: a nonce's tag, at most 2^36 + 10, fits).
+fn decimal(mut n: u64) -> ([u8; 12], u8) {
+    let mut text = [b'0'; 12];
+    let mut at = text.len();
+    loop {
+        at -= 1;
+        text[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    (text, at as u8)
+}
+
+/// A nonce's tag of status 1 as text ([`Nonce::tag_of_status_one`]).
+pub struct TagText {
+    text: [u8; 12],
+    start: u8,
+}
+
+impl TagText {
+    /// The decimal text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.text[usize::from(self.start)..]).unwrap_or("0")
     }
 }
 
@@ -143,6 +167,19 @@ pub enum Opened {
 /// refused) are three or four integers.
 pub fn open(reply: Value, nonce: &Nonce) -> Result<Opened, ()> {
     let mut items = match reply {
+        // A packed head and string items after it (a slim renew's answer,
+        // lua/plain_renew.lua): read as the array they stand for.
+        Value::Array(mut items) if matches!(items.first(), Some(Value::BulkString(_))) => {
+            let Value::BulkString(packed) = items.remove(0) else {
+                return Err(());
+            };
+            // One allocation: the words and the items after them.
+            let words = packed.iter().filter(|&&b| b == b' ').count() + 1;
+            let mut head = Vec::with_capacity(words + items.len());
+            unpack_into(&packed, &mut head).ok_or(())?;
+            head.append(&mut items);
+            head
+        }
         Value::Array(items) => items,
         Value::BulkString(packed) => unpack(&packed).ok_or(())?,
         _ => return Err(()),
@@ -168,6 +205,12 @@ pub fn open(reply: Value, nonce: &Nonce) -> Result<Opened, ()> {
 /// about 1 500 instructions, now about 1 100.
 fn unpack(packed: &[u8]) -> Option<Vec<Value>> {
     let mut items = Vec::with_capacity(4);
+    unpack_into(packed, &mut items)?;
+    Some(items)
+}
+
+/// [`unpack`] into `items`.
+fn unpack_into(packed: &[u8], items: &mut Vec<Value>) -> Option<()> {
     let (mut n, mut digits, mut negative) = (0i64, 0usize, false);
     // A space after the last word ends it as the others are ended.
     for &b in packed.iter().chain(std::iter::once(&b' ')) {
@@ -184,7 +227,7 @@ fn unpack(packed: &[u8]) -> Option<Vec<Value>> {
             _ => return None,
         }
     }
-    Some(items)
+    Some(())
 }
 
 /// Most digits of a packed integer: 18 cannot overflow an `i64`, and no
@@ -250,6 +293,27 @@ mod tests {
         ] {
             assert_eq!(open(bulk(&packed), &Nonce::new(42)), Err(()), "{packed:?}");
         }
+        // A packed head, then other items: one array.
+        assert_eq!(
+            open(
+                Value::Array(vec![bulk(&format!("{tag} 7 9")), bulk("pod-1")]),
+                &Nonce::new(42)
+            ),
+            Ok(Opened::Answer(vec![
+                Value::Int(1),
+                Value::Int(7),
+                Value::Int(9),
+                bulk("pod-1")
+            ]))
+        );
+        assert_eq!(
+            Nonce::new(42).tag_of_status_one().as_str(),
+            (42 * 16 + 10).to_string()
+        );
+        assert_eq!(
+            Nonce::new(u32::MAX).tag_of_status_one().as_str(),
+            (u64::from(u32::MAX) * 16 + 10).to_string()
+        );
         // Another request's tag.
         assert_eq!(
             open(bulk(&format!("{} 7", 41 * 16 + 10)), &Nonce::new(42)),

@@ -324,6 +324,18 @@ impl TestApp {
         Self::reply(rb.send().await.expect("send")).await
     }
 
+    /// A renew with its whole body (e.g. a new `holder`).
+    pub async fn renew_body(
+        &self,
+        purpose: &str,
+        digest: &str,
+        a: &TestAttempt,
+        body: &Value,
+    ) -> Reply {
+        let rb = Self::with_attempt(self.http.patch(self.lease_url(purpose, digest)), a).json(body);
+        Self::reply(rb.send().await.expect("send")).await
+    }
+
     pub async fn release(&self, purpose: &str, digest: &str, a: &TestAttempt) -> Reply {
         let rb = Self::with_attempt(self.http.delete(self.lease_url(purpose, digest)), a);
         Self::reply(rb.send().await.expect("send")).await

@@ -164,7 +164,9 @@ fn migrate_keys(source: &RedisServer, target: &RedisServer, slot: &str, count: &
 /// sent while one key of the lease has moved and the others have not; once
 /// Redis has refused it TRYAGAIN (counted in INFO errorstats), the rest of
 /// the keys move and the slot's new owner is set: the renew is answered
-/// `renewed`, the same fencing token.
+/// `renewed`, the same fencing token. (The renew changes the holder label:
+/// renew.lua names every key of the lease, where the slim renew of a plain
+/// lease, lua/plain_renew.lua, names only the record.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_refused_tryagain_is_retried_until_the_slot_settles() {
     let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
@@ -202,7 +204,8 @@ async fn a_call_refused_tryagain_is_retried_until_the_slot_settles() {
 
     let renew = {
         let (app, d, a) = (Arc::clone(&app), d.clone(), a.clone());
-        tokio::spawn(async move { app.renew(P, &d, &a, 60_000).await })
+        let relabel = serde_json::json!({ "ttlMs": 60_000, "holder": "resharded" });
+        tokio::spawn(async move { app.renew_body(P, &d, &a, &relabel).await })
     };
     // Bounded: the renew is refused TRYAGAIN within its first attempts.
     let waited = Instant::now();

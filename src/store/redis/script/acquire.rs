@@ -249,22 +249,47 @@ impl RedisStore {
             history_ttl_ms: &self.history_args[1],
             purpose_watched: self.purpose_watched_arg(resource),
         };
-        let ns = &self.namespace;
-        let kinds = [
-            "lease", "seq", "hist", "exp", "queue", "ask", CLAIM, "granted",
-        ];
-        let buf = KeyBuf::new(ns, resource, kinds, Some(attempt));
-        let all = buf.get();
-        let keys = keys(&all);
-        let done = self
-            .run_on_record(
-                &SCRIPT,
-                &values(&keys),
-                &tag,
-                &values(&args.named()),
-                WAITS_FOR_REPLICAS,
-            )
-            .await?;
+        // A plain lease asked by a caller not queued: the slim script
+        // first (lua/plain_acquire.lua), this one when it says so. Not
+        // while this instance has waiters for the resource (a waiter's
+        // first look that could not enter, behind another one's): a queue
+        // is likely, which the slim script leaves to this one, and that
+        // second run would be a look that found nothing.
+        let slim = if shape.is_empty()
+            && spec.shape.is_plain_undelayed()
+            && !self.waiters.waits_on(&tag)
+        {
+            self.plain_acquire(resource, &tag, attempt, &ttl_ms, &holder)
+                .await?
+        } else {
+            None
+        };
+        let done = match slim {
+            Some(done) => done,
+            None => {
+                let ns = &self.namespace;
+                let kinds = [
+                    "lease", "seq", "hist", "exp", "queue", "ask", CLAIM, "granted",
+                ];
+                let buf = KeyBuf::new(ns, resource, kinds, Some(attempt));
+                let all = buf.get();
+                let keys = keys(&all);
+                let done = self
+                    .run_on_record(
+                        &SCRIPT,
+                        &values(&keys),
+                        &tag,
+                        &values(&args.named()),
+                        WAITS_FOR_REPLICAS,
+                    )
+                    .await?;
+                Replicated {
+                    value: done.value,
+                    replication: done.replication,
+                    ended_holds: Vec::new(),
+                }
+            }
+        };
         let value = decode(&done.value, spec)?;
         // The expiries the run wrote follow the answer's own items.
         // (By status: a replay that was a grant decodes as `Acquired`.)

@@ -13,6 +13,7 @@ mod header;
 mod history;
 mod inspect;
 mod instances;
+mod plain;
 mod purposes;
 mod queue;
 mod release;

@@ -199,6 +199,16 @@ impl RedisStore {
         mode: Mode,
     ) -> Result<Replicated<Vec<redis::Value>>, StoreError> {
         let tag = resource.tag();
+        // The caller's release: the slim script first
+        // (lua/plain_release.lua), this one when it says so. Not when this
+        // instance has waiters for the resource: a queue (which the slim
+        // script leaves to this one, for its hand-off) is likely, and a
+        // second script run would follow the first.
+        if matches!(mode, Mode::Caller) && !self.waiters.waits_on(&tag) {
+            if let Some(done) = self.plain_release(resource, &tag, attempt).await? {
+                return Ok(done);
+            }
+        }
         let args = Args {
             owner_token: attempt.owner_token.expose(),
             operation_id: attempt.operation_id.as_str(),

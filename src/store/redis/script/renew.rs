@@ -136,6 +136,17 @@ impl RedisStore {
             history_ttl_ms: &self.history_args[1],
             purpose_watched: self.purpose_watched_arg(resource),
         };
+        // A renew that keeps the label: the slim script first
+        // (lua/plain_renew.lua), this one when it says so.
+        if holder.is_none() {
+            if let Some(done) = self.plain_renew(resource, &tag, attempt, &ttl_ms).await? {
+                return Ok(Replicated {
+                    value: decode(&done.value, ttl)?,
+                    replication: done.replication,
+                    ended_holds: Vec::new(),
+                });
+            }
+        }
         let ns = &self.namespace;
         let buf = KeyBuf::new(ns, resource, ["lease", "seq", "tomb", "exp", "hist"], None);
         let all = buf.get();
