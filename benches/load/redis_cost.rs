@@ -229,7 +229,7 @@ async fn used_memory(conn: &mut MultiplexedConnection) -> Result<i64, String> {
         .ok_or_else(|| "INFO memory without used_memory".into())
 }
 
-fn require_valgrind() -> Result<(), String> {
+pub(crate) fn require_valgrind() -> Result<(), String> {
     for tool in ["valgrind", "callgrind_control"] {
         if find_on_path(tool).is_none() {
             return Err(format!(
@@ -241,7 +241,7 @@ fn require_valgrind() -> Result<(), String> {
 }
 
 /// A `redis-server` under callgrind, instrumentation off until asked.
-struct CgRedis {
+pub(crate) struct CgRedis {
     child: Child,
     port: u16,
     dir: PathBuf,
@@ -249,7 +249,7 @@ struct CgRedis {
 }
 
 impl CgRedis {
-    fn start(tag: &str) -> Result<Self, String> {
+    pub(crate) fn start(tag: &str) -> Result<Self, String> {
         let dir = temp_dir(&format!("cost-{tag}"))?;
         let port = free_port()?;
         let mut child = Command::new("valgrind")
@@ -284,11 +284,11 @@ impl CgRedis {
         })
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    fn control(&self, args: &[&str]) -> Result<(), String> {
+    pub(crate) fn control(&self, args: &[&str]) -> Result<(), String> {
         let out = Command::new("callgrind_control")
             .args(args)
             .arg(self.child.id().to_string())
@@ -305,7 +305,7 @@ impl CgRedis {
     }
 
     /// Dumps the counters (to `cg.out.<n>`) and returns their total.
-    fn dump(&mut self) -> Result<u64, String> {
+    pub(crate) fn dump(&mut self) -> Result<u64, String> {
         self.control(&["-d"])?;
         self.dumps += 1;
         let path = self.dir.join(format!("cg.out.{}", self.dumps));
@@ -315,6 +315,18 @@ impl CgRedis {
             .find_map(|l| l.strip_prefix("totals:").or(l.strip_prefix("summary:")))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .ok_or_else(|| format!("{}: no totals", path.display()))
+    }
+
+    /// Instructions (total, window) while `work` runs, counters zeroed first.
+    pub(crate) async fn counted<F: std::future::Future<Output = Result<(), String>>>(
+        &mut self,
+        work: F,
+    ) -> Result<(u64, Duration), String> {
+        self.control(&["-z"])?;
+        let t0 = std::time::Instant::now();
+        work.await?;
+        let window = t0.elapsed();
+        Ok((self.dump()?, window))
     }
 }
 

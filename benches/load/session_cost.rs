@@ -15,11 +15,9 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
@@ -31,7 +29,7 @@ use tokio::net::TcpStream;
 use crate::consts::PURPOSE;
 use crate::http_client::{digest, lease_path, Client, Http};
 use crate::opts::Opts;
-use crate::procs::{find_on_path, free_port, poll_until, status_kb, stop_child, temp_dir};
+use crate::procs::status_kb;
 use crate::procs::{RedisProc, Service};
 
 /// Leases on the session (and renewed one by one against it).
@@ -97,112 +95,6 @@ async fn create_session(
 // session-renew
 // ---------------------------------------------------------------------------
 
-/// A `redis-server` under callgrind, instrumentation off until asked.
-struct Callgrind {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-    dumps: usize,
-}
-
-impl Callgrind {
-    fn start() -> Result<Self, String> {
-        for tool in ["valgrind", "callgrind_control"] {
-            if find_on_path(tool).is_none() {
-                return Err(format!(
-                    "session-renew needs {tool} on PATH: apt-get install valgrind"
-                ));
-            }
-        }
-        let dir = temp_dir("session-renew")?;
-        let port = free_port()?;
-        let mut child = Command::new("valgrind")
-            .args(["--tool=callgrind", "--instr-atstart=no"])
-            .arg(format!("--callgrind-out-file={}/cg.out", dir.display()))
-            .args(["redis-server", "--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("spawn valgrind redis-server: {e}"))?;
-        let url = format!("redis://127.0.0.1:{port}/");
-        let ready = poll_until(Duration::from_secs(60), || {
-            matches!(child.try_wait(), Ok(Some(_)))
-                || redis::Client::open(url.as_str())
-                    .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                    .is_ok()
-        });
-        if !ready || !matches!(child.try_wait(), Ok(None)) {
-            stop_child(&mut child, Duration::from_secs(5));
-            return Err("redis-server under callgrind did not start".into());
-        }
-        Ok(Self {
-            child,
-            port,
-            dir,
-            dumps: 0,
-        })
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn control(&self, args: &[&str]) -> Result<(), String> {
-        let out = Command::new("callgrind_control")
-            .args(args)
-            .arg(self.child.id().to_string())
-            .output()
-            .map_err(|e| format!("callgrind_control: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "callgrind_control {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    }
-
-    /// Dumps the counters and returns their total.
-    fn dump(&mut self) -> Result<u64, String> {
-        self.control(&["-d"])?;
-        self.dumps += 1;
-        let path = self.dir.join(format!("cg.out.{}", self.dumps));
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("totals:").or(l.strip_prefix("summary:")))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .ok_or_else(|| format!("{}: no totals", path.display()))
-    }
-
-    /// Instructions (total, window) while `work` runs, counters zeroed first.
-    async fn counted<F: std::future::Future<Output = Result<(), String>>>(
-        &mut self,
-        work: F,
-    ) -> Result<(u64, Duration), String> {
-        self.control(&["-z"])?;
-        let t0 = Instant::now();
-        work.await?;
-        let window = t0.elapsed();
-        Ok((self.dump()?, window))
-    }
-}
-
-impl Drop for Callgrind {
-    fn drop(&mut self) {
-        stop_child(&mut self.child, Duration::from_secs(30));
-        if std::env::var_os("LOAD_KEEP_LOGS").is_none() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
 async fn renew_session(http: &mut Http, client: &Client, id: &str) -> Result<(), String> {
     let body = Bytes::from(format!("{{\"ttlMs\":{TTL_MS}}}"));
     let h = [("lease-owner-token", client.token.as_str())];
@@ -236,7 +128,8 @@ async fn renew_leases(http: &mut Http, client: &Client, ops: &[String]) -> Resul
 /// `session-renew`: the summary's section and whether the goal was met.
 pub(crate) async fn session_renew(opts: &Opts) -> Result<(String, bool), String> {
     println!("session-renew: callgrind, {LEASES} leases on a session and {LEASES} without");
-    let mut cg = Callgrind::start()?;
+    crate::redis_cost::require_valgrind()?;
+    let mut cg = crate::redis_cost::CgRedis::start("session-renew")?;
     // Callgrind slows Redis down: a store call may take seconds.
     let env = [("LEASEHOLD_COMMAND_TIMEOUT_MS", "4000")];
     let mut service = Service::start_with_env(
