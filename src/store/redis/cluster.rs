@@ -34,12 +34,16 @@ const MAX_REDIRECTS: usize = 3;
 /// TRYAGAIN answers retried for one call. Redis answers TRYAGAIN, before
 /// the script runs, when a slot is half-migrated and the resource's keys
 /// are split between its two nodes; the migration moves the rest within
-/// milliseconds. Nothing was applied, so the call is sent again (from the
-/// slot's owner, whose ASK leads on) after [`TRY_AGAIN_FIRST`], doubling:
-/// 10 + 20 + 40 + 80 + 160 + 320 ms at most, and never past the deadline.
-const MAX_TRY_AGAIN: u32 = 6;
+/// milliseconds, or (on a loaded machine) in a second or so. Nothing was
+/// applied, so the call is sent again (from the slot's owner, whose ASK
+/// leads on) after [`TRY_AGAIN_FIRST`], doubling up to [`TRY_AGAIN_MOST`]:
+/// 10, 20, 40, 80, then every 100 ms until the call's deadline (the
+/// command timeout), at most this many times.
+const MAX_TRY_AGAIN: u32 = 100;
 /// The first pause before a TRYAGAIN retry.
 const TRY_AGAIN_FIRST: Duration = Duration::from_millis(10);
+/// The longest pause between TRYAGAIN retries.
+const TRY_AGAIN_MOST: Duration = Duration::from_millis(100);
 /// Slot map re-read this often even without a hint that it changed.
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// At most one slot map refresh per this interval.
@@ -242,7 +246,7 @@ impl ClusterBackend {
     }
 
     /// Runs `call` on the master of its slot, following MOVED/ASK and
-    /// retrying TRYAGAIN a bounded number of times ([`MAX_TRY_AGAIN`]).
+    /// retrying TRYAGAIN until the deadline ([`MAX_TRY_AGAIN`] times at most).
     pub async fn execute(
         &self,
         call: &Call<'_>,
@@ -301,7 +305,7 @@ impl ClusterBackend {
                     tracing::debug!(slot, tries, "TRYAGAIN; retrying");
                     tries += 1;
                     tokio::time::sleep(pause).await;
-                    pause *= 2;
+                    pause = (pause * 2).min(TRY_AGAIN_MOST);
                     // From the owner again, with a fresh redirect budget.
                     (redirect, hops) = (None, 0);
                 }
