@@ -258,12 +258,17 @@ async fn lease_cycle_moves_metrics_exactly(backend: Backend) {
     }
     match backend {
         Backend::Redis(_) => {
-            // One script run per store call, each timed.
+            // Each script run timed under its verb's name. A plain
+            // lease's call runs the slim script (lua/plain_*.lua), which
+            // hands what it does not decide to the general one, a second
+            // run: the replay (acquire), the renew of someone else's lease
+            // (renew), and the release of someone else's and of nothing
+            // (release). 10 store calls, 14 runs.
             for (script, n) in [
-                ("acquire", 3.0),
+                ("acquire", 4.0),
                 ("inspect", 2.0),
-                ("renew", 2.0),
-                ("release", 3.0),
+                ("renew", 3.0),
+                ("release", 5.0),
             ] {
                 assert_histogram_moved(&before, &after, STORE_SECONDS, &[("script", script)], n);
             }
@@ -274,7 +279,7 @@ async fn lease_cycle_moves_metrics_exactly(backend: Backend) {
                 &after,
                 "leasehold_store_pool_wait_seconds",
                 &[],
-                10.0,
+                14.0,
             );
             assert!(
                 after.sum("leasehold_store_pool_connections", &[("state", "idle")]) >= 1.0,
