@@ -243,6 +243,10 @@ impl NodePool {
                 if pooled.is_dead() {
                     continue;
                 }
+                // The connection kept for shared checkouts may be this one
+                // (bb8 counts it idle): no shared call may reuse it while
+                // this exclusive one (a `WAIT`) blocks it.
+                self.unkeep(&pooled.dead);
                 Conn {
                     inner: pooled.inner.clone(),
                     dead: Arc::clone(&pooled.dead),
@@ -285,6 +289,18 @@ impl NodePool {
                 None
             }
             None => None,
+        }
+    }
+
+    /// Stops keeping the connection whose liveness flag is `dead` for
+    /// shared checkouts, if it is the kept one.
+    fn unkeep(&self, dead: &Arc<AtomicBool>) {
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if shared
+            .as_ref()
+            .is_some_and(|kept| Arc::ptr_eq(&kept.conn.dead, dead))
+        {
+            *shared = None;
         }
     }
 
