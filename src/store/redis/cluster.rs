@@ -37,8 +37,8 @@ const MAX_REDIRECTS: usize = 3;
 /// milliseconds, or (on a loaded machine) in a second or so. Nothing was
 /// applied, so the call is sent again (from the slot's owner, whose ASK
 /// leads on) after [`TRY_AGAIN_FIRST`], doubling up to [`TRY_AGAIN_MOST`]:
-/// 10, 20, 40, 80, then every 100 ms until the call's deadline (the
-/// command timeout), at most this many times.
+/// 10, 20, 40, 80, then every 100 ms for the first half of the call's
+/// time (the command timeout), at most this many times.
 const MAX_TRY_AGAIN: u32 = 100;
 /// The first pause before a TRYAGAIN retry.
 const TRY_AGAIN_FIRST: Duration = Duration::from_millis(10);
@@ -246,7 +246,8 @@ impl ClusterBackend {
     }
 
     /// Runs `call` on the master of its slot, following MOVED/ASK and
-    /// retrying TRYAGAIN until the deadline ([`MAX_TRY_AGAIN`] times at most).
+    /// retrying TRYAGAIN for the first half of the time to the deadline
+    /// ([`MAX_TRY_AGAIN`] times at most).
     pub async fn execute(
         &self,
         call: &Call<'_>,
@@ -255,6 +256,14 @@ impl ClusterBackend {
         let slot = key_slot(call.tag);
         let mut redirect: Option<(String, bool)> = None;
         let (mut hops, mut tries, mut pause) = (0, 0, TRY_AGAIN_FIRST);
+        // TRYAGAIN is retried in the first half of the call's time only:
+        // the last try then has the rest to answer, so a slot that stays
+        // split is answered `unavailable` (nothing applied), never a
+        // timeout's `indeterminate`.
+        let retry_until = {
+            let now = Instant::now();
+            now + deadline.saturating_duration_since(now) / 2
+        };
         loop {
             if hops > MAX_REDIRECTS {
                 return Err(StoreError::Unavailable("too many Redis Cluster redirects"));
@@ -300,7 +309,7 @@ impl ClusterBackend {
                 Err(RunError::Failed(StoreError::Unavailable(why)))
                     if why == reply::TRY_AGAIN
                         && tries < MAX_TRY_AGAIN
-                        && Instant::now() + pause < deadline =>
+                        && Instant::now() + pause < retry_until =>
                 {
                     tracing::debug!(slot, tries, "TRYAGAIN; retrying");
                     tries += 1;
