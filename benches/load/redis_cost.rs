@@ -316,18 +316,6 @@ impl CgRedis {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .ok_or_else(|| format!("{}: no totals", path.display()))
     }
-
-    /// Instructions (total, window) while `work` runs, counters zeroed first.
-    pub(crate) async fn counted<F: std::future::Future<Output = Result<(), String>>>(
-        &mut self,
-        work: F,
-    ) -> Result<(u64, Duration), String> {
-        self.control(&["-z"])?;
-        let t0 = std::time::Instant::now();
-        work.await?;
-        let window = t0.elapsed();
-        Ok((self.dump()?, window))
-    }
 }
 
 impl Drop for CgRedis {

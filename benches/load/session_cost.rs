@@ -95,6 +95,18 @@ async fn create_session(
 // session-renew
 // ---------------------------------------------------------------------------
 
+/// Instructions (total, window) while `work` runs, counters zeroed first.
+async fn counted<F: std::future::Future<Output = Result<(), String>>>(
+    cg: &mut crate::redis_cost::CgRedis,
+    work: F,
+) -> Result<(u64, Duration), String> {
+    cg.control(&["-z"])?;
+    let t0 = std::time::Instant::now();
+    work.await?;
+    let window = t0.elapsed();
+    Ok((cg.dump()?, window))
+}
+
 async fn renew_session(http: &mut Http, client: &Client, id: &str) -> Result<(), String> {
     let body = Bytes::from(format!("{{\"ttlMs\":{TTL_MS}}}"));
     let h = [("lease-owner-token", client.token.as_str())];
@@ -179,21 +191,20 @@ pub(crate) async fn session_renew(opts: &Opts) -> Result<(String, bool), String>
     // Warm-up (valgrind translates each path the first time it runs).
     renew_session(&mut http, &owner, &id).await?;
     renew_leases(&mut http, &plain, &ops[..50]).await?;
-    let (session_total, session_window) = cg
-        .counted(async {
-            for _ in 0..SESSION_RENEWS {
-                renew_session(&mut http, &owner, &id).await?;
-            }
-            Ok(())
-        })
-        .await?;
-    let (leases_total, leases_window) = cg.counted(renew_leases(&mut http, &plain, &ops)).await?;
-    let (idle, idle_window) = cg
-        .counted(async {
-            tokio::time::sleep(IDLE_WINDOW).await;
-            Ok(())
-        })
-        .await?;
+    let (session_total, session_window) = counted(&mut cg, async {
+        for _ in 0..SESSION_RENEWS {
+            renew_session(&mut http, &owner, &id).await?;
+        }
+        Ok(())
+    })
+    .await?;
+    let (leases_total, leases_window) =
+        counted(&mut cg, renew_leases(&mut http, &plain, &ops)).await?;
+    let (idle, idle_window) = counted(&mut cg, async {
+        tokio::time::sleep(IDLE_WINDOW).await;
+        Ok(())
+    })
+    .await?;
     cg.control(&["-i", "off"])?;
     drop(http);
     service.stop();
