@@ -52,7 +52,7 @@ pub struct LeaseService {
     pub(super) meters: OperationMeters,
     /// The keep-alive streams of this instance, woken when their session
     /// ends here.
-    pub(super) kept: super::sessions::KeptAlive,
+    pub(super) kept: super::kept::KeptAlive,
 }
 
 impl LeaseService {
@@ -74,7 +74,7 @@ impl LeaseService {
             settings,
             waiters,
             shutdown,
-            kept: super::sessions::KeptAlive::default(),
+            kept: super::kept::KeptAlive::default(),
         }
     }
 

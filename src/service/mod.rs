@@ -6,6 +6,7 @@ mod acquire;
 mod core;
 mod history;
 mod instances;
+mod kept;
 mod list;
 mod look;
 mod operator;

@@ -27,47 +27,6 @@ const PAGE: u64 = 1000;
 /// Releases in flight at once while a session ends.
 const RELEASING: usize = 64;
 
-/// The sessions this instance keeps alive over a stream, each with the
-/// signal that wakes its stream when the session ends here (an end on
-/// another instance is heard at the stream's next renewal).
-#[derive(Default)]
-pub struct KeptAlive(std::sync::Mutex<std::collections::HashMap<SessionId, KeptEntry>>);
-
-struct KeptEntry {
-    ended: tokio_util::sync::CancellationToken,
-    streams: usize,
-}
-
-/// A stream's registration in [`KeptAlive`]: the signal, and the entry
-/// goes with the last stream of the session.
-pub struct KeptGuard<'a> {
-    kept: &'a KeptAlive,
-    id: SessionId,
-    /// Cancelled when the session ends on this instance.
-    pub ended: tokio_util::sync::CancellationToken,
-}
-
-impl Drop for KeptGuard<'_> {
-    fn drop(&mut self) {
-        let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = map.get_mut(&self.id) {
-            entry.streams -= 1;
-            if entry.streams == 0 {
-                map.remove(&self.id);
-            }
-        }
-    }
-}
-
-impl KeptAlive {
-    fn ended(&self, id: &SessionId) {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = map.get(id) {
-            entry.ended.cancel();
-        }
-    }
-}
-
 /// How an acquire on a session ended.
 #[derive(Debug)]
 pub enum SessionAcquire {
@@ -112,14 +71,36 @@ impl LeaseService {
         self.failure(err, None)
     }
 
+    /// A failure after part of a session verb was applied (the record
+    /// renewed or ended, some leases done): not `unavailable` ("nothing
+    /// was applied") but `indeterminate`, named by the session id (a
+    /// retry of the verb is safe).
+    fn partly(id: &SessionId, failure: Failure) -> Failure {
+        match (failure, OperationId::parse(id.as_str())) {
+            (Failure::Unavailable { .. }, Ok(operation_id)) => {
+                Failure::Indeterminate { operation_id }
+            }
+            (failure, _) => failure,
+        }
+    }
+
     async fn session_call(
         &self,
         id: &SessionId,
         call: SessionCall<'_>,
         keep: u64,
     ) -> Result<SessionFound, Failure> {
+        let writes = !matches!(call, SessionCall::Get);
         match self.admitted(self.store.session(id, call, keep)).await? {
             Ok(found) => Ok(found),
+            // A write whose reply was lost may have been applied.
+            Err(StoreError::Indeterminate(reason)) if writes => {
+                tracing::warn!(reason, session = %id, "store reply uncertain");
+                Err(Self::partly(
+                    id,
+                    self.session_failure(StoreError::Unavailable(reason)),
+                ))
+            }
             Err(err) => Err(self.session_failure(err)),
         }
     }
@@ -226,7 +207,10 @@ impl LeaseService {
                 })
             }
         };
-        let lost = self.renew_leases(id, token, &record).await?;
+        let lost = self
+            .renew_leases(id, token, &record)
+            .await
+            .map_err(|f| Self::partly(id, f))?;
         Ok(SessionOutcome::Renewed {
             session: SessionView::of(id, &record),
             lost,
@@ -293,22 +277,6 @@ impl LeaseService {
         Ok(lost)
     }
 
-    /// Registers a keep-alive stream of session `id` (until the guard
-    /// drops): its signal fires when the session ends on this instance.
-    pub fn keep_alive(&self, id: &SessionId) -> KeptGuard<'_> {
-        let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.entry(id.clone()).or_insert_with(|| KeptEntry {
-            ended: tokio_util::sync::CancellationToken::new(),
-            streams: 0,
-        });
-        entry.streams += 1;
-        KeptGuard {
-            kept: &self.kept,
-            id: id.clone(),
-            ended: entry.ended.clone(),
-        }
-    }
-
     /// Ends session `id`: marks it ended, then releases every attached lease.
     pub async fn end_session(
         &self,
@@ -334,8 +302,12 @@ impl LeaseService {
             // its list (released by this retry); expired or gone: its
             // leases ended with it.
             SessionFound::Ended => {
-                self.release_leases(id, token).await?;
-                self.session_call(id, SessionCall::Forget, 0).await?;
+                self.release_leases(id, token)
+                    .await
+                    .map_err(|f| Self::partly(id, f))?;
+                self.session_call(id, SessionCall::Forget, 0)
+                    .await
+                    .map_err(|f| Self::partly(id, f))?;
                 return Ok(SessionOutcome::AlreadyAbsent);
             }
             _ => return Ok(SessionOutcome::AlreadyAbsent),
@@ -349,8 +321,13 @@ impl LeaseService {
         // Its streams on this instance say `lost` now, not at their next
         // renewal.
         self.kept.ended(id);
-        let released = self.release_leases(id, token).await?;
-        self.session_call(id, SessionCall::Forget, 0).await?;
+        let released = self
+            .release_leases(id, token)
+            .await
+            .map_err(|f| Self::partly(id, f))?;
+        self.session_call(id, SessionCall::Forget, 0)
+            .await
+            .map_err(|f| Self::partly(id, f))?;
         Ok(SessionOutcome::Ended { released })
     }
 
@@ -566,5 +543,29 @@ impl LeaseService {
             }
         }
         Ok(SessionAcquire::Lease(outcome))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_after_part_was_applied_is_indeterminate() {
+        let id = SessionId::parse(&format!("s1.{:032x}", 5)).expect("id");
+        let after = LeaseService::partly(
+            &id,
+            Failure::Unavailable {
+                retry_after_ms: 1000,
+            },
+        );
+        assert_eq!(
+            after,
+            Failure::Indeterminate {
+                operation_id: OperationId::parse(id.as_str()).expect("op")
+            }
+        );
+        let shed = Failure::Overloaded { retry_after_ms: 50 };
+        assert_eq!(LeaseService::partly(&id, shed.clone()), shed);
     }
 }

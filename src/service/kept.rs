@@ -1,0 +1,65 @@
+//! The keep-alive streams this instance serves (docs/design.md §19), by
+//! session, each woken when its session ends here.
+
+use crate::domain::SessionId;
+
+use super::LeaseService;
+
+/// The sessions this instance keeps alive over a stream, each with the
+/// signal that wakes its stream when the session ends here (an end on
+/// another instance is heard at the stream's next renewal).
+#[derive(Default)]
+pub struct KeptAlive(std::sync::Mutex<std::collections::HashMap<SessionId, KeptEntry>>);
+
+struct KeptEntry {
+    ended: tokio_util::sync::CancellationToken,
+    streams: usize,
+}
+
+/// A stream's registration in [`KeptAlive`]: the signal, and the entry
+/// goes with the last stream of the session.
+pub struct KeptGuard<'a> {
+    kept: &'a KeptAlive,
+    id: SessionId,
+    /// Cancelled when the session ends on this instance.
+    pub ended: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for KeptGuard<'_> {
+    fn drop(&mut self) {
+        let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get_mut(&self.id) {
+            entry.streams -= 1;
+            if entry.streams == 0 {
+                map.remove(&self.id);
+            }
+        }
+    }
+}
+
+impl KeptAlive {
+    pub(super) fn ended(&self, id: &SessionId) {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get(id) {
+            entry.ended.cancel();
+        }
+    }
+}
+
+impl LeaseService {
+    /// Registers a keep-alive stream of session `id` (until the guard
+    /// drops): its signal fires when the session ends on this instance.
+    pub fn keep_alive(&self, id: &SessionId) -> KeptGuard<'_> {
+        let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(id.clone()).or_insert_with(|| KeptEntry {
+            ended: tokio_util::sync::CancellationToken::new(),
+            streams: 0,
+        });
+        entry.streams += 1;
+        KeptGuard {
+            kept: &self.kept,
+            id: id.clone(),
+            ended: entry.ended.clone(),
+        }
+    }
+}
