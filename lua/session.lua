@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- session: a session's record and its set of attached leases (docs/design.md
 -- §18, docs/storage.md "Keys"), both in the session's own slot; no lease key
 -- is read here (a session's leases live in many slots: the service renews
@@ -8,6 +9,9 @@
 --   once ended
 -- KEYS[2] leases  <ns>:sessleases:v2:{<id>}, a sorted set: member
 --   "<purpose>\31<digest>\31<operation id>" scored by when it was attached
+-- allow-oom: a full Redis must not stop a session's renew or end (its
+-- leases' own renews and releases are served full, README "full Redis");
+-- a record and a list member are a few hundred bytes.
 -- ARGV[1] op: 'create', 'renew', 'attach', 'detach', 'end', 'get', 'page'
 --   or 'forget' (delete the set of leases, once ended ones are released)
 -- ARGV[2] operation id (create), member (attach, detach) or offset (page)

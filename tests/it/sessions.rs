@@ -854,3 +854,24 @@ async fn session_verbs_need_a_key_with_the_scope_somewhere() {
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A full Redis (`maxmemory` below what it uses, `noeviction`) still
+/// renews and ends a session, as it renews and releases a lease: its
+/// leases must not die or hang because the record could not be written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_still_renews_and_ends_a_session() {
+    let server = common::redis::RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let s = session(&app, 30_000).await;
+    let d = digest();
+    take(&app, &s, &d, "op-1", &json!({})).await;
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let renewed = renew(&app, &s, &json!({})).await;
+    let ended = end(&app, &s).await;
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(renewed.outcome(), "renewed", "{:?}", renewed.body);
+    assert_eq!(ended.outcome(), "ended", "{:?}", ended.body);
+    assert_eq!(ended.body["released"], 1);
+    assert_eq!(app.inspect(P, &d, None).await.body["held"], false);
+    app.shutdown().await;
+}
