@@ -129,7 +129,16 @@ impl LeaseService {
             ttl_ms: ttl.ms(),
             holder,
         };
-        let found = self.session_call(&id, call, keep_ms(ttl.ms())).await?;
+        // A lost reply names the attempt: retried with it, it replays.
+        let found = self
+            .session_call(&id, call, keep_ms(ttl.ms()))
+            .await
+            .map_err(|f| match f {
+                Failure::Indeterminate { .. } => Failure::Indeterminate {
+                    operation_id: attempt.operation_id.clone(),
+                },
+                f => f,
+            })?;
         Ok(match found {
             SessionFound::Live(r) => SessionOutcome::SessionCreated {
                 session: SessionView::of(&id, &r),
