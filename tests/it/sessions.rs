@@ -855,9 +855,12 @@ async fn session_verbs_need_a_key_with_the_scope_somewhere() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A full Redis (`maxmemory` below what it uses, `noeviction`) still
-/// renews and ends a session, as it renews and releases a lease: its
-/// leases must not die or hang because the record could not be written.
+/// A full Redis (`maxmemory` below what is used, `noeviction`) still
+/// serves renewals and releases (docs/storage.md, docs/behaviour.md: they
+/// add no memory; renew.lua is flagged `allow-oom`). A session's renew
+/// and end rewrite its record in place too, so they are served as well:
+/// else every session's leases die at its TTL while a full Redis lasts
+/// (a keep-alive stream cannot renew it, a closed one cannot end it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_redis_still_renews_and_ends_a_session() {
     let server = common::redis::RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
@@ -865,13 +868,66 @@ async fn a_full_redis_still_renews_and_ends_a_session() {
     let s = session(&app, 30_000).await;
     let d = digest();
     take(&app, &s, &d, "op-1", &json!({})).await;
-    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
-    let renewed = renew(&app, &s, &json!({})).await;
+    // The scripts are loaded (a SCRIPT LOAD under OOM is refused too).
+    renew(&app, &s, &json!({})).await;
+    tokio::task::block_in_place(|| server.cli(&["CONFIG", "SET", "maxmemory", "1"]));
+    let renewed = renew(&app, &s, &json!({"ttlMs": 40_000})).await;
     let ended = end(&app, &s).await;
-    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    tokio::task::block_in_place(|| server.cli(&["CONFIG", "SET", "maxmemory", "0"]));
     assert_eq!(renewed.outcome(), "renewed", "{:?}", renewed.body);
     assert_eq!(ended.outcome(), "ended", "{:?}", ended.body);
-    assert_eq!(ended.body["released"], 1);
     assert_eq!(app.inspect(P, &d, None).await.body["held"], false);
+    app.shutdown().await;
+}
+
+/// A session renew reads the session's list of leases in pages of 1 000
+/// by offset; a lease taken off the list meanwhile (a release on the
+/// session, or a lost one detached) shifts every later lease one place
+/// back, and the one at the page boundary is read by neither page. It is
+/// not renewed, yet the renew answers `lost: []`: it ends at the old
+/// expiry while its holder counts it valid to the session's new one, and
+/// an end read the same way leaves it held. (A race: tried up to 40
+/// times; on one core it showed in about one renew in ten.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "defect: session renew and end page the list of leases by offset; a concurrent detach makes them skip a lease (renewed: lost [] while it keeps its old expiry)"]
+async fn a_concurrent_detach_does_not_make_a_renew_skip_a_lease() {
+    let server = common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let s = session(&app, 60_000).await;
+    let ds: Vec<String> = (0..1_050).map(|_| digest()).collect();
+    for (i, d) in ds.iter().enumerate() {
+        let r = take(&app, &s, d, &format!("op-{i}"), &json!({})).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    }
+    let mut ttl = 70_000;
+    for round in 0..40 {
+        ttl += 10_000;
+        let (d, op) = (ds[round].clone(), format!("op-{round}"));
+        let release = send(
+            app.http
+                .delete(format!("{}/sessions/{}/leases/{P}/{d}", app.base, s.id))
+                .header("Lease-Owner-Token", &s.attempt.token)
+                .header("Lease-Operation-Id", op),
+        );
+        let body = json!({ "ttlMs": ttl });
+        let (renewed, _) = tokio::join!(renew(&app, &s, &body), release);
+        // At most the lease released meanwhile is reported (`absent`).
+        let lost = renewed.body["lost"].as_array().expect("lost");
+        assert!(
+            lost.iter().all(|l| l["digest"] == ds[round].as_str()),
+            "{:?}",
+            renewed.body
+        );
+        // The leases about the page boundary (after `round + 1` went).
+        for d in &ds[round + 995..(round + 1_010).min(ds.len())] {
+            let left = app.inspect(P, d, None).await.body["remainingMs"]
+                .as_u64()
+                .expect("remainingMs");
+            assert!(
+                left > ttl - 5_000,
+                "round {round}: {d} was not renewed: {left} ms left, the session {ttl}"
+            );
+        }
+    }
     app.shutdown().await;
 }
