@@ -65,6 +65,23 @@ enum Stopped {
     Shutdown,
 }
 
+/// A stream counted in `leasehold_session_keepalive_streams` while it
+/// lives (however its task ends).
+struct OpenStream;
+
+impl OpenStream {
+    fn counted() -> Self {
+        metrics::gauge!(crate::telemetry::KEEPALIVES).increment(1.0);
+        Self
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        metrics::gauge!(crate::telemetry::KEEPALIVES).decrement(1.0);
+    }
+}
+
 fn sse(event: &str, data: &impl Serialize) -> Bytes {
     let json = serde_json::to_string(data).unwrap_or_else(|_| "{}".to_owned());
     Bytes::from(format!("event: {event}\ndata: {json}\n\n"))
@@ -163,7 +180,7 @@ pub async fn keepalive(
         let app2 = Arc::clone(&app);
         tokio::spawn(async move {
             let _slot = slot;
-            metrics::gauge!(crate::telemetry::KEEPALIVES).increment(1.0);
+            let _open = OpenStream::counted();
             let why = keep(&app2, &id, &token, ttl_ms, max_ms, &tx).await;
             match why {
                 Stopped::Lost(reason) => {

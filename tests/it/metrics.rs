@@ -748,3 +748,41 @@ async fn watch_gauges_and_counters_follow_streams() {
     })
     .await;
 }
+
+/// `leasehold_session_keepalive_streams` counts the keep-alive streams
+/// open: one more while a stream lives, back when it closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keepalive_gauge_follows_streams() {
+    let _turn = SERIAL.lock().await;
+    let app = TestApp::spawn(&Backend::Memory).await;
+    const G: &str = "leasehold_session_keepalive_streams";
+    let a = app.attempt().await;
+    let made = app
+        .http
+        .post(format!("{}/sessions", app.base))
+        .header("Lease-Owner-Token", &a.token)
+        .header("Lease-Operation-Id", &a.op)
+        .json(&json!({"ttlMs": 30_000}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let made: serde_json::Value = made.json().await.expect("json");
+    let id = made["session"]["id"].as_str().expect("id").to_owned();
+    let before = scrape(&app).await;
+    let stream = app
+        .http
+        .get(format!("{}/sessions/{id}/keepalive", app.base))
+        .header("Lease-Owner-Token", &a.token)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(stream.status(), StatusCode::OK);
+    let was = before.sum(G, &[]);
+    scrape_until(&app, "one stream more", |s| s.sum(G, &[]) == was + 1.0).await;
+    drop(stream);
+    scrape_until(&app, "the stream gone from the gauge", |s| {
+        s.sum(G, &[]) == was
+    })
+    .await;
+}
