@@ -956,3 +956,26 @@ async fn a_keepalive_follows_a_shortened_ttl() {
     drop(stream);
     app.shutdown().await;
 }
+
+/// An end that marked the session ended and then could not release a
+/// lease (here Redis refuses the release: the lease's key holds another
+/// type) has been applied: it answers `indeterminate` (retry), never
+/// `unavailable`, which says nothing was applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_that_fails_after_ending_is_not_unavailable() {
+    let server = common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let s = session(&app, 30_000).await;
+    let d = digest();
+    take(&app, &s, &d, "op-1", &json!({})).await;
+    let lease = format!("{}:lease:v2:{{{P}:{d}}}", app.namespace);
+    assert_eq!(server.cli(&["DEL", &lease]).trim(), "1", "{lease}");
+    server.cli(&["RPUSH", &lease, "x"]);
+    server.cli(&["PEXPIRE", &lease, "60000"]);
+    let ended = end(&app, &s).await;
+    let now = app.get(&format!("/sessions/{}", s.id)).await;
+    assert_eq!(now.body["reason"], "session_ended", "{:?}", now.body);
+    assert_ne!(ended.outcome(), "unavailable", "{:?}", ended.body);
+    assert_eq!(ended.outcome(), "indeterminate", "{:?}", ended.body);
+    app.shutdown().await;
+}
