@@ -21,9 +21,6 @@ fn count<T: OutcomeName>(op: &'static str, result: &Result<T, Failure>) {
         .increment(1);
 }
 
-/// Leases read from a session's set per store call.
-const PAGE: u64 = 1000;
-
 /// Releases in flight at once while a session ends.
 const RELEASING: usize = 64;
 
@@ -161,24 +158,18 @@ impl LeaseService {
         &self,
         id: &SessionId,
     ) -> Result<Vec<(String, ResourceId, OperationId)>, Failure> {
-        let mut out = Vec::new();
-        let mut offset = 0;
-        loop {
-            let page = match self.store.session_page(id, offset, PAGE).await {
-                Ok(page) => page,
-                Err(err) => return Err(self.session_failure(err)),
-            };
-            let n = page.len() as u64;
-            for m in page {
-                if let Some((resource, op)) = parse_member(&m) {
-                    out.push((m, resource, op));
-                }
-            }
-            if n < PAGE {
-                return Ok(out);
-            }
-            offset += n;
-        }
+        // The whole list in one read (a session holds at most
+        // `session_max_leases`): pages by offset would skip a lease when
+        // another is taken off the list between two of them.
+        let all = self.settings.session_max_leases;
+        let list = match self.store.session_page(id, 0, all).await {
+            Ok(list) => list,
+            Err(err) => return Err(self.session_failure(err)),
+        };
+        Ok(list
+            .into_iter()
+            .filter_map(|m| parse_member(&m).map(|(resource, op)| (m, resource, op)))
+            .collect())
     }
 
     /// Renews session `id` for `ttl` (its own when `None`), and every
