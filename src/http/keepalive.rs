@@ -149,7 +149,12 @@ pub async fn keepalive(
         {
             match pair.split_once('=') {
                 Some(("maxMs", v)) if max_ms.is_none() => match v.parse::<u64>() {
-                    Ok(ms) if (1..=3_600_000).contains(&ms) => max_ms = Some(ms),
+                    Ok(ms)
+                        if (1..=3_600_000).contains(&ms)
+                            && v.bytes().all(|b| b.is_ascii_digit()) =>
+                    {
+                        max_ms = Some(ms)
+                    }
                     _ => problems.shape("maxMs", "must be between 1 and 3600000"),
                 },
                 _ => problems.shape("query", "only maxMs, once"),

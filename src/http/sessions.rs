@@ -342,7 +342,7 @@ pub async fn read(
         let offset = match q.as_ref().and_then(|q| q.cursor.as_deref()) {
             None => 0,
             Some(c) => match c.parse::<u64>() {
-                Ok(n) if c.len() <= 9 => n,
+                Ok(n) if c.len() <= 9 && c.bytes().all(|b| b.is_ascii_digit()) => n,
                 _ => {
                     problems.shape("cursor", "must be a nextCursor this service gave");
                     0
@@ -366,7 +366,9 @@ fn serde_urlencoded_query<T: serde::de::DeserializeOwned>(
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let value = match v.parse::<u64>() {
-            Ok(n) if k == "limit" => serde_json::Value::from(n),
+            Ok(n) if k == "limit" && v.bytes().all(|b| b.is_ascii_digit()) => {
+                serde_json::Value::from(n)
+            }
             _ => serde_json::Value::from(v),
         };
         if map.insert(k.to_owned(), value).is_some() {

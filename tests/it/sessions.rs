@@ -207,6 +207,11 @@ async fn bad_session_requests_are_refused_with_problems(backend: Backend) {
     );
     let page = app.get(&format!("/sessions/{}?limit=0", s.id)).await;
     assert_eq!(page.status, StatusCode::BAD_REQUEST, "{:?}", page.body);
+    // Only plain digits: a sign is not a number this API writes.
+    for q in ["limit=+2", "cursor=+1", "limit=2&limit=3"] {
+        let r = app.get(&format!("/sessions/{}?{q}", s.id)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{q}: {:?}", r.body);
+    }
     app.shutdown().await;
 }
 
