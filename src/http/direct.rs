@@ -28,7 +28,7 @@ use axum::response::Response;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
-use super::watch_stream::{change_event, until, Stream, StreamParts, KEEPALIVE};
+use super::watch_stream::{change_event, until, Opened, Stream, StreamParts, KEEPALIVE};
 use crate::domain::Change;
 use crate::notify::{Flush, Snapshot, Socket};
 
@@ -148,6 +148,18 @@ pub async fn run<K>(stream: TcpStream, events: Stream, head: Vec<u8>, limit: Dur
         }
     }
     drop(keep);
+}
+
+impl Opened for Stream {
+    fn serve(
+        self: Box<Self>,
+        socket: TcpStream,
+        head: Vec<u8>,
+        limit: Duration,
+        keep: Box<dyn Send>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(run(socket, *self, head, limit, keep))
+    }
 }
 
 /// The keep-alive comment as a chunk, framed once.

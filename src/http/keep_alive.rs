@@ -56,7 +56,7 @@ pub enum Ended<S> {
     /// [`super::direct::run`] or [`super::keepalive::run_direct`] writes
     /// `Vec<u8>` (the answer's head) and the stream, then ends the
     /// connection (what was pipelined after it is dropped).
-    Events(TcpStream, Opened, Vec<u8>),
+    Events(TcpStream, Box<dyn Opened>, Vec<u8>),
 }
 
 /// Serves `stream`'s requests of a hand-written lane with `service` (the

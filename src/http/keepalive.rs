@@ -25,7 +25,7 @@ use super::direct::{frame, gone, write};
 use super::extract::{Headers, Problems};
 use super::problem::{respond_one, ApiError};
 use super::session_extract::{path_id, secret};
-use super::watch_stream::{event_stream, Direct};
+use super::watch_stream::{event_stream, Direct, Opened as Handed};
 use crate::domain::{OwnerToken, SessionGone, SessionId, SessionOutcome};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{
@@ -198,7 +198,7 @@ pub async fn keepalive(
         // The accept loop parsed the request: it writes the stream from a
         // small task of its own (no hyper connection, no channel).
         if let Some(slot) = direct {
-            slot.put_keepalive(Box::new(opened));
+            slot.put_opened(Box::new(opened));
             return Ok(event_stream(Body::empty()));
         }
         let mut opened = opened;
@@ -309,6 +309,18 @@ pub async fn run_direct<K>(
         }
     }
     drop(keep);
+}
+
+impl Handed for Opened {
+    fn serve(
+        self: Box<Self>,
+        socket: TcpStream,
+        head: Vec<u8>,
+        limit: Duration,
+        keep: Box<dyn Send>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(run_direct(socket, self, head, limit, keep))
+    }
 }
 
 impl Opened {

@@ -51,11 +51,8 @@ use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt as _};
 
 use crate::http::conn_timer::ConnTimer;
-use crate::http::direct;
 use crate::http::keep_alive::{self, Ended};
-use crate::http::keepalive;
 use crate::http::tls::CurrentAcceptor;
-use crate::http::watch_stream::Opened;
 use crate::http::write_timeout::WriteTimeout;
 
 /// How long a TLS handshake may take at most. A handshake is a few round
@@ -102,7 +99,7 @@ pub async fn serve<S>(
     let handshake_timeout = HANDSHAKE_TIMEOUT.min(limits.idle_timeout);
     let shutting_down = CancellationToken::new();
     // Held by every connection and event stream outside hyper
-    // ([`direct`]); `recv` answers `None` once all are gone.
+    // ([`crate::http::direct`]); `recv` answers `None` once all are gone.
     let (streams, mut streams_done) = mpsc::channel::<()>(1);
     let mut at_limit = false;
     tokio::pin!(stop);
@@ -195,16 +192,7 @@ pub async fn serve<S>(
                             // A small task of its own: this one's state
                             // (hyper's builder, the service) is freed.
                             let keep = (permit, streams);
-                            match opened {
-                                Opened::Watch(events) => {
-                                    tokio::spawn(direct::run(stream, events, head, idle, keep));
-                                }
-                                Opened::Keepalive(kept) => {
-                                    tokio::spawn(keepalive::run_direct(
-                                        stream, kept, head, idle, keep,
-                                    ));
-                                }
-                            }
+                            tokio::spawn(opened.serve(stream, head, idle, Box::new(keep)));
                             return;
                         }
                         Ended::Hyper(stream) => {

@@ -211,32 +211,41 @@ impl<S: Send + Sync> FromRequestParts<S> for Direct {
 /// write: a request extension set only on requests the accept loop parsed
 /// itself.
 #[derive(Clone, Default)]
-pub struct DirectSlot(Arc<Mutex<Option<Opened>>>);
+pub struct DirectSlot(Arc<Mutex<Option<Box<dyn Opened>>>>);
 
-/// A stream a handler opened, for the accept loop to write.
-pub enum Opened {
-    /// A lease's event stream ([`crate::http::direct::run`]).
-    Watch(Stream),
-    /// A session's keep-alive stream ([`crate::http::keepalive::run_direct`]).
-    Keepalive(Box<crate::http::keepalive::Opened>),
+/// A stream a handler opened, for the accept loop to write on the
+/// connection it hands over: a lease's event stream
+/// ([`crate::http::direct::run`]) or a session's keep-alive
+/// ([`crate::http::keepalive::run_direct`]).
+pub trait Opened: Send {
+    /// Serves the stream on `socket`: `head` (the answer's head) first; a
+    /// write that makes no progress for `limit` closes it; `keep` is
+    /// held until the stream ends.
+    fn serve(
+        self: Box<Self>,
+        socket: tokio::net::TcpStream,
+        head: Vec<u8>,
+        limit: std::time::Duration,
+        keep: Box<dyn Send>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 }
 
 impl DirectSlot {
     fn put(&self, stream: Stream) {
         if let Ok(mut slot) = self.0.lock() {
-            *slot = Some(Opened::Watch(stream));
+            *slot = Some(Box::new(stream));
         }
     }
 
-    /// Leaves an opened keep-alive stream.
-    pub fn put_keepalive(&self, opened: Box<crate::http::keepalive::Opened>) {
+    /// Leaves an opened stream of another kind.
+    pub fn put_opened(&self, opened: Box<dyn Opened>) {
         if let Ok(mut slot) = self.0.lock() {
-            *slot = Some(Opened::Keepalive(opened));
+            *slot = Some(opened);
         }
     }
 
     /// The stream the handler left, if it opened one.
-    pub fn take(&self) -> Option<Opened> {
+    pub fn take(&self) -> Option<Box<dyn Opened>> {
         self.0.lock().ok().and_then(|mut slot| slot.take())
     }
 }
