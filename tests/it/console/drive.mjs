@@ -54,7 +54,7 @@ async function call(method, path, key, { body, attempt } = {}) {
   if (body !== undefined) headers['content-type'] = 'application/json';
   if (attempt) {
     headers['lease-owner-token'] = attempt.token;
-    headers['lease-operation-id'] = attempt.op;
+    if (attempt.op) headers['lease-operation-id'] = attempt.op;
   }
   const r = await fetch(BASE + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await r.text();
@@ -361,6 +361,9 @@ async function main() {
     check(!(await js(cdp, visible('#break-lease'))) && !(await js(cdp, `document.querySelector('.break-permit')`)), 'a read-only key sees no break button');
     await shot(cdp, 'console-read-only.png');
 
+    // --- the read-only key still: a session and its leases (issue 42 item 6).
+    await sessions(cdp);
+
     await everyPurpose(cdp, userDir);
 
     check(problems.length === 0, 'no script error or CSP violation in the page' + (problems.length ? ':\n' + problems.join('\n') : ''));
@@ -377,6 +380,96 @@ async function main() {
       console.error(`console-test: left ${userDir}: ${e.message}`);
     }
   }
+}
+
+// A session with two leases of PURPOSE, made over HTTP with the writer's
+// key, seen by the read-only key: in the purpose's list (each lease's
+// session, the sessions summary with the holder label), in the session
+// view (state, facts, both leases, equal to GET /sessions/{id}), from a
+// lease's detail, and after DELETE /sessions/{id} ended, on the view's own
+// re-read. Then the lookup field: the ended one, one never made, a
+// malformed id.
+async function sessions(cdp) {
+  const secret = await attempt(WRITER);
+  const made = await call('POST', '/sessions', WRITER, { body: { ttlMs: 60000, holder: 'console-session' }, attempt: secret });
+  if (made.status !== 201) throw new Error('POST /sessions: ' + made.text);
+  const id = made.body.session.id;
+  check(!made.text.includes(secret.token), 'the session answer carries no secret');
+  const digests = [1, 2].map((n) => digestOf(`session-${process.pid}-${n}`));
+  for (const [n, d] of digests.entries()) {
+    const r = await call('PUT', `/sessions/${id}/leases/${PURPOSE}/${d}`, WRITER, {
+      body: { holder: `shard-${n + 1}` },
+      attempt: { token: secret.token, op: `${secret.op}-lease-${n + 1}` },
+    });
+    if (r.status !== 201) throw new Error('a lease on the session: ' + r.text);
+  }
+  const link = (scope, d) => `document.querySelector('${scope} tr[data-digest="${d}"] button.session-link[data-session="${id}"]')`;
+  await until(cdp, digests.map((d) => link('#leases', d)).join(' && '), "both leases listed with their session's button");
+  check((await js(cdp, text(`#leases tr[data-digest="${digests[0]}"] button.session-link`))) === id.slice(0, 11) + '…', 'the list shows the short session id');
+  const summary = `document.querySelector('#sessions-summary li[data-session="${id}"]')`;
+  await until(cdp, `${summary}?.textContent.includes('console-session') && ${summary}.textContent.includes('2 of the listed leases')`, "the sessions summary: the session, its holder label, its two listed leases");
+  check(true, 'the sessions summary groups the listed leases by session, with its holder label');
+  await shot(cdp, 'console-sessions.png');
+
+  // The session view, from the summary.
+  await click(cdp, `#sessions-summary li[data-session="${id}"] button.session-link`);
+  const live = `${visible('#session-panel')} && document.querySelector('#session-state').dataset.state === 'live' && document.querySelectorAll('#session-leases tbody tr').length === 2`;
+  await until(cdp, live, 'the session view: live, with its two leases');
+  const api = await call('GET', `/sessions/${id}`, READER);
+  const want = (api.body?.leases ?? []).map((l) => `${l.purpose} ${l.digest}`);
+  const shown = await js(cdp, `[...document.querySelectorAll('#session-leases tbody tr')].map((r) => r.dataset.purpose + ' ' + r.dataset.digest)`);
+  check(JSON.stringify(shown) === JSON.stringify(want) && want.length === 2, `the session view lists the API's leases, in its order (${shown.join(', ')})`);
+  const facts = await js(cdp, text('#session-facts'));
+  check(
+    facts.includes('console-session') && (await js(cdp, text('#session-count'))) === String(api.body.session.leases) && facts.includes('1 min 0 s') && facts.includes('UTC'),
+    `the session view shows its holder label, lease count, TTL and expiry (${facts})`,
+  );
+  check((await js(cdp, text('#session-id'))) === id && !(await js(cdp, `document.documentElement.outerHTML.includes(${JSON.stringify(secret.token)})`)), 'the view names the session, never its secret');
+  await axe(cdp, 'on the session view at 1280 px');
+  await shot(cdp, 'console-session.png');
+
+  // A lease of it, opened from the view; its detail leads back.
+  await click(cdp, `#session-leases tr[data-digest="${digests[1]}"] button`);
+  await until(cdp, `${visible('#detail-panel')} && ${text('#detail')}.includes('shard-2') && document.querySelector('#detail-session button.session-link[data-session="${id}"]')`, "the lease's detail, naming its session");
+  await until(cdp, `document.querySelector('#leases tr[data-digest="${digests[1]}"]')?.classList.contains('selected')`, 'the lease opened from the session view, selected in its purpose');
+  await click(cdp, '#detail-session button.session-link');
+  await until(cdp, live, "the session view again, from the lease's detail");
+  check(true, "a lease's detail links to its session");
+
+  // Ended: the view's own re-read says so (no click, no sleep: the page's
+  // state is awaited).
+  const ended = await call('DELETE', `/sessions/${id}`, WRITER, { attempt: { token: secret.token } });
+  check(ended.status === 200 && ended.body?.outcome === 'ended' && ended.body?.released === 2, `DELETE /sessions/{id} ended it, releasing both (${ended.text})`);
+  const endedState = `document.querySelector('#session-state').dataset.state === 'ended' && ${text('#session-state')}.includes('session_ended')`;
+  await until(cdp, endedState, 'the session view: ended, with its reason', 6000);
+  check((await js(cdp, `document.querySelector('#session-leases').hidden`)) && (await js(cdp, text('#session-leases-status'))).includes('ended with it'), 'the ended session lists no lease and says they ended with it');
+  check((await js(cdp, text('#session-facts'))).includes('console-session'), 'the ended session keeps what was last seen (its holder label)');
+  const inspect = await call('GET', `/leases/${PURPOSE}/${digests[0]}`, READER);
+  check(inspect.body?.held === false, `its lease is free (${inspect.text})`);
+  await axe(cdp, 'on an ended session at 1280 px');
+  await shot(cdp, 'console-session-ended.png');
+
+  // Back to the purpose: the leases and the session are gone from it.
+  await click(cdp, `#purposes button[data-purpose="${PURPOSE}"]`);
+  await until(cdp, `!${visible('#session-panel')} && ${digests.map((d) => `!document.querySelector('#leases tr[data-digest="${d}"]')`).join(' && ')} && !${summary}`, "the session's leases and the session gone from the purpose");
+  check(true, "after the end the purpose lists neither the session's leases nor the session");
+
+  // The lookup field: the ended session, one never made, a malformed id.
+  const lookUp = async (value) => {
+    await js(cdp, `document.querySelector('#session-input').value = ''`);
+    await type(cdp, '#session-input', value);
+    await click(cdp, '#session-lookup button[type=submit]');
+  };
+  await lookUp(id);
+  await until(cdp, endedState, 'the ended session found by id');
+  const never = 's1.' + '0'.repeat(32);
+  await lookUp(never);
+  await until(cdp, `${text('#session-id')} === '${never}' && document.querySelector('#session-state').dataset.state === 'absent' && ${text('#session-state')}.startsWith('Not found')`, 'a session never made: "not found", said plainly');
+  check(true, 'the lookup field opens a session by id; an ended one and an unknown one are said plainly');
+  await lookUp('s1.not-an-id');
+  await until(cdp, `${text('#message')}.startsWith('A session id is')`, 'a malformed id refused in the page');
+  check((await js(cdp, text('#session-id'))) === never, 'a malformed id opens nothing');
+  await js(cdp, `document.querySelector('#message').textContent = ''`);
 }
 
 // Remaining seconds as a lease row shows them ("28.3 s"; "—" or "free": none).
