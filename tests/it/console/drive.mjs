@@ -427,6 +427,11 @@ async function sessions(cdp) {
   check((await js(cdp, text('#session-id'))) === id && !(await js(cdp, `document.documentElement.outerHTML.includes(${JSON.stringify(secret.token)})`)), 'the view names the session, never its secret');
   await axe(cdp, 'on the session view at 1280 px');
   await shot(cdp, 'console-session.png');
+  await width(cdp, 390, 844);
+  await fitsPhone(cdp, ' on the session view');
+  await axe(cdp, 'on the session view at 390 px');
+  await shot(cdp, 'console-session-phone.png');
+  await width(cdp, 1280, 1000);
 
   // A lease of it, opened from the view; its detail leads back.
   await click(cdp, `#session-leases tr[data-digest="${digests[1]}"] button`);
@@ -470,6 +475,51 @@ async function sessions(cdp) {
   await until(cdp, `${text('#message')}.startsWith('A session id is')`, 'a malformed id refused in the page');
   check((await js(cdp, text('#session-id'))) === never, 'a malformed id opens nothing');
   await js(cdp, `document.querySelector('#message').textContent = ''`);
+
+  await sessionPages(cdp, lookUp);
+}
+
+// A session with more leases than a page (the view reads 100 at a time):
+// 101 leases of OTHER, made with the `*` key (it writes OTHER), paged with
+// `nextCursor`, each page equal to the API's; ended before OTHER's own
+// checks start.
+async function sessionPages(cdp, lookUp) {
+  const secret = await attempt(EVERY);
+  const made = await call('POST', '/sessions', EVERY, { body: { ttlMs: 60000, holder: 'console-paged' }, attempt: secret });
+  if (made.status !== 201) throw new Error('POST /sessions: ' + made.text);
+  const id = made.body.session.id;
+  const n = 101;
+  for (let from = 0; from < n; from += 25) {
+    await Promise.all(
+      Array.from({ length: Math.min(25, n - from) }, async (_, k) => {
+        const i = from + k;
+        const r = await call('PUT', `/sessions/${id}/leases/${OTHER}/${digestOf(`paged-${process.pid}-${i}`)}`, EVERY, {
+          body: {},
+          attempt: { token: secret.token, op: `${secret.op}-lease-${i}` },
+        });
+        if (r.status !== 201) throw new Error('a lease on the paged session: ' + r.text);
+      }),
+    );
+  }
+  const rows = (want) => `document.querySelectorAll('#session-leases tbody tr').length === ${want}`;
+  await lookUp(id);
+  await until(cdp, `${text('#session-id')} === '${id}' && document.querySelector('#session-state').dataset.state === 'live' && ${rows(100)} && ${visible('#session-next')}`, 'the first page of 100 leases, with "Next page"');
+  const first = await call('GET', `/sessions/${id}`, READER);
+  const page = () => js(cdp, `[...document.querySelectorAll('#session-leases tbody tr')].map((r) => r.cells[0].textContent + ' ' + r.dataset.purpose + ' ' + r.dataset.digest)`);
+  const api = (body, from) => (body?.leases ?? []).map((l, k) => `${from + k} ${l.purpose} ${l.digest}`);
+  check(JSON.stringify(await page()) === JSON.stringify(api(first.body, 1)) && first.body?.nextCursor, `the first page is the API's first 100 (${first.body?.leases?.length}, nextCursor ${first.body?.nextCursor})`);
+  check((await js(cdp, text('#session-leases-status'))).startsWith('1 to 100 of 101'), 'the view says which of how many it shows');
+  await click(cdp, '#session-next');
+  await until(cdp, `${rows(1)} && !${visible('#session-next')} && ${visible('#session-prev')}`, 'the second page: the 101st lease');
+  const second = await call('GET', `/sessions/${id}?cursor=${first.body.nextCursor}`, READER);
+  check(JSON.stringify(await page()) === JSON.stringify(api(second.body, 101)) && !second.body?.nextCursor, `the second page is the API's (${(await page()).join(', ')})`);
+  await click(cdp, '#session-prev');
+  await until(cdp, `${rows(100)} && ${visible('#session-next')} && !${visible('#session-prev')}`, 'back on the first page');
+  check(true, "a session's leases page with nextCursor, both ways");
+  const ended = await call('DELETE', `/sessions/${id}`, EVERY, { attempt: { token: secret.token } });
+  check(ended.body?.outcome === 'ended' && ended.body?.released === n, `the paged session ended, its ${n} leases released (${ended.text})`);
+  await click(cdp, '#session-refresh');
+  await until(cdp, `document.querySelector('#session-state').dataset.state === 'ended'`, 'the paged session ended, on "Read again"');
 }
 
 // Remaining seconds as a lease row shows them ("28.3 s"; "—" or "free": none).
@@ -489,6 +539,17 @@ async function axe(cdp, where) {
       .map((v) => v.id + ' (' + v.impact + '): ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')))`,
   );
   check(found.length === 0, `axe-core: no serious violation ${where}` + (found.length ? ':\n' + found.join('\n') : ''));
+}
+
+// Nothing wider than the screen, outside the tables' own scrolling.
+async function fitsPhone(cdp, where) {
+  const overflow = await js(cdp, 'document.documentElement.scrollWidth - window.innerWidth');
+  const wide = await js(
+    cdp,
+    `[...document.querySelectorAll('body *')].filter((e) => ${overflow} > 0 && e.getBoundingClientRect().right > window.innerWidth + 1 && !e.parentElement.closest('.scroll'))
+      .slice(0, 5).map((e) => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).join(', ')`,
+  );
+  check(overflow <= 0, `nothing wider than a 390 px phone${where} (${overflow} px over${wide ? ': ' + wide : ''})`);
 }
 
 async function width(cdp, px, height) {
@@ -618,13 +679,7 @@ async function everyPurpose(cdp, dir) {
 
     await width(cdp, 390, 844);
     await shot(cdp, 'console-phone.png');
-    const overflow = await js(cdp, 'document.documentElement.scrollWidth - window.innerWidth');
-    const wide = await js(
-      cdp,
-      `[...document.querySelectorAll('body *')].filter((e) => ${overflow} > 0 && e.getBoundingClientRect().right > window.innerWidth + 1 && !e.parentElement.closest('.scroll'))
-        .slice(0, 5).map((e) => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).join(', ')`,
-    );
-    check(overflow <= 0, `nothing wider than a 390 px phone (${overflow} px over${wide ? ': ' + wide : ''})`);
+    await fitsPhone(cdp, '');
     await axe(cdp, 'at 390 px');
     await width(cdp, 1280, 1000);
   } finally {

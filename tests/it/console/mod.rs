@@ -399,6 +399,7 @@ async fn drive(keys: &Keys, base: &str, name: &str, extra_env: &[(&str, &str)]) 
         "console-sessions.png",
         "console-session.png",
         "console-session-ended.png",
+        "console-session-phone.png",
         "console-overview.png",
         "console-wide.png",
         "console-phone.png",
