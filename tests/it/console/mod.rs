@@ -2,8 +2,9 @@
 //! starts from. `GET /purposes` and the page's headers are checked over
 //! HTTP; the page itself in a real headless Chromium, driven over the
 //! DevTools protocol by `drive.mjs` (Node), against this service on the
-//! embedded store, on a real `redis-server`, and over HTTPS. Screenshots
-//! are kept in `target/console-screenshots/<run>/`.
+//! embedded store, on a real `redis-server`, and over HTTPS (sessions and
+//! their leases too: `drive.mjs` makes them over HTTP and follows them in
+//! the page). Screenshots are kept in `target/console-screenshots/<run>/`.
 //!
 //! Needs `chromium` (Debian's package) and Node ≥ 18 (`nodejs`); a missing
 //! one fails the test naming what to install. Break and history are
