@@ -476,6 +476,26 @@ async function sessions(cdp) {
   check((await js(cdp, text('#session-id'))) === never, 'a malformed id opens nothing');
   await js(cdp, `document.querySelector('#message').textContent = ''`);
 
+  // Expired: a 1 s session nobody renews, with a lease, watched in the
+  // view until its own re-read finds it gone.
+  const brief = await attempt(WRITER);
+  const short = await call('POST', '/sessions', WRITER, { body: { ttlMs: 1000, holder: 'console-brief' }, attempt: brief });
+  if (short.status !== 201) throw new Error('POST /sessions: ' + short.text);
+  const briefId = short.body.session.id;
+  const briefLease = await call('PUT', `/sessions/${briefId}/leases/${PURPOSE}/${digestOf(`brief-${process.pid}`)}`, WRITER, {
+    body: {},
+    attempt: { token: brief.token, op: `${brief.op}-lease` },
+  });
+  if (briefLease.status !== 201) throw new Error('a lease on the brief session: ' + briefLease.text);
+  await lookUp(briefId);
+  await until(
+    cdp,
+    `${text('#session-id')} === '${briefId}' && document.querySelector('#session-state').dataset.state === 'expired' && ${text('#session-state')}.startsWith('Expired (session_expired)')`,
+    'a session nobody renewed: "Expired (session_expired)"',
+    8000,
+  );
+  check(true, 'an expired session says so, with its reason');
+
   await sessionPages(cdp, lookUp);
 }
 
