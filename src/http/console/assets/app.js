@@ -1380,8 +1380,12 @@
   $('session-lookup').addEventListener('submit', (event) => {
     event.preventDefault();
     const id = $('session-input').value.trim();
-    if (SESSION_ID.test(id)) openSession(id);
-    else say('A session id is s1. and 32 lowercase hex digits.');
+    if (!SESSION_ID.test(id)) {
+      say('A session id is s1. and 32 lowercase hex digits.');
+      return;
+    }
+    $('session-input').value = ''; // the view's heading names it
+    openSession(id);
   });
 
   $('detail').addEventListener('click', (event) => {
