@@ -112,10 +112,11 @@ fi
 
 # The hand-written HTTP paths off (issue 39): hyper and the router serve every
 # request; the differential suite, the keep-alive tests and the lease
-# contract again that way (the run above had them on, the default).
-stage "HTTP fast paths off: differential suite, keep-alive, lease contract" \
+# contract again that way (the run above had them on, the default), and the
+# sessions' keep-alive streams as hyper writes them.
+stage "HTTP fast paths off: differential suite, keep-alive, lease contract, sessions" \
   env LEASEHOLD_HTTP_FAST_PATHS=false cargo test --all-features --locked --test it -- \
-  http_diff:: keep_alive:: contract::
+  http_diff:: keep_alive:: contract:: sessions::memory::
 
 # A killed holder's 1 000 session leases held by waiters on another instance
 # within 1 s (tests/it/session_kill.rs, docs/design.md §19): a timing bound,

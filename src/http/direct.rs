@@ -166,7 +166,7 @@ fn framed_change(change: Change, snapshot: &Snapshot) -> Bytes {
 }
 
 /// `bytes` as one chunk of a chunked body.
-fn frame(bytes: &[u8]) -> Bytes {
+pub(super) fn frame(bytes: &[u8]) -> Bytes {
     let mut size = [0u8; 20];
     let size = chunk_size(bytes.len(), &mut size);
     let mut out = Vec::with_capacity(size.len() + bytes.len() + 2);
@@ -178,7 +178,7 @@ fn frame(bytes: &[u8]) -> Bytes {
 
 /// Whether a readable socket says its client went: end of stream or an
 /// error. Anything it sent (it should send nothing) is read and dropped.
-fn gone(stream: &TcpStream) -> bool {
+pub(super) fn gone(stream: &TcpStream) -> bool {
     let mut buf = [0u8; 64];
     match stream.try_read(&mut buf) {
         Ok(0) => true,

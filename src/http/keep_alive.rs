@@ -43,7 +43,7 @@ use tower::Service;
 use super::conn_timer::{ConnTimer, Slot};
 use super::direct::{response_head, write};
 use super::lanes::{collect, read_head, read_pipelined, Lane, Read, MAX_HEADERS};
-use super::watch_stream::{DirectSlot, Stream};
+use super::watch_stream::{DirectSlot, Opened};
 
 /// How a connection served here ended.
 pub enum Ended<S> {
@@ -52,10 +52,11 @@ pub enum Ended<S> {
     /// A request this loop does not serve: hyper takes the connection,
     /// reading `S` (the bytes read so far first).
     Hyper(S),
-    /// A lease's event stream, opened: [`super::direct::run`] writes
+    /// An event stream, opened (a lease's or a session's keep-alive):
+    /// [`super::direct::run`] or [`super::keepalive::run_direct`] writes
     /// `Vec<u8>` (the answer's head) and the stream, then ends the
     /// connection (what was pipelined after it is dropped).
-    Events(TcpStream, Stream, Vec<u8>),
+    Events(TcpStream, Opened, Vec<u8>),
 }
 
 /// Serves `stream`'s requests of a hand-written lane with `service` (the

@@ -7,6 +7,7 @@
 //! its TTL like any other.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,14 +15,17 @@ use axum::body::{Body, Bytes};
 use axum::extract::{RawPathParams, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use utoipa::ToSchema;
 
 use super::app::AppState;
+use super::direct::{frame, gone, write};
 use super::extract::{Headers, Problems};
 use super::problem::{respond_one, ApiError};
 use super::session_extract::{path_id, secret};
-use super::watch_stream::event_stream;
+use super::watch_stream::{event_stream, Direct};
 use crate::domain::{OwnerToken, SessionGone, SessionId, SessionOutcome};
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{
@@ -30,6 +34,7 @@ use crate::http::schemas::{
 };
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{SessionLostProblem, SessionNotOwnerProblem};
+use crate::notify::Admitted;
 
 /// The route (also its metric label).
 pub const ROUTE: &str = "/sessions/{id}/keepalive";
@@ -127,6 +132,7 @@ pub async fn keepalive(
     State(app): State<AppState>,
     path: Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
     RawQuery(query): RawQuery,
+    Direct(direct): Direct,
     Headers(headers): Headers,
 ) -> Response {
     let result = async {
@@ -166,7 +172,7 @@ pub async fn keepalive(
             token.ok_or(ApiError::Internal)?,
         );
         // Counted as a watcher: the same cap bounds streams of every kind.
-        let Some(slot) = app.service.waiters().watch().admit(app.watch.max_watchers) else {
+        let Some(admitted) = app.service.waiters().watch().admit(app.watch.max_watchers) else {
             return Ok(respond_one(&app.service.overloaded()));
         };
         // The first renew answers the request: a stream opens only on a
@@ -180,29 +186,26 @@ pub async fn keepalive(
             SessionOutcome::Renewed { session, .. } => session.ttl_ms,
             _ => 1000,
         };
+        let opened = Opened {
+            app: Arc::clone(&app),
+            id,
+            token,
+            ttl_ms,
+            max_ms,
+            first: sse("renewed", &first),
+            admitted,
+        };
+        // The accept loop parsed the request: it writes the stream from a
+        // small task of its own (no hyper connection, no channel).
+        if let Some(slot) = direct {
+            slot.put_keepalive(Box::new(opened));
+            return Ok(event_stream(Body::empty()));
+        }
         let (tx, rx) = mpsc::channel::<Bytes>(4);
-        let _ = tx.try_send(sse("renewed", &first));
-        let app2 = Arc::clone(&app);
+        let _ = tx.try_send(opened.first.clone());
         tokio::spawn(async move {
-            let _slot = slot;
-            let _open = OpenStream::counted();
-            let why = keep(&app2, &id, &token, ttl_ms, max_ms, &tx).await;
-            match why {
-                Stopped::Lost(reason) => {
-                    let _ = tx
-                        .send(sse("lost", &serde_json::json!({ "reason": reason })))
-                        .await;
-                }
-                Stopped::Shutdown => {}
-                Stopped::Gone | Stopped::Bound => {
-                    if let Err(failure) = app2.service.end_session(&id, &token).await {
-                        tracing::warn!(
-                            ?failure,
-                            "ending a session whose keep-alive closed failed; it ends at its TTL"
-                        );
-                    }
-                }
-            }
+            let mut events = Channel(tx);
+            opened.drive(&mut events).await;
         });
         let body = futures_util::stream::unfold(rx, |mut rx| async move {
             let chunk = rx.recv().await?;
@@ -213,17 +216,165 @@ pub async fn keepalive(
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// Renews until the client goes, the session is lost, or the bound.
-async fn keep(
+/// An opened keep-alive stream, its first `renewed` event written or to
+/// be written: what renews it, for either way of writing it.
+pub struct Opened {
+    app: AppState,
+    id: SessionId,
+    token: OwnerToken,
+    ttl_ms: u64,
+    max_ms: Option<u64>,
+    first: Bytes,
+    /// Its place under the watch cap, for the stream's life.
+    admitted: Admitted,
+}
+
+/// Where a stream's events go.
+trait Events {
+    /// Sends `event`; false when the client went.
+    fn send(&mut self, event: Bytes) -> impl Future<Output = bool> + Send;
+    /// Resolves when the client went.
+    fn gone(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// A stream served by hyper: its body reads this channel.
+struct Channel(mpsc::Sender<Bytes>);
+
+impl Events for Channel {
+    async fn send(&mut self, event: Bytes) -> bool {
+        self.0.send(event).await.is_ok()
+    }
+
+    async fn gone(&self) {
+        self.0.closed().await;
+    }
+}
+
+/// A stream on a plain connection the accept loop handed over: events are
+/// written to the socket as chunks.
+struct Socket {
+    stream: TcpStream,
+    /// A write that makes no progress for this long closes it.
+    limit: Duration,
+}
+
+impl Events for Socket {
+    async fn send(&mut self, event: Bytes) -> bool {
+        write(&self.stream, &[&frame(&event)], self.limit)
+            .await
+            .is_ok()
+    }
+
+    async fn gone(&self) {
+        loop {
+            if self.stream.readable().await.is_err() || gone(&self.stream) {
+                return;
+            }
+        }
+    }
+}
+
+/// Serves an opened keep-alive stream on `stream` (a plain connection the
+/// accept loop handed over): writes `head` and the first event, renews
+/// until the stream ends, then closes the connection. Its memory while
+/// idle is this task's: the socket and the stream's state, no buffers
+/// (docs/performance.md, "Sessions").
+pub async fn run_direct<K>(
+    stream: TcpStream,
+    opened: Box<Opened>,
+    head: Vec<u8>,
+    limit: Duration,
+    keep: K,
+) {
+    let opened = *opened;
+    if write(&stream, &[&head, &frame(&opened.first)], limit)
+        .await
+        .is_err()
+    {
+        // The client went before its first event: end the session as
+        // when it goes later.
+        drop(stream);
+        opened.end_gone().await;
+        drop(keep);
+        return;
+    }
+    drop(head);
+    let mut socket = Socket { stream, limit };
+    if opened.drive(&mut socket).await {
+        // The last chunk, and the connection closes (its head said so).
+        if write(&socket.stream, &[b"0\r\n\r\n"], limit).await.is_ok() {
+            let _ = socket.stream.shutdown().await;
+        }
+    }
+    drop(keep);
+}
+
+impl Opened {
+    /// Renews until the stream ends, and ends the session if its client
+    /// went or its bound came. Answers whether the client may still read
+    /// (the stream ends cleanly).
+    async fn drive<E: Events>(self, events: &mut E) -> bool {
+        let _open = OpenStream::counted();
+        let why = keep(
+            &self.app,
+            &self.id,
+            &self.token,
+            self.ttl_ms,
+            self.max_ms,
+            events,
+        )
+        .await;
+        let readable = match why {
+            Stopped::Lost(reason) => {
+                events
+                    .send(sse("lost", &serde_json::json!({ "reason": reason })))
+                    .await
+            }
+            Stopped::Shutdown => true,
+            Stopped::Bound => {
+                self.end().await;
+                true
+            }
+            Stopped::Gone => {
+                self.end().await;
+                false
+            }
+        };
+        drop(self.admitted);
+        readable
+    }
+
+    /// The client went before the stream began.
+    async fn end_gone(self) {
+        let _open = OpenStream::counted();
+        self.end().await;
+    }
+
+    async fn end(&self) {
+        // Boxed: only a stream that is ending holds the end's state.
+        if let Err(failure) = Box::pin(self.app.service.end_session(&self.id, &self.token)).await {
+            tracing::warn!(
+                ?failure,
+                "ending a session whose keep-alive closed failed; it ends at its TTL"
+            );
+        }
+    }
+}
+
+/// Renews until the client goes, the session is lost, or the bound. It
+/// renews every third of the session's TTL, as the last renew answered it
+/// or a renew on this instance set it.
+async fn keep<E: Events>(
     app: &AppState,
     id: &SessionId,
     token: &OwnerToken,
     ttl_ms: u64,
     max_ms: Option<u64>,
-    tx: &mpsc::Sender<Bytes>,
+    events: &mut E,
 ) -> Stopped {
-    let every = Duration::from_millis((ttl_ms / 3).max(100));
-    let kept = app.service.keep_alive(id);
+    let period = |ttl_ms: u64| Duration::from_millis((ttl_ms / 3).max(100));
+    let mut every = period(ttl_ms);
+    let mut kept = app.service.keep_alive(id);
     let mut ended_seen = false;
     let bound = max_ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let shutdown = app.service.shutdown_token().clone();
@@ -235,17 +386,28 @@ async fn keep(
             }
         };
         tokio::select! {
-            () = tx.closed() => return Stopped::Gone,
+            () = events.gone() => return Stopped::Gone,
             () = until_bound => return Stopped::Bound,
             () = shutdown.cancelled() => return Stopped::Shutdown,
             // Ended on this instance: the renew below hears it (once: a
             // failed renew waits for the next tick).
             () = kept.ended.cancelled(), if !ended_seen => ended_seen = true,
+            // A new TTL given on this instance: the next renew comes a
+            // third of it from now (a shorter one would otherwise expire
+            // before the old period's tick).
+            Ok(()) = kept.ttl.changed() => {
+                every = period(*kept.ttl.borrow_and_update());
+                continue;
+            }
             () = tokio::time::sleep(every) => {}
         }
-        match app.service.renew_session(id, token, None).await {
+        // Boxed: an idle stream does not hold a renew's state.
+        match Box::pin(app.service.renew_session(id, token, None)).await {
             Ok(outcome @ SessionOutcome::Renewed { .. }) => {
-                if tx.send(sse("renewed", &outcome)).await.is_err() {
+                if let SessionOutcome::Renewed { session, .. } = &outcome {
+                    every = period(session.ttl_ms);
+                }
+                if !events.send(sse("renewed", &outcome)).await {
                     return Stopped::Gone;
                 }
             }

@@ -6,7 +6,7 @@
 //!
 //! | lane | requests | served by |
 //! | --- | --- | --- |
-//! | [`Lane::Events`] | `GET /leases/{purpose}/{digest}/events` (a query allowed) | on a plain connection: [`super::direct`] writes the stream from a small task of its own, then closes the connection (`connection: close`); under hyper: the router |
+//! | [`Lane::Events`] | `GET /leases/{purpose}/{digest}/events` and `GET /sessions/{id}/keepalive` (a query allowed) | on a plain connection: [`super::direct`] (or [`super::keepalive::run_direct`]) writes the stream from a small task of its own, then closes the connection (`connection: close`); under hyper: the router |
 //! | [`Lane::Verb`] | `PUT`, `PATCH`, `DELETE` of `/leases/{purpose}/{digest}`, `GET` of it (a query allowed) | on a plain connection: [`super::keep_alive`] reads it and writes its answer; in the front: `leases::serve`, the handlers without the router |
 //! | [`Lane::Hyper`] | anything else | hyper and the router, with every byte read so far |
 //!
@@ -104,7 +104,9 @@ pub fn classify(method: &str, target: &str) -> Lane {
             Some(verb) if verb.takes_query() || !has_query => Lane::Verb(verb),
             _ => Lane::Hyper,
         },
-        route if route == watch::ROUTE && method == "GET" => Lane::Events,
+        route if (route == watch::ROUTE || route == keepalive::ROUTE) && method == "GET" => {
+            Lane::Events
+        }
         _ => Lane::Hyper,
     }
 }

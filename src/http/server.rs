@@ -53,7 +53,9 @@ use tower::{Service, ServiceExt as _};
 use crate::http::conn_timer::ConnTimer;
 use crate::http::direct;
 use crate::http::keep_alive::{self, Ended};
+use crate::http::keepalive;
 use crate::http::tls::CurrentAcceptor;
+use crate::http::watch_stream::Opened;
 use crate::http::write_timeout::WriteTimeout;
 
 /// How long a TLS handshake may take at most. A handshake is a few round
@@ -189,11 +191,20 @@ pub async fn serve<S>(
                     .await;
                     match served {
                         Ended::Closed => Ok(()),
-                        Ended::Events(stream, events, head) => {
+                        Ended::Events(stream, opened, head) => {
                             // A small task of its own: this one's state
                             // (hyper's builder, the service) is freed.
                             let keep = (permit, streams);
-                            tokio::spawn(direct::run(stream, events, head, idle, keep));
+                            match opened {
+                                Opened::Watch(events) => {
+                                    tokio::spawn(direct::run(stream, events, head, idle, keep));
+                                }
+                                Opened::Keepalive(kept) => {
+                                    tokio::spawn(keepalive::run_direct(
+                                        stream, kept, head, idle, keep,
+                                    ));
+                                }
+                            }
                             return;
                         }
                         Ended::Hyper(stream) => {

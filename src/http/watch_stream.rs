@@ -211,17 +211,32 @@ impl<S: Send + Sync> FromRequestParts<S> for Direct {
 /// write: a request extension set only on requests the accept loop parsed
 /// itself.
 #[derive(Clone, Default)]
-pub struct DirectSlot(Arc<Mutex<Option<Stream>>>);
+pub struct DirectSlot(Arc<Mutex<Option<Opened>>>);
+
+/// A stream a handler opened, for the accept loop to write.
+pub enum Opened {
+    /// A lease's event stream ([`crate::http::direct::run`]).
+    Watch(Stream),
+    /// A session's keep-alive stream ([`crate::http::keepalive::run_direct`]).
+    Keepalive(Box<crate::http::keepalive::Opened>),
+}
 
 impl DirectSlot {
     fn put(&self, stream: Stream) {
         if let Ok(mut slot) = self.0.lock() {
-            *slot = Some(stream);
+            *slot = Some(Opened::Watch(stream));
+        }
+    }
+
+    /// Leaves an opened keep-alive stream.
+    pub fn put_keepalive(&self, opened: Box<crate::http::keepalive::Opened>) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(Opened::Keepalive(opened));
         }
     }
 
     /// The stream the handler left, if it opened one.
-    pub fn take(&self) -> Option<Stream> {
+    pub fn take(&self) -> Option<Opened> {
         self.0.lock().ok().and_then(|mut slot| slot.take())
     }
 }

@@ -1,5 +1,6 @@
 //! The keep-alive streams this instance serves (docs/design.md §19), by
-//! session, each woken when its session ends here.
+//! session, each woken when its session ends here or is given a new TTL
+//! here.
 
 use crate::domain::SessionId;
 
@@ -13,6 +14,7 @@ pub struct KeptAlive(std::sync::Mutex<std::collections::HashMap<SessionId, KeptE
 
 struct KeptEntry {
     ended: tokio_util::sync::CancellationToken,
+    ttl: tokio::sync::watch::Sender<u64>,
     streams: usize,
 }
 
@@ -23,6 +25,9 @@ pub struct KeptGuard<'a> {
     id: SessionId,
     /// Cancelled when the session ends on this instance.
     pub ended: tokio_util::sync::CancellationToken,
+    /// The session's TTL (ms) when a renew on this instance gave it one
+    /// (a `PATCH` with `ttlMs`): the stream renews at a third of it.
+    pub ttl: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Drop for KeptGuard<'_> {
@@ -44,6 +49,14 @@ impl KeptAlive {
             entry.ended.cancel();
         }
     }
+
+    /// Session `id` was given a TTL of `ttl_ms` on this instance.
+    pub(super) fn ttl_changed(&self, id: &SessionId, ttl_ms: u64) {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get(id) {
+            entry.ttl.send_replace(ttl_ms);
+        }
+    }
 }
 
 impl LeaseService {
@@ -53,6 +66,7 @@ impl LeaseService {
         let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
         let entry = map.entry(id.clone()).or_insert_with(|| KeptEntry {
             ended: tokio_util::sync::CancellationToken::new(),
+            ttl: tokio::sync::watch::Sender::new(0),
             streams: 0,
         });
         entry.streams += 1;
@@ -60,6 +74,7 @@ impl LeaseService {
             kept: &self.kept,
             id: id.clone(),
             ended: entry.ended.clone(),
+            ttl: entry.ttl.subscribe(),
         }
     }
 }

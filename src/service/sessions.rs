@@ -207,6 +207,10 @@ impl LeaseService {
                 })
             }
         };
+        if let Some(ms) = ttl_ms {
+            // A stream kept here renews (from now) at a third of the new TTL.
+            self.kept.ttl_changed(id, ms);
+        }
         let lost = self
             .renew_leases(id, token, &record)
             .await

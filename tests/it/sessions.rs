@@ -942,7 +942,6 @@ async fn a_concurrent_detach_does_not_make_a_renew_skip_a_lease() {
 /// session (and its leases) expire under an open stream whose client
 /// counts on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: the keep-alive stream's period is fixed from its first renew; a shorter ttlMs PATCHed meanwhile lets the session expire under the open stream"]
 async fn a_keepalive_follows_a_shortened_ttl() {
     let app = TestApp::spawn(&Backend::Memory).await;
     let s = session(&app, 9_000).await;

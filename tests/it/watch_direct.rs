@@ -325,3 +325,145 @@ async fn a_direct_stream_whose_client_stops_reading_holds_up_nobody_and_is_close
     assert_eq!(reader.event().await, "acquired");
     assert_eq!(readyz_watchers(&app).await, 1);
 }
+
+// ---- a session's keep-alive stream, written outside hyper too ----
+
+/// A session of `ttl_ms` made over HTTP: (id, its secret).
+async fn session(app: &TestApp, ttl_ms: u64) -> (String, String) {
+    let a = app.attempt().await;
+    let r = TestApp::reply(
+        app.http
+            .post(format!("{}/sessions", app.base))
+            .header("Lease-Owner-Token", &a.token)
+            .header("Lease-Operation-Id", &a.op)
+            .json(&json!({"ttlMs": ttl_ms, "holder": "w"}))
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let id = r.body["session"]["id"].as_str().expect("id").to_owned();
+    (id, a.token)
+}
+
+fn keepalive_request(id: &str, secret: &str, query: &str) -> String {
+    format!(
+        "GET /sessions/{id}/keepalive{query} HTTP/1.1\r\nhost: x\r\nlease-owner-token: {secret}\r\n\r\n"
+    )
+}
+
+/// Reads session `id` until it is no longer live (bounded): its `reason`.
+async fn until_session_lost(app: &TestApp, id: &str) -> String {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let r = app.get(&format!("/sessions/{id}")).await;
+        if r.outcome() == "lost" {
+            return r.body["reason"].as_str().expect("reason").to_owned();
+        }
+        assert_eq!(r.outcome(), "session", "{:?}", r.body);
+        assert!(Instant::now() < deadline, "{id} still live: {:?}", r.body);
+        // The end runs on the server after the close: give it the core.
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn a_keepalive_on_a_fresh_connection_is_written_outside_hyper() {
+    // A 3 s TTL renews every second: a second `renewed` event within the
+    // bound shows the task renews, not only the first answer.
+    let app = direct_app(&[]).await;
+    let (id, secret) = session(&app, 3_000).await;
+    let mut raw = Raw::connect(&app).await;
+    raw.send(&keepalive_request(&id, &secret, "?maxMs=2500"))
+        .await;
+    let head = raw.head().await;
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+    for line in [
+        "content-type: text/event-stream",
+        "transfer-encoding: chunked",
+        "connection: close",
+        "x-request-id: ",
+    ] {
+        assert!(head.contains(line), "{line:?} missing from {head}");
+    }
+    assert_eq!(raw.event().await, "renewed");
+    assert_eq!(raw.event().await, "renewed");
+    // maxMs: the session is ended, the last chunk written, the connection
+    // closed.
+    loop {
+        match raw.chunk().await {
+            None => break,
+            Some(data) => assert!(data.starts_with("event: renewed"), "{data}"),
+        }
+    }
+    assert!(raw.closed_by_server().await);
+    assert_eq!(until_session_lost(&app, &id).await, "session_ended");
+    assert_eq!(readyz_watchers(&app).await, 0);
+}
+
+#[tokio::test]
+async fn a_client_that_closes_its_direct_keepalive_ends_the_session_at_once() {
+    // A TTL of a minute: only noticing the close ends it within the bound.
+    let app = direct_app(&[]).await;
+    let (id, secret) = session(&app, 60_000).await;
+    let d = digest();
+    let taken = TestApp::reply(
+        app.http
+            .put(format!("{}/sessions/{id}/leases/{P}/{d}", app.base))
+            .header("Lease-Owner-Token", &secret)
+            .header("Lease-Operation-Id", "op-1")
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!(taken.status, StatusCode::CREATED, "{:?}", taken.body);
+    let mut raw = Raw::connect(&app).await;
+    raw.send(&keepalive_request(&id, &secret, "")).await;
+    assert!(raw.head().await.contains("connection: close"));
+    assert_eq!(raw.event().await, "renewed");
+    until_watchers(&app, 1).await;
+    drop(raw);
+    assert_eq!(until_session_lost(&app, &id).await, "session_ended");
+    assert_eq!(app.inspect(P, &d, None).await.body["held"], false);
+    until_watchers(&app, 0).await;
+}
+
+#[tokio::test]
+async fn a_refused_keepalive_is_a_problem_on_the_kept_alive_connection() {
+    let app = direct_app(&[]).await;
+    let (id, _) = session(&app, 60_000).await;
+    let mut raw = Raw::connect(&app).await;
+    raw.send(&keepalive_request(&id, &"x".repeat(32), "")).await;
+    let head = raw.head().await;
+    assert!(head.starts_with("http/1.1 409 conflict\r\n"), "{head}");
+    assert!(head.contains("application/problem+json"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .expect("content-length");
+    assert!(raw.bytes(length).await.contains("not_owner"));
+    // The connection goes on.
+    raw.send("GET /livez HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert!(raw.head().await.starts_with("http/1.1 200 ok\r\n"));
+}
+
+#[tokio::test]
+async fn shutdown_ends_direct_keepalives_with_the_last_chunk() {
+    let mut app = direct_app(&[]).await;
+    let (id, secret) = session(&app, 60_000).await;
+    let mut raw = Raw::connect(&app).await;
+    raw.send(&keepalive_request(&id, &secret, "")).await;
+    assert!(raw.head().await.contains("connection: close"));
+    assert_eq!(raw.event().await, "renewed");
+    app.begin_shutdown();
+    assert_eq!(raw.chunk().await, None);
+    assert!(raw.closed_by_server().await);
+    tokio::time::timeout(BOUND, app.finished())
+        .await
+        .expect("shutdown did not hang on a keep-alive stream");
+}

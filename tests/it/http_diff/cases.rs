@@ -18,10 +18,13 @@ pub const WAIT: Duration = Duration::from_secs(5);
 
 /// What one turn's bytes are made of: a template's `{d}` (a fresh digest),
 /// `{d1}` (the digest without its first character), `{t}` and `{o}` (a
-/// fresh attempt's owner token and operation id).
+/// fresh attempt's owner token and operation id), `{s}` (the id of a
+/// session made with that attempt, made only for a template that names
+/// it).
 pub struct Fresh {
     pub d: String,
     pub a: TestAttempt,
+    pub s: String,
 }
 
 impl Fresh {
@@ -29,7 +32,26 @@ impl Fresh {
         Fresh {
             d: digest(),
             a: app.attempt().await,
+            s: String::new(),
         }
+    }
+
+    /// Makes a session with this turn's attempt: `{s}`.
+    pub async fn with_session(mut self, app: &TestApp) -> Fresh {
+        let r = TestApp::reply(
+            app.http
+                .post(format!("{}/sessions", app.base))
+                .header("Lease-Owner-Token", &self.a.token)
+                .header("Lease-Operation-Id", &self.a.op)
+                .json(&serde_json::json!({"ttlMs": 60_000}))
+                .send()
+                .await
+                .expect("send"),
+        )
+        .await;
+        assert_eq!(r.outcome(), "session_created", "{:?}", r.body);
+        self.s = r.body["session"]["id"].as_str().expect("id").to_owned();
+        self
     }
 
     pub fn fill(&self, template: &[u8]) -> Vec<u8> {
@@ -42,6 +64,7 @@ impl Fresh {
                 (b"{d}", self.d.as_bytes()),
                 (b"{t}", self.a.token.as_bytes()),
                 (b"{o}", self.a.op.as_bytes()),
+                (b"{s}", self.s.as_bytes()),
             ]
             .into_iter()
             .find(|(key, _)| rest.starts_with(key));
@@ -61,6 +84,11 @@ impl Fresh {
 
     /// `text` with this turn's values put back as placeholders.
     pub fn unfill(&self, text: &str) -> String {
+        let text = if self.s.is_empty() {
+            text.to_owned()
+        } else {
+            text.replace(&self.s, "{s}")
+        };
         text.replace(&self.a.token, "{t}")
             .replace(&self.a.op, "{o}")
             .replace(&self.d, "{d}")
@@ -159,7 +187,10 @@ pub fn normal_next(next: &Next, fresh: &Fresh) -> String {
 /// One turn: `template` filled, then [`LIVEZ`] pipelined behind it, on a
 /// fresh connection or one hyper has: the answer and what came next.
 pub async fn turn(app: &TestApp, hyper: bool, template: &[u8]) -> (String, String) {
-    let fresh = Fresh::new(app).await;
+    let mut fresh = Fresh::new(app).await;
+    if template.windows(3).any(|w| w == b"{s}") {
+        fresh = fresh.with_session(app).await;
+    }
     let mut conn = if hyper {
         Conn::hyper(app.addr).await
     } else {
@@ -482,6 +513,43 @@ async fn targets_are_answered_as_hyper_answers_them() {
                 "HTTP/1.1",
                 "content-length: 2\r\n\r\n{}",
             ),
+        ),
+        // A session's keep-alive stream takes the same lane.
+        (
+            "keep-alive, one renewal",
+            get("/sessions/{s}/keepalive?maxMs=1"),
+        ),
+        (
+            "keep-alive, bad maxMs",
+            get("/sessions/{s}/keepalive?maxMs=x"),
+        ),
+        (
+            "keep-alive, maxMs with a +",
+            get("/sessions/{s}/keepalive?maxMs=+5"),
+        ),
+        (
+            "keep-alive, unknown query",
+            get("/sessions/{s}/keepalive?x=1"),
+        ),
+        (
+            "keep-alive, another's session",
+            get("/sessions/s1.0123456789abcdef0123456789abcdef/keepalive"),
+        ),
+        ("keep-alive, bad id", get("/sessions/s1.nothex/keepalive")),
+        ("keep-alive, fragment", get("/sessions/{s}/keepalive#x")),
+        ("keep-alive, dot segment", get("/sessions/./{s}/keepalive")),
+        (
+            "keep-alive with a body",
+            bare(
+                "GET",
+                "/sessions/{s}/keepalive",
+                "HTTP/1.1",
+                "content-length: 2\r\n\r\n{}",
+            ),
+        ),
+        (
+            "keep-alive, no secret",
+            b"GET /sessions/{s}/keepalive HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(),
         ),
     ];
     differ(&app, &cases).await;
