@@ -441,6 +441,19 @@ async function sessions(cdp) {
   await until(cdp, live, "the session view again, from the lease's detail");
   check(true, "a lease's detail links to its session");
 
+  // Search by session id (the short form the lists show): its leases, each
+  // with the session's button.
+  await click(cdp, '#to-overview');
+  await until(cdp, visible('#search-input'), 'the overview');
+  await type(cdp, '#search-input', id.slice(0, 11) + '…');
+  await click(cdp, '#search-form button[type=submit]');
+  const hit = (d) => `[...(document.querySelector('#search-results tr[data-digest="${d}"]')?.cells ?? [])].some((c) => c.textContent === 'session')`;
+  await until(cdp, digests.map(hit).join(' && ') + ` && document.querySelectorAll('#search-results tbody tr').length === 2`, "a search by the session's short id finds its two leases");
+  await click(cdp, `#search-results tr[data-digest="${digests[0]}"] button.session-link[data-session="${id}"]`);
+  await until(cdp, live, 'the session view, from a search result');
+  await js(cdp, `document.querySelector('#search-input').value = ''`);
+  check(true, "a search by session id finds the session's leases and opens the session");
+
   // Ended: the view's own re-read says so (no click, no sleep: the page's
   // state is awaited).
   const ended = await call('DELETE', `/sessions/${id}`, WRITER, { attempt: { token: secret.token } });

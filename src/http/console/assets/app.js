@@ -450,12 +450,15 @@
     if (state.purpose === null) await loadOverview();
     const found = new Map(); // purpose + digest -> {p, lease, matched}
     const lower = q.toLowerCase();
+    // A session id, whole or its first digits as the lists show it.
+    const session = /^s1\.[0-9a-f]{4,32}…?$/.test(lower) ? lower.replace('…', '') : null;
     const names = offered().slice(0, OVERVIEW_MAX);
     for (const p of names) {
       for (const l of (state.overview.get(p) || {}).leases || []) {
         let matched = '';
         if (raw && l.digest === raw) matched = 'raw id';
         else if (l.digest.includes(lower)) matched = 'digest';
+        else if (session && (sessionOf(l) || '').startsWith(session)) matched = 'session';
         else if ((l.holder || '').toLowerCase().includes(lower) || (l.permits || []).some((x) => (x.holder || '').toLowerCase().includes(lower))) matched = 'holder';
         if (matched) found.set(p + ' ' + l.digest, { p, lease: l, matched });
       }
@@ -476,7 +479,8 @@
       open.type = 'button';
       open.title = lease.digest;
       open.addEventListener('click', () => selectPurpose(p, lease.digest));
-      const tr = row([p, open, lease.holder || '—', el('td', dur(lease.remainingMs), 'num'), matched]);
+      const on = sessionOf(lease);
+      const tr = row([p, open, lease.holder || '—', el('td', dur(lease.remainingMs), 'num'), on ? sessionButton(on) : '—', matched]);
       tr.dataset.digest = lease.digest;
       tbody.appendChild(tr);
     }
@@ -485,6 +489,11 @@
       (found.size ? found.size + ' found' : 'Nothing found') +
       (raw ? '; raw id ' + JSON.stringify(q) + ' is ' + raw : '; raw-id search needs WebCrypto (HTTPS or localhost)') +
       '.';
+  });
+
+  $('search-results').addEventListener('click', (event) => {
+    const b = event.target.closest('button.session-link');
+    if (b) openSession(b.dataset.session);
   });
 
   // -------------------------------------------------------------- feeds --
