@@ -425,6 +425,12 @@ async function sessions(cdp) {
     `the session view shows its holder label, lease count, TTL and expiry (${facts})`,
   );
   check((await js(cdp, text('#session-id'))) === id && !(await js(cdp, `document.documentElement.outerHTML.includes(${JSON.stringify(secret.token)})`)), 'the view names the session, never its secret');
+  // The view's re-read (every 2 s) keeps the same rows when nothing
+  // changed, so a click on a lease's button is never swallowed by a
+  // rebuild: a row marked now is still there after the facts were read again.
+  await js(cdp, `window.rowBefore = document.querySelector('#session-leases tbody tr'); window.factBefore = document.querySelector('#session-facts dt'); true`);
+  await until(cdp, `document.querySelector('#session-facts dt') !== window.factBefore`, "the session view's next re-read", 5000);
+  check(await js(cdp, `document.querySelector('#session-leases tbody tr') === window.rowBefore`), 'a re-read that changes nothing keeps the rows (no button rebuilt under the pointer)');
   await axe(cdp, 'on the session view at 1280 px');
   await shot(cdp, 'console-session.png');
   await width(cdp, 390, 844);

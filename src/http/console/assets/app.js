@@ -1237,7 +1237,7 @@
     clearTimeout(sessionTimer);
     state.purpose = null;
     state.selected = null;
-    state.session = { id, cursors: [null], page: 0, live: null, lost: null };
+    state.session = { id, cursors: [null], page: 0, live: null, lost: null, shown: '' };
     $('overview-panel').hidden = true;
     $('leases-panel').hidden = true;
     $('detail-panel').hidden = true;
@@ -1301,6 +1301,7 @@
       sessionState({ ended: 'ended', expired: 'expired' }[word] || 'absent', `${lead} (${view.lost.reason || 'lost'}): ${problemText(reply)}`, 'ended');
       renderSessionFacts(view);
       tbody.replaceChildren();
+      view.shown = '';
       $('session-leases').hidden = true;
       $('session-prev').hidden = true;
       $('session-next').hidden = true;
@@ -1322,18 +1323,24 @@
     view.cursors.length = view.page + 1;
     if (next) view.cursors.push(next);
     const first = Number(view.cursors[view.page] || 0);
-    tbody.replaceChildren();
-    leases.forEach((l, n) => {
-      const open = el('button', shortDigest(l.digest));
-      open.type = 'button';
-      open.title = l.digest;
-      open.setAttribute('aria-label', 'Lease ' + l.digest + ' of ' + l.purpose);
-      open.addEventListener('click', () => selectPurpose(l.purpose, l.digest));
-      const tr = row([el('td', first + n + 1, 'num'), l.purpose, open]);
-      tr.dataset.digest = l.digest;
-      tr.dataset.purpose = l.purpose;
-      tbody.appendChild(tr);
-    });
+    // Rebuilt only when the page changes (a button rebuilt under the
+    // pointer would swallow the click).
+    const shown = JSON.stringify([first, leases]);
+    if (shown !== view.shown) {
+      view.shown = shown;
+      tbody.replaceChildren();
+      leases.forEach((l, n) => {
+        const open = el('button', shortDigest(l.digest));
+        open.type = 'button';
+        open.title = l.digest;
+        open.setAttribute('aria-label', 'Lease ' + l.digest + ' of ' + l.purpose);
+        open.addEventListener('click', () => selectPurpose(l.purpose, l.digest));
+        const tr = row([el('td', first + n + 1, 'num'), l.purpose, open]);
+        tr.dataset.digest = l.digest;
+        tr.dataset.purpose = l.purpose;
+        tbody.appendChild(tr);
+      });
+    }
     $('session-leases').hidden = !leases.length;
     status.textContent = leases.length
       ? `${first + 1} to ${first + leases.length} of ${s.leases}, in the order they were attached` + (next ? '; more on the next page.' : '.')
