@@ -443,6 +443,13 @@ async function sessions(cdp) {
   await click(cdp, `#session-leases tr[data-digest="${digests[1]}"] button`);
   await until(cdp, `${visible('#detail-panel')} && ${text('#detail')}.includes('shard-2') && document.querySelector('#detail-session button.session-link[data-session="${id}"]')`, "the lease's detail, naming its session");
   await until(cdp, `document.querySelector('#leases tr[data-digest="${digests[1]}"]')?.classList.contains('selected')`, 'the lease opened from the session view, selected in its purpose');
+  // A renew of the session reaches the lease (a `renewed` event): the
+  // detail is read again, and its session button stays the same element.
+  await js(cdp, `window.sessionButton = document.querySelector('#detail-session button'); window.detailFact = document.querySelector('#detail dt'); true`);
+  const renewed = await call('PATCH', `/sessions/${id}`, WRITER, { body: {}, attempt: { token: secret.token } });
+  check(renewed.body?.outcome === 'renewed' && renewed.body?.lost?.length === 0, `the session renewed, both leases with it (${renewed.text})`);
+  await until(cdp, `document.querySelector('#detail dt') !== window.detailFact`, "the lease's detail read again after the session's renew", 5000);
+  check(await js(cdp, `document.querySelector('#detail-session button') === window.sessionButton`), "the detail's session button survives a re-read (no button rebuilt under the pointer)");
   await click(cdp, '#detail-session button.session-link');
   await until(cdp, live, "the session view again, from the lease's detail");
   check(true, "a lease's detail links to its session");

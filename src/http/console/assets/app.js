@@ -1021,6 +1021,7 @@
 
   let detailSeq = 0;
   let detailEntry = null; // the selected lease as last read, counting down
+  let detailSessions = null; // {key, span}: the session buttons shown
   async function refreshDetail() {
     const purpose = state.purpose;
     const digest = state.selected;
@@ -1081,13 +1082,19 @@
     // A lease on a session (docs/sessions.md) ends when its session does.
     const sessions = [...new Set((i.permits || []).map((p) => p.session).filter(Boolean))];
     if (sessions.length) {
-      const span = el('span');
-      for (const id of sessions) {
-        span.appendChild(sessionButton(id));
-        span.appendChild(document.createTextNode(' '));
+      // The same buttons while the sessions stay (the facts are rebuilt on
+      // every event; a button rebuilt under the pointer swallows the click).
+      const key = sessions.join(' ');
+      if (!detailSessions || detailSessions.key !== key) {
+        const span = el('span');
+        for (const id of sessions) {
+          span.appendChild(sessionButton(id));
+          span.appendChild(document.createTextNode(' '));
+        }
+        span.appendChild(document.createTextNode('(ends with it)'));
+        detailSessions = { key, span };
       }
-      span.appendChild(document.createTextNode('(ends with it)'));
-      fact(dl, 'session', span, 'detail-session');
+      fact(dl, 'session', detailSessions.span, 'detail-session');
     } else fact(dl, 'session', 'none', 'detail-session');
     // A running lock-delay (after an expiry), or the one a held permit's
     // expiry would start (a release or a break starts none).
