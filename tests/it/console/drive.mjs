@@ -54,7 +54,7 @@ async function call(method, path, key, { body, attempt } = {}) {
   if (body !== undefined) headers['content-type'] = 'application/json';
   if (attempt) {
     headers['lease-owner-token'] = attempt.token;
-    headers['lease-operation-id'] = attempt.op;
+    if (attempt.op) headers['lease-operation-id'] = attempt.op;
   }
   const r = await fetch(BASE + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await r.text();
@@ -361,6 +361,9 @@ async function main() {
     check(!(await js(cdp, visible('#break-lease'))) && !(await js(cdp, `document.querySelector('.break-permit')`)), 'a read-only key sees no break button');
     await shot(cdp, 'console-read-only.png');
 
+    // --- the read-only key still: a session and its leases (issue 42 item 6).
+    await sessions(cdp);
+
     await everyPurpose(cdp, userDir);
 
     check(problems.length === 0, 'no script error or CSP violation in the page' + (problems.length ? ':\n' + problems.join('\n') : ''));
@@ -377,6 +380,192 @@ async function main() {
       console.error(`console-test: left ${userDir}: ${e.message}`);
     }
   }
+}
+
+// A session with two leases of PURPOSE, made over HTTP with the writer's
+// key, seen by the read-only key: in the purpose's list (each lease's
+// session, the sessions summary with the holder label), in the session
+// view (state, facts, both leases, equal to GET /sessions/{id}), from a
+// lease's detail, and after DELETE /sessions/{id} ended, on the view's own
+// re-read. Then the lookup field: the ended one, one never made, a
+// malformed id.
+async function sessions(cdp) {
+  const secret = await attempt(WRITER);
+  const made = await call('POST', '/sessions', WRITER, { body: { ttlMs: 60000, holder: 'console-session' }, attempt: secret });
+  if (made.status !== 201) throw new Error('POST /sessions: ' + made.text);
+  const id = made.body.session.id;
+  check(!made.text.includes(secret.token), 'the session answer carries no secret');
+  const digests = [1, 2].map((n) => digestOf(`session-${process.pid}-${n}`));
+  for (const [n, d] of digests.entries()) {
+    const r = await call('PUT', `/sessions/${id}/leases/${PURPOSE}/${d}`, WRITER, {
+      body: { holder: `shard-${n + 1}` },
+      attempt: { token: secret.token, op: `${secret.op}-lease-${n + 1}` },
+    });
+    if (r.status !== 201) throw new Error('a lease on the session: ' + r.text);
+  }
+  const link = (scope, d) => `document.querySelector('${scope} tr[data-digest="${d}"] button.session-link[data-session="${id}"]')`;
+  await until(cdp, digests.map((d) => link('#leases', d)).join(' && '), "both leases listed with their session's button");
+  check((await js(cdp, text(`#leases tr[data-digest="${digests[0]}"] button.session-link`))) === id.slice(0, 11) + '…', 'the list shows the short session id');
+  const summary = `document.querySelector('#sessions-summary li[data-session="${id}"]')`;
+  await until(cdp, `${summary}?.textContent.includes('console-session') && ${summary}.textContent.includes('2 of the listed leases')`, "the sessions summary: the session, its holder label, its two listed leases");
+  check(true, 'the sessions summary groups the listed leases by session, with its holder label');
+  await shot(cdp, 'console-sessions.png');
+
+  // The session view, from the summary.
+  await click(cdp, `#sessions-summary li[data-session="${id}"] button.session-link`);
+  const live = `${visible('#session-panel')} && document.querySelector('#session-state').dataset.state === 'live' && document.querySelectorAll('#session-leases tbody tr').length === 2`;
+  await until(cdp, live, 'the session view: live, with its two leases');
+  const api = await call('GET', `/sessions/${id}`, READER);
+  const want = (api.body?.leases ?? []).map((l) => `${l.purpose} ${l.digest}`);
+  const shown = await js(cdp, `[...document.querySelectorAll('#session-leases tbody tr')].map((r) => r.dataset.purpose + ' ' + r.dataset.digest)`);
+  check(JSON.stringify(shown) === JSON.stringify(want) && want.length === 2, `the session view lists the API's leases, in its order (${shown.join(', ')})`);
+  const facts = await js(cdp, text('#session-facts'));
+  check(
+    facts.includes('console-session') && (await js(cdp, text('#session-count'))) === String(api.body.session.leases) && facts.includes('1 min 0 s') && facts.includes('UTC'),
+    `the session view shows its holder label, lease count, TTL and expiry (${facts})`,
+  );
+  check((await js(cdp, text('#session-id'))) === id && !(await js(cdp, `document.documentElement.outerHTML.includes(${JSON.stringify(secret.token)})`)), 'the view names the session, never its secret');
+  // The view's re-read (every 2 s) keeps the same rows when nothing
+  // changed, so a click on a lease's button is never swallowed by a
+  // rebuild: a row marked now is still there after the facts were read again.
+  await js(cdp, `window.rowBefore = document.querySelector('#session-leases tbody tr'); window.factBefore = document.querySelector('#session-facts dt'); true`);
+  await until(cdp, `document.querySelector('#session-facts dt') !== window.factBefore`, "the session view's next re-read", 5000);
+  check(await js(cdp, `document.querySelector('#session-leases tbody tr') === window.rowBefore`), 'a re-read that changes nothing keeps the rows (no button rebuilt under the pointer)');
+  await axe(cdp, 'on the session view at 1280 px');
+  await shot(cdp, 'console-session.png');
+  await width(cdp, 390, 844);
+  await fitsPhone(cdp, ' on the session view');
+  await axe(cdp, 'on the session view at 390 px');
+  await shot(cdp, 'console-session-phone.png');
+  await width(cdp, 1280, 1000);
+
+  // A lease of it, opened from the view; its detail leads back.
+  await click(cdp, `#session-leases tr[data-digest="${digests[1]}"] button`);
+  await until(cdp, `${visible('#detail-panel')} && ${text('#detail')}.includes('shard-2') && document.querySelector('#detail-session button.session-link[data-session="${id}"]')`, "the lease's detail, naming its session");
+  await until(cdp, `document.querySelector('#leases tr[data-digest="${digests[1]}"]')?.classList.contains('selected')`, 'the lease opened from the session view, selected in its purpose');
+  // A renew of the session reaches the lease (a `renewed` event): the
+  // detail is read again, and its session button stays the same element.
+  await js(cdp, `window.sessionButton = document.querySelector('#detail-session button'); window.detailFact = document.querySelector('#detail dt'); true`);
+  const renewed = await call('PATCH', `/sessions/${id}`, WRITER, { body: {}, attempt: { token: secret.token } });
+  check(renewed.body?.outcome === 'renewed' && renewed.body?.lost?.length === 0, `the session renewed, both leases with it (${renewed.text})`);
+  await until(cdp, `document.querySelector('#detail dt') !== window.detailFact`, "the lease's detail read again after the session's renew", 5000);
+  check(await js(cdp, `document.querySelector('#detail-session button') === window.sessionButton`), "the detail's session button survives a re-read (no button rebuilt under the pointer)");
+  await click(cdp, '#detail-session button.session-link');
+  await until(cdp, live, "the session view again, from the lease's detail");
+  check(true, "a lease's detail links to its session");
+
+  // Search by session id (the short form the lists show): its leases, each
+  // with the session's button.
+  await click(cdp, '#to-overview');
+  await until(cdp, visible('#search-input'), 'the overview');
+  await type(cdp, '#search-input', id.slice(0, 11) + '…');
+  await click(cdp, '#search-form button[type=submit]');
+  const hit = (d) => `[...(document.querySelector('#search-results tr[data-digest="${d}"]')?.cells ?? [])].some((c) => c.textContent === 'session')`;
+  await until(cdp, digests.map(hit).join(' && ') + ` && document.querySelectorAll('#search-results tbody tr').length === 2`, "a search by the session's short id finds its two leases");
+  await click(cdp, `#search-results tr[data-digest="${digests[0]}"] button.session-link[data-session="${id}"]`);
+  await until(cdp, live, 'the session view, from a search result');
+  await js(cdp, `document.querySelector('#search-input').value = ''`);
+  check(true, "a search by session id finds the session's leases and opens the session");
+
+  // Ended: the view's own re-read says so (no click, no sleep: the page's
+  // state is awaited).
+  const ended = await call('DELETE', `/sessions/${id}`, WRITER, { attempt: { token: secret.token } });
+  check(ended.status === 200 && ended.body?.outcome === 'ended' && ended.body?.released === 2, `DELETE /sessions/{id} ended it, releasing both (${ended.text})`);
+  const endedState = `document.querySelector('#session-state').dataset.state === 'ended' && ${text('#session-state')}.includes('session_ended')`;
+  await until(cdp, endedState, 'the session view: ended, with its reason', 6000);
+  check((await js(cdp, `document.querySelector('#session-leases').hidden`)) && (await js(cdp, text('#session-leases-status'))).includes('ended with it'), 'the ended session lists no lease and says they ended with it');
+  check((await js(cdp, text('#session-facts'))).includes('console-session'), 'the ended session keeps what was last seen (its holder label)');
+  const inspect = await call('GET', `/leases/${PURPOSE}/${digests[0]}`, READER);
+  check(inspect.body?.held === false, `its lease is free (${inspect.text})`);
+  await axe(cdp, 'on an ended session at 1280 px');
+  await shot(cdp, 'console-session-ended.png');
+
+  // Back to the purpose: the leases and the session are gone from it.
+  await click(cdp, `#purposes button[data-purpose="${PURPOSE}"]`);
+  await until(cdp, `!${visible('#session-panel')} && ${digests.map((d) => `!document.querySelector('#leases tr[data-digest="${d}"]')`).join(' && ')} && !${summary}`, "the session's leases and the session gone from the purpose");
+  check(true, "after the end the purpose lists neither the session's leases nor the session");
+
+  // The lookup field: the ended session, one never made, a malformed id.
+  const lookUp = async (value) => {
+    await js(cdp, `document.querySelector('#session-input').value = ''`);
+    await type(cdp, '#session-input', value);
+    await click(cdp, '#session-lookup button[type=submit]');
+  };
+  await lookUp(id);
+  await until(cdp, endedState, 'the ended session found by id');
+  const never = 's1.' + '0'.repeat(32);
+  await lookUp(never);
+  await until(cdp, `${text('#session-id')} === '${never}' && document.querySelector('#session-state').dataset.state === 'absent' && ${text('#session-state')}.startsWith('Not found')`, 'a session never made: "not found", said plainly');
+  check(true, 'the lookup field opens a session by id; an ended one and an unknown one are said plainly');
+  await lookUp('s1.not-an-id');
+  await until(cdp, `${text('#message')}.startsWith('A session id is')`, 'a malformed id refused in the page');
+  check((await js(cdp, text('#session-id'))) === never, 'a malformed id opens nothing');
+  await js(cdp, `document.querySelector('#message').textContent = ''`);
+
+  // Expired: a 1 s session nobody renews, with a lease, watched in the
+  // view until its own re-read finds it gone.
+  const brief = await attempt(WRITER);
+  const short = await call('POST', '/sessions', WRITER, { body: { ttlMs: 1000, holder: 'console-brief' }, attempt: brief });
+  if (short.status !== 201) throw new Error('POST /sessions: ' + short.text);
+  const briefId = short.body.session.id;
+  const briefLease = await call('PUT', `/sessions/${briefId}/leases/${PURPOSE}/${digestOf(`brief-${process.pid}`)}`, WRITER, {
+    body: {},
+    attempt: { token: brief.token, op: `${brief.op}-lease` },
+  });
+  if (briefLease.status !== 201) throw new Error('a lease on the brief session: ' + briefLease.text);
+  await lookUp(briefId);
+  await until(
+    cdp,
+    `${text('#session-id')} === '${briefId}' && document.querySelector('#session-state').dataset.state === 'expired' && ${text('#session-state')}.startsWith('Expired (session_expired)')`,
+    'a session nobody renewed: "Expired (session_expired)"',
+    8000,
+  );
+  check(true, 'an expired session says so, with its reason');
+
+  await sessionPages(cdp, lookUp);
+}
+
+// A session with more leases than a page (the view reads 100 at a time):
+// 101 leases of OTHER, made with the `*` key (it writes OTHER), paged with
+// `nextCursor`, each page equal to the API's; ended before OTHER's own
+// checks start.
+async function sessionPages(cdp, lookUp) {
+  const secret = await attempt(EVERY);
+  const made = await call('POST', '/sessions', EVERY, { body: { ttlMs: 60000, holder: 'console-paged' }, attempt: secret });
+  if (made.status !== 201) throw new Error('POST /sessions: ' + made.text);
+  const id = made.body.session.id;
+  const n = 101;
+  for (let from = 0; from < n; from += 25) {
+    await Promise.all(
+      Array.from({ length: Math.min(25, n - from) }, async (_, k) => {
+        const i = from + k;
+        const r = await call('PUT', `/sessions/${id}/leases/${OTHER}/${digestOf(`paged-${process.pid}-${i}`)}`, EVERY, {
+          body: {},
+          attempt: { token: secret.token, op: `${secret.op}-lease-${i}` },
+        });
+        if (r.status !== 201) throw new Error('a lease on the paged session: ' + r.text);
+      }),
+    );
+  }
+  const rows = (want) => `document.querySelectorAll('#session-leases tbody tr').length === ${want}`;
+  await lookUp(id);
+  await until(cdp, `${text('#session-id')} === '${id}' && document.querySelector('#session-state').dataset.state === 'live' && ${rows(100)} && ${visible('#session-next')}`, 'the first page of 100 leases, with "Next page"');
+  const first = await call('GET', `/sessions/${id}`, READER);
+  const page = () => js(cdp, `[...document.querySelectorAll('#session-leases tbody tr')].map((r) => r.cells[0].textContent + ' ' + r.dataset.purpose + ' ' + r.dataset.digest)`);
+  const api = (body, from) => (body?.leases ?? []).map((l, k) => `${from + k} ${l.purpose} ${l.digest}`);
+  check(JSON.stringify(await page()) === JSON.stringify(api(first.body, 1)) && first.body?.nextCursor, `the first page is the API's first 100 (${first.body?.leases?.length}, nextCursor ${first.body?.nextCursor})`);
+  check((await js(cdp, text('#session-leases-status'))).startsWith('1 to 100 of 101'), 'the view says which of how many it shows');
+  await click(cdp, '#session-next');
+  await until(cdp, `${rows(1)} && !${visible('#session-next')} && ${visible('#session-prev')}`, 'the second page: the 101st lease');
+  const second = await call('GET', `/sessions/${id}?cursor=${first.body.nextCursor}`, READER);
+  check(JSON.stringify(await page()) === JSON.stringify(api(second.body, 101)) && !second.body?.nextCursor, `the second page is the API's (${(await page()).join(', ')})`);
+  await click(cdp, '#session-prev');
+  await until(cdp, `${rows(100)} && ${visible('#session-next')} && !${visible('#session-prev')}`, 'back on the first page');
+  check(true, "a session's leases page with nextCursor, both ways");
+  const ended = await call('DELETE', `/sessions/${id}`, EVERY, { attempt: { token: secret.token } });
+  check(ended.body?.outcome === 'ended' && ended.body?.released === n, `the paged session ended, its ${n} leases released (${ended.text})`);
+  await click(cdp, '#session-refresh');
+  await until(cdp, `document.querySelector('#session-state').dataset.state === 'ended'`, 'the paged session ended, on "Read again"');
 }
 
 // Remaining seconds as a lease row shows them ("28.3 s"; "—" or "free": none).
@@ -396,6 +585,17 @@ async function axe(cdp, where) {
       .map((v) => v.id + ' (' + v.impact + '): ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')))`,
   );
   check(found.length === 0, `axe-core: no serious violation ${where}` + (found.length ? ':\n' + found.join('\n') : ''));
+}
+
+// Nothing wider than the screen, outside the tables' own scrolling.
+async function fitsPhone(cdp, where) {
+  const overflow = await js(cdp, 'document.documentElement.scrollWidth - window.innerWidth');
+  const wide = await js(
+    cdp,
+    `[...document.querySelectorAll('body *')].filter((e) => ${overflow} > 0 && e.getBoundingClientRect().right > window.innerWidth + 1 && !e.parentElement.closest('.scroll'))
+      .slice(0, 5).map((e) => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).join(', ')`,
+  );
+  check(overflow <= 0, `nothing wider than a 390 px phone${where} (${overflow} px over${wide ? ': ' + wide : ''})`);
 }
 
 async function width(cdp, px, height) {
@@ -525,13 +725,7 @@ async function everyPurpose(cdp, dir) {
 
     await width(cdp, 390, 844);
     await shot(cdp, 'console-phone.png');
-    const overflow = await js(cdp, 'document.documentElement.scrollWidth - window.innerWidth');
-    const wide = await js(
-      cdp,
-      `[...document.querySelectorAll('body *')].filter((e) => ${overflow} > 0 && e.getBoundingClientRect().right > window.innerWidth + 1 && !e.parentElement.closest('.scroll'))
-        .slice(0, 5).map((e) => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).join(', ')`,
-    );
-    check(overflow <= 0, `nothing wider than a 390 px phone (${overflow} px over${wide ? ': ' + wide : ''})`);
+    await fitsPhone(cdp, '');
     await axe(cdp, 'at 390 px');
     await width(cdp, 1280, 1000);
   } finally {

@@ -2,8 +2,9 @@
 //! starts from. `GET /purposes` and the page's headers are checked over
 //! HTTP; the page itself in a real headless Chromium, driven over the
 //! DevTools protocol by `drive.mjs` (Node), against this service on the
-//! embedded store, on a real `redis-server`, and over HTTPS. Screenshots
-//! are kept in `target/console-screenshots/<run>/`.
+//! embedded store, on a real `redis-server`, and over HTTPS (sessions and
+//! their leases too: `drive.mjs` makes them over HTTP and follows them in
+//! the page). Screenshots are kept in `target/console-screenshots/<run>/`.
 //!
 //! Needs `chromium` (Debian's package) and Node ≥ 18 (`nodejs`); a missing
 //! one fails the test naming what to install. Break and history are
@@ -396,6 +397,10 @@ async fn drive(keys: &Keys, base: &str, name: &str, extra_env: &[(&str, &str)]) 
         "console-permits.png",
         "console-break-dialog.png",
         "console-read-only.png",
+        "console-sessions.png",
+        "console-session.png",
+        "console-session-ended.png",
+        "console-session-phone.png",
         "console-overview.png",
         "console-wide.png",
         "console-phone.png",

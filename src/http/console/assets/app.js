@@ -14,6 +14,11 @@
   const NEAR_ZERO_MS = 1000; // a countdown this close to zero is read again
   const QUEUE_MS = 2000; // each listed lease's waiters, re-read
   const QUEUE_LEASES = 50; // leases whose waiters are read, at most
+  const SESSION_MS = 2000; // the open session, re-read while shown
+  const SESSION_PAGE = 100; // a session's leases per page (the API's default)
+  const SESSION_LOOKUPS = 20; // sessions of a purpose's leases whose holder is read
+  const SESSIONS_SHOWN = 20; // sessions in a purpose's summary, at most
+  const SESSION_ID = /^s1\.[0-9a-f]{32}$/;
   const $ = (id) => document.getElementById(id);
 
   const state = {
@@ -37,6 +42,9 @@
     queues: new Map(), // digest -> {waiting, complete, head, at}: its waiters
     waitersAvailable: true, // the service answers GET …/waiters
     detailQueue: null, // the selected lease's waiters {body, at}
+    session: null, // the open session view: {id, cursors, page, live, lost}
+    sessionInfo: new Map(), // session id -> {holder} or {gone}: the summary's labels
+    summaryShown: '', // what the sessions summary shows
   };
 
   // ------------------------------------------------------------ requests --
@@ -161,6 +169,27 @@
     return p ? { at: p.holdEndsAt, max: p.maxHoldMs } : null;
   }
 
+  // The session a lease is on (docs/sessions.md): a listing names it on
+  // the lease, inspect and the stream's events on its permits.
+  function sessionOf(l) {
+    if (l.session) return l.session;
+    const p = (l.permits || []).find((x) => x.session);
+    return p ? p.session : null;
+  }
+
+  const shortSession = (id) => (id.length > 12 ? id.slice(0, 11) + '…' : id);
+
+  // A button opening a session's view (the listeners of its container
+  // handle `button.session-link`).
+  function sessionButton(id) {
+    const b = el('button', shortSession(id), 'session-link');
+    b.type = 'button';
+    b.title = id;
+    b.dataset.session = id;
+    b.setAttribute('aria-label', 'Session ' + id);
+    return b;
+  }
+
   // ----------------------------------------------------------- the key --
   function showKeyForm(error) {
     $('main').hidden = true;
@@ -184,6 +213,7 @@
   $('forget').addEventListener('click', () => {
     sessionStorage.removeItem(KEY);
     stopFeed();
+    closeSession();
     state.purpose = null;
     state.overview.clear();
     showKeyForm('');
@@ -270,7 +300,8 @@
     $('forget').hidden = !keyed;
     $('who').textContent = keyed ? 'API key in use (kept in this tab)' : 'open API (no keys configured)';
     health();
-    if (state.purpose) selectPurpose(state.purpose);
+    if (state.session) openSession(state.session.id);
+    else if (state.purpose) selectPurpose(state.purpose);
     else showOverview();
   }
 
@@ -298,7 +329,7 @@
       else b.id = 'to-overview';
       b.appendChild(el('span', label));
       if (scopes) b.appendChild(el('span', scopes, 'scopes'));
-      if ((purpose || null) === state.purpose) b.setAttribute('aria-current', 'page');
+      if ((purpose || null) === state.purpose && !state.session) b.setAttribute('aria-current', 'page');
       b.addEventListener('click', onClick);
       const li = el('li');
       li.appendChild(b);
@@ -322,6 +353,7 @@
 
   function showOverview() {
     stopFeed();
+    closeSession();
     $('instances').hidden = true;
     state.purpose = null;
     state.selected = null;
@@ -352,10 +384,10 @@
         }
       }),
     );
-    if (state.purpose !== null) return;
+    if (state.purpose !== null || state.session) return;
     renderOverview(names);
     overviewTimer = setTimeout(() => {
-      if (state.purpose === null && !$('main').hidden) loadOverview();
+      if (state.purpose === null && !state.session && !$('main').hidden) loadOverview();
     }, OVERVIEW_MS);
   }
 
@@ -418,12 +450,15 @@
     if (state.purpose === null) await loadOverview();
     const found = new Map(); // purpose + digest -> {p, lease, matched}
     const lower = q.toLowerCase();
+    // A session id, whole or its first digits as the lists show it.
+    const session = /^s1\.[0-9a-f]{4,32}…?$/.test(lower) ? lower.replace('…', '') : null;
     const names = offered().slice(0, OVERVIEW_MAX);
     for (const p of names) {
       for (const l of (state.overview.get(p) || {}).leases || []) {
         let matched = '';
         if (raw && l.digest === raw) matched = 'raw id';
         else if (l.digest.includes(lower)) matched = 'digest';
+        else if (session && (sessionOf(l) || '').startsWith(session)) matched = 'session';
         else if ((l.holder || '').toLowerCase().includes(lower) || (l.permits || []).some((x) => (x.holder || '').toLowerCase().includes(lower))) matched = 'holder';
         if (matched) found.set(p + ' ' + l.digest, { p, lease: l, matched });
       }
@@ -444,7 +479,8 @@
       open.type = 'button';
       open.title = lease.digest;
       open.addEventListener('click', () => selectPurpose(p, lease.digest));
-      const tr = row([p, open, lease.holder || '—', el('td', dur(lease.remainingMs), 'num'), matched]);
+      const on = sessionOf(lease);
+      const tr = row([p, open, lease.holder || '—', el('td', dur(lease.remainingMs), 'num'), on ? sessionButton(on) : '—', matched]);
       tr.dataset.digest = lease.digest;
       tbody.appendChild(tr);
     }
@@ -455,9 +491,15 @@
       '.';
   });
 
+  $('search-results').addEventListener('click', (event) => {
+    const b = event.target.closest('button.session-link');
+    if (b) openSession(b.dataset.session);
+  });
+
   // -------------------------------------------------------------- feeds --
   function selectPurpose(purpose, digest) {
     stopFeed();
+    closeSession();
     clearTimeout(overviewTimer);
     state.purpose = purpose;
     state.scopes = scopesOf(purpose);
@@ -470,6 +512,8 @@
     $('detail-panel').hidden = true;
     $('leases-title').textContent = 'Leases of ' + purpose;
     state.queues.clear();
+    state.sessionInfo.clear();
+    state.summaryShown = '';
     renderInstances(purpose);
     renderPurposes();
     renderLeases();
@@ -663,7 +707,8 @@
   // pointer would swallow the click); one listener serves them all.
   const rows = new Map(); // digest -> tr
   let emptyRow = null;
-  const COLUMNS = 8;
+  const COLUMNS = 9;
+  const SESSION_COLUMN = 8;
 
   function leaseCells(entry) {
     const l = entry.lease;
@@ -679,6 +724,7 @@
       renewed === undefined ? '—' : dur(renewed) + ' ago',
       l.lockDelayRemainingMs ? dur(left(entry, 'lockDelayRemainingMs')) : '—',
       queueCell(l.digest),
+      null, // the session's button (setSessionCell)
     ];
   }
 
@@ -836,7 +882,7 @@
       if (!tr) {
         tr = document.createElement('tr');
         tr.dataset.digest = digest;
-        for (let i = 0; i < COLUMNS; i++) tr.appendChild(el('td', null, i >= 3 ? 'num' : ''));
+        for (let i = 0; i < COLUMNS; i++) tr.appendChild(el('td', null, i >= 3 && i < SESSION_COLUMN ? 'num' : ''));
         const open = el('button', shortDigest(digest));
         open.type = 'button';
         open.title = digest;
@@ -847,6 +893,7 @@
       leaseCells(entry).forEach((text, i) => {
         if (text !== null) setText(tr.cells[i], text);
       });
+      setSessionCell(tr.cells[SESSION_COLUMN], isHeld(entry.lease) ? sessionOf(entry.lease) : null);
       tr.classList.toggle('selected', digest === state.selected);
       const at = previous ? previous.nextSibling : tbody.firstChild;
       if (at !== tr) tbody.insertBefore(tr, at);
@@ -860,9 +907,80 @@
       emptyRow.remove();
       emptyRow = null;
     }
+    renderSessionSummary();
   }
 
+  // A lease row's session cell: its session's button, rebuilt only when the
+  // session changes (a button rebuilt under the pointer swallows the click).
+  function setSessionCell(td, id) {
+    if (td.dataset.session === (id || '') && td.firstChild) return;
+    td.dataset.session = id || '';
+    td.replaceChildren(id ? sessionButton(id) : document.createTextNode('—'));
+  }
+
+  // ----------------------------------------------------------- sessions --
+  // The listed leases grouped by session: how many of them each holds, and
+  // the session's holder label, read once per session (GET /sessions/{id},
+  // for at most SESSION_LOOKUPS sessions). Only what the list already holds.
+  function renderSessionSummary() {
+    const counts = new Map();
+    for (const entry of state.leases.values()) {
+      const id = isHeld(entry.lease) ? sessionOf(entry.lease) : null;
+      if (id) counts.set(id, (counts.get(id) || 0) + 1);
+    }
+    const groups = [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+    for (const [id] of groups.slice(0, SESSIONS_SHOWN)) lookUpSession(id);
+    const shown = groups.slice(0, SESSIONS_SHOWN).map(([id, n]) => [id, n, state.sessionInfo.get(id) || null]);
+    const key = JSON.stringify([shown, groups.length]);
+    if (key === state.summaryShown) return;
+    state.summaryShown = key;
+    const ul = $('sessions-summary');
+    ul.replaceChildren();
+    $('sessions-status').textContent = groups.length
+      ? `The listed leases by session (${groups.length})` + (groups.length > SESSIONS_SHOWN ? `, the ${SESSIONS_SHOWN} with most leases shown.` : '.')
+      : 'No listed lease is on a session.';
+    for (const [id, n, info] of shown) {
+      const li = el('li');
+      li.dataset.session = id;
+      li.appendChild(sessionButton(id));
+      const holder = info && info.holder ? info.holder : info && info.gone ? null : '';
+      const label = holder ? ' ' + holder : holder === '' ? '' : ' (' + info.gone + ')';
+      li.appendChild(document.createTextNode(`${label} · ${n} of the listed lease${n === 1 ? '' : 's'}`));
+      ul.appendChild(li);
+    }
+  }
+
+  function lookUpSession(id) {
+    if (state.sessionInfo.has(id) || state.sessionInfo.size >= SESSION_LOOKUPS) return;
+    const purpose = state.purpose;
+    state.sessionInfo.set(id, { pending: true });
+    api('sessions/' + encodeURIComponent(id) + '?limit=1')
+      .then((reply) => {
+        if (state.purpose !== purpose) return;
+        if (reply.status === 200 && reply.body && reply.body.session) state.sessionInfo.set(id, { holder: reply.body.session.holder || '' });
+        else if (reply.status === 404 && reply.body && reply.body.outcome === 'lost') state.sessionInfo.set(id, { gone: goneWord(reply.body.reason) });
+        else state.sessionInfo.set(id, { holder: '' });
+        renderSessionSummary();
+      })
+      .catch(() => {});
+  }
+
+  function goneWord(reason) {
+    if (reason === 'session_ended') return 'ended';
+    if (reason === 'session_expired') return 'expired';
+    return 'not found';
+  }
+
+  $('leases-panel').addEventListener('click', (event) => {
+    const b = event.target.closest('button.session-link');
+    if (b) {
+      event.stopPropagation();
+      openSession(b.dataset.session);
+    }
+  }, true);
+
   $('leases').tBodies[0].addEventListener('click', (event) => {
+    if (event.target.closest('button.session-link')) return;
     const tr = event.target.closest('tr[data-digest]');
     if (tr) selectLease(tr.dataset.digest);
   });
@@ -875,6 +993,7 @@
       tickDetail();
       tickWaiters();
     }
+    if (state.session) tickSession();
   }, 250);
 
   setInterval(() => {
@@ -902,6 +1021,7 @@
 
   let detailSeq = 0;
   let detailEntry = null; // the selected lease as last read, counting down
+  let detailSessions = null; // {key, span}: the session buttons shown
   async function refreshDetail() {
     const purpose = state.purpose;
     const digest = state.selected;
@@ -961,7 +1081,21 @@
     fact(dl, 'max hold', bound && bound.max ? dur(bound.max) : 'none');
     // A lease on a session (docs/sessions.md) ends when its session does.
     const sessions = [...new Set((i.permits || []).map((p) => p.session).filter(Boolean))];
-    fact(dl, 'session', sessions.length ? sessions.join(', ') + ' (ends with it)' : 'none');
+    if (sessions.length) {
+      // The same buttons while the sessions stay (the facts are rebuilt on
+      // every event; a button rebuilt under the pointer swallows the click).
+      const key = sessions.join(' ');
+      if (!detailSessions || detailSessions.key !== key) {
+        const span = el('span');
+        for (const id of sessions) {
+          span.appendChild(sessionButton(id));
+          span.appendChild(document.createTextNode(' '));
+        }
+        span.appendChild(document.createTextNode('(ends with it)'));
+        detailSessions = { key, span };
+      }
+      fact(dl, 'session', detailSessions.span, 'detail-session');
+    } else fact(dl, 'session', 'none', 'detail-session');
     // A running lock-delay (after an expiry), or the one a held permit's
     // expiry would start (a release or a break starts none).
     const delay = i.lockDelayRemainingMs;
@@ -1082,6 +1216,204 @@
       say('Break is not available on this service.');
     } else say('Not broken: ' + problemText(reply));
     refreshDetail();
+  });
+
+  // ------------------------------------------------------- session view --
+  // One session (GET /sessions/{id}, read scope, no secret): whether it
+  // lives (or ended or expired, and why), its holder label, TTL and
+  // expiry, how many leases it holds, and a page of them (each opening
+  // that lease), paged by `nextCursor`. Re-read every SESSION_MS while
+  // shown, and by "Read again"; a lost one is not re-read on its own.
+  let sessionTimer = null;
+  let sessionSeq = 0;
+
+  function closeSession() {
+    clearTimeout(sessionTimer);
+    state.session = null;
+    $('session-panel').hidden = true;
+  }
+
+  function openSession(id) {
+    if (!SESSION_ID.test(id || '')) {
+      say('A session id is s1. and 32 lowercase hex digits.');
+      return;
+    }
+    say('');
+    stopFeed();
+    clearTimeout(overviewTimer);
+    clearTimeout(sessionTimer);
+    state.purpose = null;
+    state.selected = null;
+    state.session = { id, cursors: [null], page: 0, live: null, lost: null, shown: '' };
+    $('overview-panel').hidden = true;
+    $('leases-panel').hidden = true;
+    $('detail-panel').hidden = true;
+    $('instances').hidden = true;
+    $('session-panel').hidden = false;
+    $('session-id').textContent = id;
+    $('session-state').textContent = 'Reading…';
+    $('session-state').className = '';
+    delete $('session-state').dataset.state;
+    $('session-facts').replaceChildren();
+    $('session-leases').tBodies[0].replaceChildren();
+    $('session-leases').hidden = true;
+    $('session-leases-status').textContent = '';
+    $('session-prev').hidden = true;
+    $('session-next').hidden = true;
+    renderPurposes();
+    loadSession();
+  }
+
+  async function loadSession() {
+    clearTimeout(sessionTimer);
+    const view = state.session;
+    if (!view) return;
+    const seq = ++sessionSeq;
+    const cursor = view.cursors[view.page];
+    const path = 'sessions/' + encodeURIComponent(view.id) + '?limit=' + SESSION_PAGE + (cursor ? '&cursor=' + encodeURIComponent(cursor) : '');
+    let reply = null;
+    try {
+      reply = await api(path);
+    } catch (_) {
+      reply = null;
+    }
+    if (seq !== sessionSeq || state.session !== view) return;
+    renderSession(view, reply);
+    if (!view.lost) {
+      sessionTimer = setTimeout(() => {
+        if (state.session === view && !$('main').hidden) loadSession();
+      }, SESSION_MS);
+    }
+  }
+
+  function sessionState(word, text, cls) {
+    const out = $('session-state');
+    out.dataset.state = word;
+    out.className = cls || '';
+    setText(out, text);
+  }
+
+  function renderSession(view, reply) {
+    const status = $('session-leases-status');
+    const tbody = $('session-leases').tBodies[0];
+    if (!reply) {
+      sessionState('error', 'The service did not answer; showing the last read.', 'error');
+      return;
+    }
+    if (reply.status === 404 && reply.body && reply.body.outcome === 'lost') {
+      // Ended, expired, or unknown: said plainly, with what was last seen.
+      const word = goneWord(reply.body.reason);
+      view.lost = { word, reason: reply.body.reason || '', at: Date.now() };
+      const lead = { ended: 'Ended', expired: 'Expired' }[word] || 'Not found';
+      sessionState({ ended: 'ended', expired: 'expired' }[word] || 'absent', `${lead} (${view.lost.reason || 'lost'}): ${problemText(reply)}`, 'ended');
+      renderSessionFacts(view);
+      tbody.replaceChildren();
+      view.shown = '';
+      $('session-leases').hidden = true;
+      $('session-prev').hidden = true;
+      $('session-next').hidden = true;
+      status.textContent = word === 'not found' ? 'No leases: the service knows no such session.' : 'Its leases ended with it.';
+      return;
+    }
+    if (reply.status !== 200 || !reply.body || !reply.body.session) {
+      sessionState('error', 'Could not read the session: ' + problemText(reply), 'error');
+      return;
+    }
+    view.lost = null;
+    view.live = { session: reply.body.session, at: performance.now() };
+    const s = reply.body.session;
+    sessionState('live', 'Live' + (s.holder ? ', held by ' + s.holder : '') + '.', 'live');
+    renderSessionFacts(view);
+    // This page of its leases; the next page's cursor kept for "Next".
+    const leases = reply.body.leases || [];
+    const next = reply.body.nextCursor;
+    view.cursors.length = view.page + 1;
+    if (next) view.cursors.push(next);
+    const first = Number(view.cursors[view.page] || 0);
+    // Rebuilt only when the page changes (a button rebuilt under the
+    // pointer would swallow the click).
+    const shown = JSON.stringify([first, leases]);
+    if (shown !== view.shown) {
+      view.shown = shown;
+      tbody.replaceChildren();
+      leases.forEach((l, n) => {
+        const open = el('button', shortDigest(l.digest));
+        open.type = 'button';
+        open.title = l.digest;
+        open.setAttribute('aria-label', 'Lease ' + l.digest + ' of ' + l.purpose);
+        open.addEventListener('click', () => selectPurpose(l.purpose, l.digest));
+        const tr = row([el('td', first + n + 1, 'num'), l.purpose, open]);
+        tr.dataset.digest = l.digest;
+        tr.dataset.purpose = l.purpose;
+        tbody.appendChild(tr);
+      });
+    }
+    $('session-leases').hidden = !leases.length;
+    status.textContent = leases.length
+      ? `${first + 1} to ${first + leases.length} of ${s.leases}, in the order they were attached` + (next ? '; more on the next page.' : '.')
+      : s.leases
+        ? 'No lease on this page.'
+        : 'No lease on this session.';
+    $('session-prev').hidden = view.page === 0;
+    $('session-next').hidden = !next;
+  }
+
+  // The facts of the last live read; after a loss, marked as last seen.
+  function renderSessionFacts(view) {
+    const dl = $('session-facts');
+    dl.replaceChildren();
+    const live = view.live;
+    if (!live) {
+      if (view.lost) fact(dl, 'state', view.lost.word);
+      return;
+    }
+    const s = live.session;
+    if (view.lost) fact(dl, 'state', view.lost.word + '; below as last seen live');
+    fact(dl, 'holder', s.holder || '—');
+    fact(dl, 'leases', s.leases, 'session-count');
+    fact(dl, 'TTL', dur(s.ttlMs));
+    fact(dl, 'remaining', view.lost ? '—' : dur(s.remainingMs), 'session-remaining');
+    fact(dl, 'expires', view.lost ? '—' : when(s.expiresAt, ahead));
+    fact(dl, 'renewed', when(s.renewedAt, ago));
+    fact(dl, 'created', when(s.createdAt, view.lost ? ago : (d) => 'alive ' + dur(-d)));
+  }
+
+  // The remaining time counts down between reads.
+  function tickSession() {
+    const view = state.session;
+    if (!view || !view.live || view.lost) return;
+    const out = $('session-remaining');
+    if (out) setText(out, dur(view.live.session.remainingMs - (performance.now() - view.live.at)));
+  }
+
+  $('session-refresh').addEventListener('click', () => loadSession());
+  $('session-next').addEventListener('click', () => {
+    const view = state.session;
+    if (!view || view.page + 1 >= view.cursors.length) return;
+    view.page += 1;
+    loadSession();
+  });
+  $('session-prev').addEventListener('click', () => {
+    const view = state.session;
+    if (!view || view.page === 0) return;
+    view.page -= 1;
+    loadSession();
+  });
+
+  $('session-lookup').addEventListener('submit', (event) => {
+    event.preventDefault();
+    const id = $('session-input').value.trim();
+    if (!SESSION_ID.test(id)) {
+      say('A session id is s1. and 32 lowercase hex digits.');
+      return;
+    }
+    $('session-input').value = ''; // the view's heading names it
+    openSession(id);
+  });
+
+  $('detail').addEventListener('click', (event) => {
+    const b = event.target.closest('button.session-link');
+    if (b) openSession(b.dataset.session);
   });
 
   start();
