@@ -201,8 +201,9 @@ pub async fn keepalive(
             slot.put_keepalive(Box::new(opened));
             return Ok(event_stream(Body::empty()));
         }
+        let mut opened = opened;
         let (tx, rx) = mpsc::channel::<Bytes>(4);
-        let _ = tx.try_send(opened.first.clone());
+        let _ = tx.try_send(std::mem::take(&mut opened.first));
         tokio::spawn(async move {
             let mut events = Channel(tx);
             opened.drive(&mut events).await;
@@ -286,8 +287,9 @@ pub async fn run_direct<K>(
     limit: Duration,
     keep: K,
 ) {
-    let opened = *opened;
-    if write(&stream, &[&head, &frame(&opened.first)], limit)
+    let mut opened = *opened;
+    let first = std::mem::take(&mut opened.first);
+    if write(&stream, &[&head, &frame(&first)], limit)
         .await
         .is_err()
     {
@@ -298,7 +300,7 @@ pub async fn run_direct<K>(
         drop(keep);
         return;
     }
-    drop(head);
+    drop((head, first));
     let mut socket = Socket { stream, limit };
     if opened.drive(&mut socket).await {
         // The last chunk, and the connection closes (its head said so).
@@ -375,7 +377,6 @@ async fn keep<E: Events>(
     let period = |ttl_ms: u64| Duration::from_millis((ttl_ms / 3).max(100));
     let mut every = period(ttl_ms);
     let mut kept = app.service.keep_alive(id);
-    let mut ended_seen = false;
     let bound = max_ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let shutdown = app.service.shutdown_token().clone();
     loop {
@@ -389,15 +390,18 @@ async fn keep<E: Events>(
             () = events.gone() => return Stopped::Gone,
             () = until_bound => return Stopped::Bound,
             () = shutdown.cancelled() => return Stopped::Shutdown,
-            // Ended on this instance: the renew below hears it (once: a
-            // failed renew waits for the next tick).
-            () = kept.ended.cancelled(), if !ended_seen => ended_seen = true,
-            // A new TTL given on this instance: the next renew comes a
-            // third of it from now (a shorter one would otherwise expire
-            // before the old period's tick).
-            Ok(()) = kept.ttl.changed() => {
-                every = period(*kept.ttl.borrow_and_update());
-                continue;
+            // Ended on this instance: the renew below hears it. Given a
+            // new TTL on this instance: the next renew comes a third of it
+            // from now (a shorter one would otherwise expire before the
+            // old period's tick).
+            Ok(()) = kept.signal.changed() => {
+                let signal = *kept.signal.borrow_and_update();
+                if let Some(ms) = signal.ttl_ms {
+                    every = period(ms);
+                }
+                if !signal.ended {
+                    continue;
+                }
             }
             () = tokio::time::sleep(every) => {}
         }

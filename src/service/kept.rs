@@ -2,20 +2,32 @@
 //! session, each woken when its session ends here or is given a new TTL
 //! here.
 
+use tokio::sync::watch;
+
 use crate::domain::SessionId;
 
 use super::LeaseService;
 
 /// The sessions this instance keeps alive over a stream, each with the
-/// signal that wakes its stream when the session ends here (an end on
-/// another instance is heard at the stream's next renewal).
+/// signal that wakes its streams when the session ends here or is given a
+/// new TTL here (an end on another instance is heard at the stream's next
+/// renewal).
 #[derive(Default)]
 pub struct KeptAlive(std::sync::Mutex<std::collections::HashMap<SessionId, KeptEntry>>);
 
 struct KeptEntry {
-    ended: tokio_util::sync::CancellationToken,
-    ttl: tokio::sync::watch::Sender<u64>,
+    signal: watch::Sender<Signal>,
     streams: usize,
+}
+
+/// What happened to a kept session on this instance.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Signal {
+    /// It was ended here.
+    pub ended: bool,
+    /// A renew here gave it this TTL (ms): its streams renew at a third
+    /// of it.
+    pub ttl_ms: Option<u64>,
 }
 
 /// A stream's registration in [`KeptAlive`]: the signal, and the entry
@@ -23,11 +35,8 @@ struct KeptEntry {
 pub struct KeptGuard<'a> {
     kept: &'a KeptAlive,
     id: SessionId,
-    /// Cancelled when the session ends on this instance.
-    pub ended: tokio_util::sync::CancellationToken,
-    /// The session's TTL (ms) when a renew on this instance gave it one
-    /// (a `PATCH` with `ttlMs`): the stream renews at a third of it.
-    pub ttl: tokio::sync::watch::Receiver<u64>,
+    /// Changes when the session ends, or is given a TTL, on this instance.
+    pub signal: watch::Receiver<Signal>,
 }
 
 impl Drop for KeptGuard<'_> {
@@ -43,38 +52,39 @@ impl Drop for KeptGuard<'_> {
 }
 
 impl KeptAlive {
-    pub(super) fn ended(&self, id: &SessionId) {
+    fn signal(&self, id: &SessionId, change: impl FnOnce(&mut Signal)) {
         let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = map.get(id) {
-            entry.ended.cancel();
+            entry.signal.send_modify(change);
         }
+    }
+
+    /// Session `id` was ended on this instance.
+    pub(super) fn ended(&self, id: &SessionId) {
+        self.signal(id, |s| s.ended = true);
     }
 
     /// Session `id` was given a TTL of `ttl_ms` on this instance.
     pub(super) fn ttl_changed(&self, id: &SessionId, ttl_ms: u64) {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = map.get(id) {
-            entry.ttl.send_replace(ttl_ms);
-        }
+        self.signal(id, |s| s.ttl_ms = Some(ttl_ms));
     }
 }
 
 impl LeaseService {
     /// Registers a keep-alive stream of session `id` (until the guard
-    /// drops): its signal fires when the session ends on this instance.
+    /// drops): its signal changes when the session ends, or is given a
+    /// TTL, on this instance.
     pub fn keep_alive(&self, id: &SessionId) -> KeptGuard<'_> {
         let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
         let entry = map.entry(id.clone()).or_insert_with(|| KeptEntry {
-            ended: tokio_util::sync::CancellationToken::new(),
-            ttl: tokio::sync::watch::Sender::new(0),
+            signal: watch::Sender::new(Signal::default()),
             streams: 0,
         });
         entry.streams += 1;
         KeptGuard {
             kept: &self.kept,
             id: id.clone(),
-            ended: entry.ended.clone(),
-            ttl: entry.ttl.subscribe(),
+            signal: entry.signal.subscribe(),
         }
     }
 }
