@@ -23,53 +23,68 @@ local ends = tonumber(ARGV[2])
 local ttl = ends - now
 local out = {tag + 1, now}
 local ends_text, now_text, ttl_text = ARGV[2], string.format('%d', now), string.format('%d', ttl)
+-- Every string a run makes costs Redis about 700 instructions (Lua interns
+-- it), a string.match about 4 500: a plain lease's record is checked and
+-- rewritten with plain finds (which answer positions) and three pieces of
+-- itself (docs/performance.md, "Sessions").
+local pre = 'p:' .. ARGV[1] .. ':'
+local np = #pre
 local i = 0
 for op in string.gmatch(ARGV[3], '[^\31]+') do
   i = i + 1
   local rec, idx = KEYS[2 * i - 1], KEYS[2 * i]
-  local mine = 'p:' .. ARGV[1] .. ':' .. op
   local status = 0
   if ttl > 0 then
     local cur = redis.pcall('GET', rec)
-    local v, hashed
     if type(cur) == 'string' then
-      if string.sub(cur, 1, #mine + 1) == mine .. '|' then
-        v = string.sub(cur, #mine + 2)
+      -- "p:<token>:<op>|fence|exp|acq|renewed|ttl|ld|slot" (acquire.lua)
+      local n = np + #op
+      if string.byte(cur, n + 1) == 124 and string.find(cur, pre, 1, true) == 1
+          and string.find(cur, op, np + 1, true) == np + 1 then
+        local b = string.find(cur, '|', n + 2, true)
+        local c = b and string.find(cur, '|', b + 1, true)
+        local d = c and string.find(cur, '|', c + 1, true)
+        local e = d and string.find(cur, '|', d + 1, true)
+        local f = e and string.find(cur, '|', e + 1, true)
+        local g = f and string.find(cur, '|', f + 1, true)
+        local exp = g and tonumber(string.sub(cur, b + 1, c - 1))
+        -- A bounded hold (slot "\30<maxHoldMs>|") is renew.lua's to cap.
+        if exp and exp > now and string.byte(cur, g + 1) ~= 30 then
+          local done = redis.pcall('SET', rec, string.sub(cur, 1, b) .. ends_text .. string.sub(cur, c, d)
+            .. now_text .. '|' .. ttl_text .. string.sub(cur, f), 'PX', ttl_text)
+          if type(done) == 'table' and done.err then
+            return {tag - 9, done.err}
+          end
+          status = 1
+        end
       end
     elseif type(cur) == 'table' and cur.err then
       -- WRONGTYPE: a counting or shared lease, a hash of permits.
-      hashed = true
-      v = redis.call('HGET', rec, mine)
-    end
-    if v then
-      local fence, exp, acq, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
-      -- A bounded hold (slot "\30<maxHoldMs>|") is renew.lua's to cap.
+      local mine = pre .. op
+      local v = redis.call('HGET', rec, mine)
+      local fence, exp, acq, ld, at
+      if v then
+        fence, exp, acq, ld, at = string.match(v, '^(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|()')
+      end
       if fence and tonumber(exp) > now and string.byte(v, at) ~= 30 then
         local value = fence .. '|' .. ends_text .. '|' .. acq .. '|' .. now_text .. '|'
           .. ttl_text .. '|' .. ld .. '|' .. string.sub(v, at)
-        local done
-        if hashed then
-          done = redis.pcall('HSET', rec, mine, value)
-        else
-          done = redis.pcall('SET', rec, mine .. '|' .. value, 'PX', ttl_text)
-        end
+        local done = redis.pcall('HSET', rec, mine, value)
         if type(done) == 'table' and done.err then
           return {tag - 9, done.err}
         end
-        if hashed then
-          -- As renew.lua: the record and its index live past the permit
-          -- and its lock-delay; the index learns the new expiry.
-          local left = ttl + tonumber(ld)
-          local extend = redis.call('PTTL', rec) < left
-          if extend then
-            redis.pcall('PEXPIRE', rec, left)
-          end
-          local added = redis.pcall('ZADD', idx, ends_text, mine)
-          if extend then
-            redis.pcall('PEXPIRE', idx, left)
-          elseif added == 1 then
-            redis.pcall('PEXPIRE', idx, redis.call('PTTL', rec))
-          end
+        -- As renew.lua: the record and its index live past the permit
+        -- and its lock-delay; the index learns the new expiry.
+        local left = ttl + tonumber(ld)
+        local extend = redis.call('PTTL', rec) < left
+        if extend then
+          redis.pcall('PEXPIRE', rec, left)
+        end
+        local added = redis.pcall('ZADD', idx, ends_text, mine)
+        if extend then
+          redis.pcall('PEXPIRE', idx, left)
+        elseif added == 1 then
+          redis.pcall('PEXPIRE', idx, redis.call('PTTL', rec))
         end
         status = 1
       end
