@@ -35,6 +35,7 @@ use crate::http::schemas::{
 #[allow(unused_imports)] // named by the OpenAPI annotations only
 use crate::http::schemas::{SessionLostProblem, SessionNotOwnerProblem};
 use crate::notify::Admitted;
+use crate::service::KeptGuard;
 
 /// The route (also its metric label).
 pub const ROUTE: &str = "/sessions/{id}/keepalive";
@@ -175,6 +176,9 @@ pub async fn keepalive(
         let Some(admitted) = app.service.waiters().watch().admit(app.watch.max_watchers) else {
             return Ok(respond_one(&app.service.overloaded()));
         };
+        // Registered first: a change made here once the client has the
+        // first event (a PATCH with a new TTL) reaches the stream.
+        let kept = app.service.keep_alive(&id);
         // The first renew answers the request: a stream opens only on a
         // live session.
         let first = match app.service.renew_session(&id, &token, None).await {
@@ -194,6 +198,7 @@ pub async fn keepalive(
             max_ms,
             first: sse("renewed", &first),
             admitted,
+            kept,
         };
         // The accept loop parsed the request: it writes the stream from a
         // small task of its own (no hyper connection, no channel).
@@ -228,6 +233,8 @@ pub struct Opened {
     first: Bytes,
     /// Its place under the watch cap, for the stream's life.
     admitted: Admitted,
+    /// Its registration among the streams this instance keeps.
+    kept: KeptGuard,
 }
 
 /// Where a stream's events go.
@@ -327,14 +334,14 @@ impl Opened {
     /// Renews until the stream ends, and ends the session if its client
     /// went or its bound came. Answers whether the client may still read
     /// (the stream ends cleanly).
-    async fn drive<E: Events>(self, events: &mut E) -> bool {
+    async fn drive<E: Events>(mut self, events: &mut E) -> bool {
         let _open = OpenStream::counted();
         let why = keep(
             &self.app,
             &self.id,
             &self.token,
-            self.ttl_ms,
-            self.max_ms,
+            (self.ttl_ms, self.max_ms),
+            &mut self.kept,
             events,
         )
         .await;
@@ -382,13 +389,12 @@ async fn keep<E: Events>(
     app: &AppState,
     id: &SessionId,
     token: &OwnerToken,
-    ttl_ms: u64,
-    max_ms: Option<u64>,
+    (ttl_ms, max_ms): (u64, Option<u64>),
+    kept: &mut KeptGuard,
     events: &mut E,
 ) -> Stopped {
     let period = |ttl_ms: u64| Duration::from_millis((ttl_ms / 3).max(100));
     let mut every = period(ttl_ms);
-    let mut kept = app.service.keep_alive(id);
     let bound = max_ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let shutdown = app.service.shutdown_token().clone();
     loop {

@@ -2,6 +2,9 @@
 //! session, each woken when its session ends here or is given a new TTL
 //! here.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use tokio::sync::watch;
 
 use crate::domain::SessionId;
@@ -13,7 +16,7 @@ use super::LeaseService;
 /// new TTL here (an end on another instance is heard at the stream's next
 /// renewal).
 #[derive(Default)]
-pub struct KeptAlive(std::sync::Mutex<std::collections::HashMap<SessionId, KeptEntry>>);
+pub struct KeptAlive(Arc<Mutex<HashMap<SessionId, KeptEntry>>>);
 
 struct KeptEntry {
     signal: watch::Sender<Signal>,
@@ -31,17 +34,18 @@ pub struct Signal {
 }
 
 /// A stream's registration in [`KeptAlive`]: the signal, and the entry
-/// goes with the last stream of the session.
-pub struct KeptGuard<'a> {
-    kept: &'a KeptAlive,
+/// goes with the last stream of the session. Taken before the stream's
+/// first renew, so no change after it is missed.
+pub struct KeptGuard {
+    kept: Arc<Mutex<HashMap<SessionId, KeptEntry>>>,
     id: SessionId,
     /// Changes when the session ends, or is given a TTL, on this instance.
     pub signal: watch::Receiver<Signal>,
 }
 
-impl Drop for KeptGuard<'_> {
+impl Drop for KeptGuard {
     fn drop(&mut self) {
-        let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = map.get_mut(&self.id) {
             entry.streams -= 1;
             if entry.streams == 0 {
@@ -74,7 +78,7 @@ impl LeaseService {
     /// Registers a keep-alive stream of session `id` (until the guard
     /// drops): its signal changes when the session ends, or is given a
     /// TTL, on this instance.
-    pub fn keep_alive(&self, id: &SessionId) -> KeptGuard<'_> {
+    pub fn keep_alive(&self, id: &SessionId) -> KeptGuard {
         let mut map = self.kept.0.lock().unwrap_or_else(|p| p.into_inner());
         let entry = map.entry(id.clone()).or_insert_with(|| KeptEntry {
             signal: watch::Sender::new(Signal::default()),
@@ -82,7 +86,7 @@ impl LeaseService {
         });
         entry.streams += 1;
         KeptGuard {
-            kept: &self.kept,
+            kept: Arc::clone(&self.kept.0),
             id: id.clone(),
             signal: entry.signal.subscribe(),
         }

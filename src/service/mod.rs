@@ -17,4 +17,5 @@ mod waiters;
 
 pub use self::acquire::AcquireRequest;
 pub use self::core::{inspection, LeaseService, ServiceSettings};
+pub use self::kept::KeptGuard;
 pub use self::sessions::SessionAcquire;

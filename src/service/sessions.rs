@@ -238,7 +238,12 @@ impl LeaseService {
             .map(|(_, r, op)| (r.clone(), op.clone()))
             .collect();
         let fared = match self
-            .admitted(self.store.renew_attached(token, &pairs, record.expires_at))
+            .admitted(self.store.renew_attached(
+                token,
+                &pairs,
+                record.expires_at,
+                record.renewed_at,
+            ))
             .await?
         {
             Ok(fared) => fared,
@@ -532,7 +537,7 @@ impl LeaseService {
             let token = &attempt.owner_token;
             if let Ok(fared) = self
                 .store
-                .renew_attached(token, &pair, now_record.expires_at)
+                .renew_attached(token, &pair, now_record.expires_at, now_record.renewed_at)
                 .await
             {
                 if fared.first() == Some(&AttachedRenew::Unsure) {
