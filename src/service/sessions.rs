@@ -238,12 +238,7 @@ impl LeaseService {
             .map(|(_, r, op)| (r.clone(), op.clone()))
             .collect();
         let fared = match self
-            .admitted(self.store.renew_attached(
-                token,
-                &pairs,
-                record.expires_at,
-                record.renewed_at,
-            ))
+            .admitted(self.store.renew_attached(token, &pairs, record.expires_at))
             .await?
         {
             Ok(fared) => fared,
@@ -537,7 +532,7 @@ impl LeaseService {
             let token = &attempt.owner_token;
             if let Ok(fared) = self
                 .store
-                .renew_attached(token, &pair, now_record.expires_at, now_record.renewed_at)
+                .renew_attached(token, &pair, now_record.expires_at)
                 .await
             {
                 if fared.first() == Some(&AttachedRenew::Unsure) {

@@ -110,8 +110,7 @@ impl Store {
     }
 
     /// Gives each of `leases` (held by `owner` for the operation id) the
-    /// expiry `expires_at` (renewed at `renewed_at`, the session's
-    /// renewal) where nothing else needs deciding; the rest
+    /// expiry `expires_at` where nothing else needs deciding; the rest
     /// come back [`AttachedRenew::Unsure`], for the caller to renew as
     /// leases of their own (the embedded store: every one).
     pub async fn renew_attached(
@@ -119,14 +118,10 @@ impl Store {
         owner: &OwnerToken,
         leases: &[(ResourceId, OperationId)],
         expires_at: StoreTime,
-        renewed_at: StoreTime,
     ) -> Result<Vec<AttachedRenew>, StoreError> {
         match self {
             Store::Memory(_) => Ok(vec![AttachedRenew::Unsure; leases.len()]),
-            Store::Redis(s) => {
-                s.renew_attached(owner, leases, expires_at, renewed_at)
-                    .await
-            }
+            Store::Redis(s) => s.renew_attached(owner, leases, expires_at).await,
         }
     }
 }

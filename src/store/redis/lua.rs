@@ -139,11 +139,6 @@ pub const INSTANCES: Source = source!("instances");
 pub const SESSION: Source = source!("session");
 /// `lua/session_renew.lua`.
 pub const SESSION_RENEW: Source = source!("session_renew");
-/// `lua/session_peek.lua`: a batch of a session's leases' records, read.
-pub const SESSION_PEEK: Source = source!("session_peek");
-/// `lua/session_cas.lua`: a batch of plain leases' renewed records, written
-/// where unchanged.
-pub const SESSION_CAS: Source = source!("session_cas");
 
 /// `lua/plain_acquire.lua`: acquire.lua's plain lease in brief.
 pub const PLAIN_ACQUIRE: Source = source!("plain_acquire");
@@ -153,7 +148,7 @@ pub const PLAIN_RENEW: Source = source!("plain_renew");
 pub const PLAIN_RELEASE: Source = source!("plain_release");
 
 /// Every script the service runs.
-pub const ALL: [Source; 17] = [
+pub const ALL: [Source; 15] = [
     ACQUIRE,
     RENEW,
     RELEASE,
@@ -166,8 +161,6 @@ pub const ALL: [Source; 17] = [
     INSTANCES,
     SESSION,
     SESSION_RENEW,
-    SESSION_PEEK,
-    SESSION_CAS,
     PLAIN_ACQUIRE,
     PLAIN_RENEW,
     PLAIN_RELEASE,

@@ -23,10 +23,6 @@ use crate::store::{SessionCall, SessionFound, StoreError};
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("session", lua::SESSION.assembled));
 static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new("session_renew", lua::SESSION_RENEW.assembled));
-static PEEK: LazyLock<Script> =
-    LazyLock::new(|| Script::new("session_peek", lua::SESSION_PEEK.assembled));
-static CAS: LazyLock<Script> =
-    LazyLock::new(|| Script::new("session_cas", lua::SESSION_CAS.assembled));
 
 /// Leases a light renew call carries at most (standalone and Sentinel:
 /// one node holds every slot; a Cluster call carries one slot's).
@@ -210,7 +206,6 @@ impl RedisStore {
         owner: &OwnerToken,
         leases: &[(ResourceId, OperationId)],
         expires_at: StoreTime,
-        renewed_at: StoreTime,
     ) -> Result<Vec<AttachedRenew>, StoreError> {
         // Batches: per slot on a Cluster (no script reads another slot's
         // key), else of any leases.
@@ -228,17 +223,13 @@ impl RedisStore {
             .values()
             .flat_map(|members| members.chunks(BATCH))
             .collect();
-        let times = Times {
-            ends: expires_at.0.to_string(),
-            expires_at: expires_at.0,
-            renewed_at: renewed_at.0,
-        };
+        let ends = expires_at.0.to_string();
         let mut out = vec![AttachedRenew::Unsure; leases.len()];
         // IN_FLIGHT calls at a time: pipelined on the node's connections.
         for wave in batches.chunks(IN_FLIGHT) {
             let mut calls = Vec::with_capacity(wave.len());
             for batch in wave {
-                calls.push(self.renew_batch(owner, leases, batch, &times));
+                calls.push(self.renew_batch(owner, leases, batch, &ends));
             }
             for (batch, got) in wave.iter().zip(futures_util::future::join_all(calls).await) {
                 for (&i, g) in batch.iter().zip(got?) {
@@ -250,106 +241,9 @@ impl RedisStore {
     }
 }
 
-/// A session renew's times, for every batch.
-struct Times {
-    /// The session's new expiry, as text.
-    ends: String,
-    expires_at: u64,
-    /// The session's last renewal: a renewed record's `renewedAt` (or its
-    /// `acquiredAt`, if later).
-    renewed_at: u64,
-}
-
 impl RedisStore {
-    /// The light renew of `batch` (indexes into `leases`): the records are
-    /// read (`session_peek.lua`), each plain lease's renewed record is
-    /// built here and written where the record is unchanged
-    /// (`session_cas.lua`); a hash of permits, or a record this does not
-    /// read as the owner's live plain permit, goes to `session_renew.lua`.
-    /// What neither renews comes back unsure, for the caller to renew as a
-    /// lease of its own.
+    /// One light renew call for `batch` (indexes into `leases`).
     async fn renew_batch(
-        &self,
-        owner: &OwnerToken,
-        leases: &[(ResourceId, OperationId)],
-        batch: &[usize],
-        times: &Times,
-    ) -> Result<Vec<AttachedRenew>, StoreError> {
-        let Some(&first) = batch.first() else {
-            return Ok(Vec::new());
-        };
-        let tag = leases[first].0.tag();
-        let records: Vec<String> = batch
-            .iter()
-            .map(|&i| keys::key(&self.namespace, "lease", &leases[i].0))
-            .collect();
-        let record_refs: Vec<&str> = records.iter().map(String::as_str).collect();
-        let read = self
-            .run(Call {
-                script: &PEEK,
-                tag: &tag,
-                keys: &record_refs,
-                args: &[],
-                acks: None,
-            })
-            .await?;
-        if int(&read.value, STATUS)? != 1 || read.value.len() != batch.len() + 1 {
-            return Err(bad_reply());
-        }
-        // (position in batch, expected record, renewed record, expiry)
-        let mut plain: Vec<(usize, &str, String, &str)> = Vec::with_capacity(batch.len());
-        let mut other: Vec<usize> = Vec::new();
-        for (j, &i) in batch.iter().enumerate() {
-            let cur = match &read.value[j + 1] {
-                Value::BulkString(cur) => std::str::from_utf8(cur).ok(),
-                _ => None,
-            };
-            match cur.and_then(|cur| Some((cur, renewed(cur, owner, &leases[i].1, times)?))) {
-                Some((cur, (next, exp))) => plain.push((j, cur, next, exp)),
-                None => other.push(j),
-            }
-        }
-        let mut out = vec![AttachedRenew::Unsure; batch.len()];
-        if !plain.is_empty() {
-            let keys: Vec<&str> = plain.iter().map(|p| records[p.0].as_str()).collect();
-            let mut args: Vec<&str> = Vec::with_capacity(1 + 3 * plain.len());
-            args.push(&times.ends);
-            for (_, cur, next, exp) in &plain {
-                args.extend([*cur, next.as_str(), *exp]);
-            }
-            let done = self
-                .run(Call {
-                    script: &CAS,
-                    tag: &tag,
-                    keys: &keys,
-                    args: &args,
-                    acks: self.acks,
-                })
-                .await?;
-            if int(&done.value, STATUS)? != 1 || done.value.len() != plain.len() + 2 {
-                return Err(bad_reply());
-            }
-            for (k, (j, ..)) in plain.iter().enumerate() {
-                if int(&done.value, k + 2)? == 1 {
-                    out[*j] = AttachedRenew::Renewed;
-                }
-            }
-        }
-        if !other.is_empty() {
-            let picked: Vec<usize> = other.iter().map(|&j| batch[j]).collect();
-            let fared = self
-                .renew_hashed(owner, leases, &picked, &times.ends)
-                .await?;
-            for (&j, f) in other.iter().zip(fared) {
-                out[j] = f;
-            }
-        }
-        Ok(out)
-    }
-
-    /// `session_renew.lua` for `batch` (indexes into `leases`): hashes of
-    /// permits, and records the service did not read as plain.
-    async fn renew_hashed(
         &self,
         owner: &OwnerToken,
         leases: &[(ResourceId, OperationId)],
@@ -398,122 +292,9 @@ impl RedisStore {
     }
 }
 
-/// The renewed record of a plain lease whose record is `cur`
-/// (`p:<token>:<op>|fence|expiresAt|acquiredAt|renewedAt|ttl|lockDelay|slot`,
-/// lua/acquire.lua), and the expiry it had; `None` when `cur` is not
-/// `owner`'s permit for `op` as a plain record, or its slot starts with a
-/// hold bound (renew.lua caps those): `session_renew.lua` and renew.lua
-/// decide those as they always did. As `session_renew.lua` writes it: the
-/// session's expiry, renewed at the session's renewal (or the lease's
-/// acquisition, if later), its TTL the rest.
-fn renewed<'a>(
-    cur: &'a str,
-    owner: &OwnerToken,
-    op: &OperationId,
-    times: &Times,
-) -> Option<(String, &'a str)> {
-    let rest = cur.strip_prefix("p:")?.strip_prefix(owner.expose())?;
-    let rest = rest
-        .strip_prefix(':')?
-        .strip_prefix(op.as_str())?
-        .strip_prefix('|')?;
-    let head = &cur[..cur.len() - rest.len()];
-    let mut fields = rest.splitn(7, '|');
-    let fence = fields.next()?;
-    let exp = fields.next()?;
-    let acquired = fields.next()?;
-    let _renewed = fields.next()?;
-    let _ttl = fields.next()?;
-    let lock_delay = fields.next()?;
-    let slot = fields.next()?;
-    let digits = |f: &str| !f.is_empty() && f.len() <= 19 && f.bytes().all(|b| b.is_ascii_digit());
-    if !(digits(fence) && digits(acquired) && digits(lock_delay) && digits(exp)) || exp.len() != 13
-    {
-        return None;
-    }
-    // A bounded hold ("\x1e<maxHoldMs>|") is renew.lua's to cap.
-    if slot.starts_with('\x1e') {
-        return None;
-    }
-    let acquired_at: u64 = acquired.parse().ok()?;
-    let at = times.renewed_at.max(acquired_at);
-    let ttl = times.expires_at.checked_sub(at).filter(|&t| t > 0)?;
-    let (mut at_text, mut ttl_text) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let next = [
-        head,
-        fence,
-        "|",
-        &times.ends,
-        "|",
-        acquired,
-        "|",
-        at_text.format(at),
-        "|",
-        ttl_text.format(ttl),
-        "|",
-        lock_delay,
-        "|",
-        slot,
-    ]
-    .concat();
-    Some((next, exp))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn times() -> Times {
-        Times {
-            ends: "1800000030000".into(),
-            expires_at: 1_800_000_030_000,
-            renewed_at: 1_800_000_000_000,
-        }
-    }
-
-    #[test]
-    fn a_plain_record_is_renewed_as_session_renew_lua_writes_it() {
-        let owner = OwnerToken::parse("A".repeat(32).as_str()).expect("token");
-        let op = OperationId::parse("op-1").expect("op");
-        let t = "A".repeat(32);
-        let cur = format!("p:{t}:op-1|1799999990000123|1800000010000|1799999990000|1799999990000|20000|0|\x1ds1.ab|w|x");
-        let (next, exp) = renewed(&cur, &owner, &op, &times()).expect("renewed");
-        assert_eq!(exp, "1800000010000");
-        assert_eq!(
-            next,
-            format!("p:{t}:op-1|1799999990000123|1800000030000|1799999990000|1800000000000|30000|0|\x1ds1.ab|w|x")
-        );
-        // Acquired after the session's renewal: renewed at the acquisition.
-        let late = cur.replace(
-            "|1799999990000|1799999990000|",
-            "|1800000005000|1800000005000|",
-        );
-        let (next, _) = renewed(&late, &owner, &op, &times()).expect("renewed");
-        assert!(
-            next.contains("|1800000005000|1800000005000|25000|0|"),
-            "{next}"
-        );
-    }
-
-    #[test]
-    fn anything_but_the_owners_plain_permit_is_left_to_the_scripts() {
-        let owner = OwnerToken::parse("A".repeat(32).as_str()).expect("token");
-        let op = OperationId::parse("op-1").expect("op");
-        let t = "A".repeat(32);
-        let ok = format!("p:{t}:op-1|1|1800000010000|1|1|20000|0|");
-        assert!(renewed(&ok, &owner, &op, &times()).is_some());
-        for cur in [
-            format!("p:{t}:op-2|1|1800000010000|1|1|20000|0|"),
-            format!("p:{}:op-1|1|1800000010000|1|1|20000|0|", "B".repeat(32)),
-            format!("p:{t}:op-1|1|1800000010000|1|1|20000|0|\x1e60000|"),
-            format!("p:{t}:op-1|1|180000001000|1|1|20000|0|"),
-            format!("p:{t}:op-1|1|1800000010000|1|1|20000|x|"),
-            format!("p:{t}:op-1|1|1800000010000|1|1|20000"),
-            format!("p:{t}:op-1|1|1800000010000|1800000040000|1|20000|0|"),
-        ] {
-            assert!(renewed(&cur, &owner, &op, &times()).is_none(), "{cur:?}");
-        }
-    }
 
     #[test]
     fn the_arguments_are_the_headers() {
