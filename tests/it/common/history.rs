@@ -316,8 +316,11 @@ pub fn check_safety(events: &[Event], drift: Duration, faults: &[FaultWindow]) -
         // believes until its next renew or its local validity, and the next
         // holder may acquire meanwhile. That overlap is the break's (fencing
         // protects, and `check_breaks` judges that `a` is never renewed
-        // after it); it is not a safety violation.
-        overlapping.retain(|a| !broken_between(&breaks, a, b));
+        // after it); it is not a safety violation. Either way round: `b`'s
+        // grant may precede the break and its answer come after `a`'s (a
+        // waited acquire answered late), `a` granted once the break freed
+        // the resource.
+        overlapping.retain(|a| !broken_between(&breaks, a, b) && !broken_between(&breaks, b, a));
         if overlapping.is_empty() {
             continue;
         }
