@@ -33,7 +33,7 @@ pub struct Signal {
     pub ttl_ms: Option<u64>,
 }
 
-/// A stream's registration in [`KeptAlive`]: the signal, and the entry
+/// A stream's registration among the kept streams: the signal, and the entry
 /// goes with the last stream of the session. Taken before the stream's
 /// first renew, so no change after it is missed.
 pub struct KeptGuard {
