@@ -498,6 +498,32 @@ impl LeaseService {
         ) {
             return Ok(SessionAcquire::Lease(outcome));
         }
+        // Taken: a failure from here on leaves it taken, perhaps not
+        // attached, so the answer is `indeterminate` naming the attempt
+        // (never `unavailable`, which says nothing was applied): retried
+        // with the same attempt, the acquire replays and attaches it.
+        self.attach_taken(resource, attempt, id, request, &record, outcome)
+            .await
+            .map_err(|_| Failure::Indeterminate {
+                operation_id: attempt.operation_id.clone(),
+            })
+    }
+
+    /// Attaches a lease just taken (or replayed) to session `id`.
+    async fn attach_taken(
+        &self,
+        resource: &ResourceId,
+        attempt: &Attempt,
+        id: &SessionId,
+        request: &AcquireRequest,
+        record: &SessionRecord,
+        outcome: AcquireOutcome,
+    ) -> Result<SessionAcquire, Failure> {
+        let refused = |found: &SessionFound| {
+            SessionAcquire::Session(SessionOutcome::Lost {
+                reason: gone(found).unwrap_or(SessionGone::Absent),
+            })
+        };
         // Attached after it was taken: an end that ran meanwhile either
         // found it in the set (and released it) or makes this attach fail
         // (and it is released here).

@@ -982,3 +982,39 @@ async fn an_end_that_fails_after_ending_is_not_unavailable() {
     assert_eq!(ended.outcome(), "indeterminate", "{:?}", ended.body);
     app.shutdown().await;
 }
+
+/// An acquire on a session that took the lease and then could not attach
+/// it (here Redis refuses the session's ZADD: an ACL without it) has been
+/// applied: it answers `indeterminate` naming the attempt's operation id
+/// (retried with it, it replays and attaches), never `unavailable` or an
+/// id of something else. (The standalone history found an `indeterminate`
+/// naming the session.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_taken_but_not_attached_is_indeterminate_for_its_attempt() {
+    let server = common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let s = session(&app, 30_000).await;
+    let d = digest();
+    server.cli(&["ACL", "SETUSER", "default", "-zadd"]);
+    let taken = take(&app, &s, &d, "op-1", &json!({})).await;
+    server.cli(&["ACL", "SETUSER", "default", "+zadd"]);
+    assert_eq!(
+        taken.status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "{:?}",
+        taken.body
+    );
+    assert_eq!(taken.outcome(), "indeterminate", "{:?}", taken.body);
+    assert_eq!(taken.body["operationId"], "op-1", "{:?}", taken.body);
+    // Retried with the same attempt: replayed, and now on the session.
+    let again = take(&app, &s, &d, "op-1", &json!({})).await;
+    assert_eq!(
+        again.outcome(),
+        "replayed_same_operation",
+        "{:?}",
+        again.body
+    );
+    let read = app.get(&format!("/sessions/{}", s.id)).await;
+    assert_eq!(read.body["session"]["leases"], 1, "{:?}", read.body);
+    app.shutdown().await;
+}
