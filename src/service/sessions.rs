@@ -498,10 +498,9 @@ impl LeaseService {
         ) {
             return Ok(SessionAcquire::Lease(outcome));
         }
-        // Taken: a failure from here on leaves it taken, perhaps not
-        // attached, so the answer is `indeterminate` naming the attempt
-        // (never `unavailable`, which says nothing was applied): retried
-        // with the same attempt, the acquire replays and attaches it.
+        // Taken: a failure from here on leaves it taken, so `indeterminate`
+        // naming the attempt (never `unavailable`: nothing applied); retried
+        // with it, the acquire replays and attaches it.
         self.attach_taken(resource, attempt, id, request, &record, outcome)
             .await
             .map_err(|_| Failure::Indeterminate {
