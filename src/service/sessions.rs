@@ -238,7 +238,10 @@ impl LeaseService {
             .map(|(_, r, op)| (r.clone(), op.clone()))
             .collect();
         let fared = match self
-            .admitted(self.store.renew_attached(token, &pairs, record.expires_at))
+            .admitted(
+                self.store
+                    .renew_attached(token, &pairs, record.expires_at, record.now),
+            )
             .await?
         {
             Ok(fared) => fared,
@@ -469,11 +472,6 @@ impl LeaseService {
         if !id.is_secret(&attempt.owner_token) {
             return Ok(SessionAcquire::Session(SessionOutcome::NotOwner));
         }
-        let refused = |found: &SessionFound| {
-            SessionAcquire::Session(SessionOutcome::Lost {
-                reason: gone(found).unwrap_or(SessionGone::Absent),
-            })
-        };
         let record = match self.session_call(id, SessionCall::Get, 0).await? {
             SessionFound::Live(r) => r,
             other => return Ok(refused(&other)),
@@ -518,11 +516,6 @@ impl LeaseService {
         record: &SessionRecord,
         outcome: AcquireOutcome,
     ) -> Result<SessionAcquire, Failure> {
-        let refused = |found: &SessionFound| {
-            SessionAcquire::Session(SessionOutcome::Lost {
-                reason: gone(found).unwrap_or(SessionGone::Absent),
-            })
-        };
         // Attached after it was taken: an end that ran meanwhile either
         // found it in the set (and released it) or makes this attach fail
         // (and it is released here).
@@ -557,7 +550,7 @@ impl LeaseService {
             let token = &attempt.owner_token;
             if let Ok(fared) = self
                 .store
-                .renew_attached(token, &pair, now_record.expires_at)
+                .renew_attached(token, &pair, now_record.expires_at, now_record.now)
                 .await
             {
                 if fared.first() == Some(&AttachedRenew::Unsure) {
@@ -573,6 +566,13 @@ impl LeaseService {
         }
         Ok(SessionAcquire::Lease(outcome))
     }
+}
+
+/// An acquire on a session the session call found not live.
+fn refused(found: &SessionFound) -> SessionAcquire {
+    SessionAcquire::Session(SessionOutcome::Lost {
+        reason: gone(found).unwrap_or(SessionGone::Absent),
+    })
 }
 
 #[cfg(test)]

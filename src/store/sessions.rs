@@ -112,16 +112,20 @@ impl Store {
     /// Gives each of `leases` (held by `owner` for the operation id) the
     /// expiry `expires_at` where nothing else needs deciding; the rest
     /// come back [`AttachedRenew::Unsure`], for the caller to renew as
-    /// leases of their own (the embedded store: every one).
+    /// leases of their own (the embedded store: every one). `now`: the
+    /// store's time at the session call that set `expires_at`, which a
+    /// lease renewed from what this instance remembers records as renewed
+    /// at (`src/store/redis/remembered.rs`).
     pub async fn renew_attached(
         &self,
         owner: &OwnerToken,
         leases: &[(ResourceId, OperationId)],
         expires_at: StoreTime,
+        now: StoreTime,
     ) -> Result<Vec<AttachedRenew>, StoreError> {
         match self {
             Store::Memory(_) => Ok(vec![AttachedRenew::Unsure; leases.len()]),
-            Store::Redis(s) => s.renew_attached(owner, leases, expires_at).await,
+            Store::Redis(s) => s.renew_attached(owner, leases, expires_at, now).await,
         }
     }
 }

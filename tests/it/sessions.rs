@@ -1018,3 +1018,116 @@ async fn an_acquire_taken_but_not_attached_is_indeterminate_for_its_attempt() {
     assert_eq!(read.body["session"]["leases"], 1, "{:?}", read.body);
     app.shutdown().await;
 }
+
+/// A session renew from what the renewing instance remembers
+/// (`src/store/redis/remembered.rs`): the second renew sends each plain
+/// lease's record as last written and writes the next from its pieces,
+/// the same record the long path writes; a record changed behind the
+/// session (a relabel) or taken from it (a break) is read again, and a
+/// remembered record is never written over another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_renew_from_memory_writes_what_the_long_path_writes() {
+    let server = common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let s = session(&app, 30_000).await;
+    let ds: Vec<String> = (0..3).map(|_| digest()).collect();
+    for (i, d) in ds.iter().enumerate() {
+        let r = take(&app, &s, d, &format!("op-{i}"), &json!({})).await;
+        assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    }
+    let key = |d: &str| format!("{}:lease:v2:{{{P}:{d}}}", app.namespace);
+    let record = |d: &str| server.cli(&["GET", &key(d)]).trim().to_owned();
+    // "p:<token>:<op>|fence|exp|acq|renewed|ttl|ld|slot": all but the
+    // expiry, renewedAt and TTL stay as they were.
+    let fields = |r: &str| r.split('|').map(ToOwned::to_owned).collect::<Vec<_>>();
+    let check = |before: &str, after: &str, expires: u64| {
+        let (b, a) = (fields(before), fields(after));
+        assert_eq!(a.len(), b.len(), "{before} / {after}");
+        for i in [0, 1, 3, 6, 7] {
+            assert_eq!(a[i], b[i], "field {i}: {before} / {after}");
+        }
+        let n = |i: usize| a[i].parse::<u64>().expect("a number");
+        assert_eq!(n(2), expires, "{after}");
+        assert_eq!(n(2) - n(4), n(5), "the TTL left: {after}");
+    };
+    let expires = |r: &Reply| {
+        let at = r.body["session"]["expiresAt"].as_str().expect("expiresAt");
+        leasehold::domain::StoreTime::parse(at).expect("a time").0
+    };
+    let first = renew(&app, &s, &json!({})).await;
+    assert_eq!(first.body["lost"], json!([]), "{:?}", first.body);
+    let written: Vec<String> = ds.iter().map(|d| record(d)).collect();
+    // Every command Redis runs is logged with its arguments (SLOWLOG, no
+    // threshold): the next renew sends the records just written.
+    server.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cli(&["SLOWLOG", "RESET"]);
+    let second = renew(&app, &s, &json!({"ttlMs": 40_000})).await;
+    assert_eq!(second.body["lost"], json!([]), "{:?}", second.body);
+    let log = server.cli(&["SLOWLOG", "GET", "1000"]);
+    server.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"]);
+    for (d, before) in ds.iter().zip(&written) {
+        // SLOWLOG keeps an argument's first 128 bytes.
+        let sent = &before[..before.len().min(128)];
+        assert!(
+            log.lines().any(|l| l.trim().starts_with(sent)),
+            "the renew did not send {before}: {log}"
+        );
+        check(before, &record(d), expires(&second));
+        // Written as remembered: renewed at the session's renewal (the
+        // long path writes the script's own clock, a little later).
+        let at = second.body["session"]["renewedAt"]
+            .as_str()
+            .expect("renewedAt");
+        let renewed = leasehold::domain::StoreTime::parse(at).expect("a time").0;
+        assert_eq!(fields(&record(d))[4], renewed.to_string(), "{d}");
+    }
+    // Changed behind the session: a relabel rewrites one record.
+    let relabel = send(
+        app.http
+            .patch(format!("{}/leases/{P}/{}", app.base, ds[0]))
+            .header("Lease-Owner-Token", &s.attempt.token)
+            .header("Lease-Operation-Id", "op-0")
+            .json(&json!({"ttlMs": 40_000, "holder": "relabelled"})),
+    )
+    .await;
+    assert_eq!(relabel.outcome(), "renewed", "{:?}", relabel.body);
+    let relabelled = record(&ds[0]);
+    // Taken from it: a break, and another holder takes the resource.
+    let broke = send(
+        app.http
+            .post(format!("{}/leases/{P}/{}/break", app.base, ds[1]))
+            .json(&json!({})),
+    )
+    .await;
+    assert_eq!(broke.outcome(), "broken", "{:?}", broke.body);
+    let other = app.attempt().await;
+    let taken = app.acquire(P, &ds[1], &other, 60_000).await;
+    assert_eq!(taken.outcome(), "acquired", "{:?}", taken.body);
+    let others = record(&ds[1]);
+    let before_third = record(&ds[2]);
+    let third = renew(&app, &s, &json!({})).await;
+    let lost: Vec<&str> = third.body["lost"]
+        .as_array()
+        .expect("lost")
+        .iter()
+        .map(|l| l["digest"].as_str().expect("digest"))
+        .collect();
+    assert_eq!(lost, [ds[1].as_str()], "{:?}", third.body);
+    check(&relabelled, &record(&ds[0]), expires(&third));
+    assert!(
+        record(&ds[0]).ends_with("|relabelled"),
+        "{}",
+        record(&ds[0])
+    );
+    assert_eq!(
+        record(&ds[1]),
+        others,
+        "another holder's record is not written"
+    );
+    check(&before_third, &record(&ds[2]), expires(&third));
+    // And from memory again after the long path re-read the relabel.
+    let fourth = renew(&app, &s, &json!({})).await;
+    assert_eq!(fourth.body["lost"], json!([]), "{:?}", fourth.body);
+    check(&relabelled, &record(&ds[0]), expires(&fourth));
+    app.shutdown().await;
+}

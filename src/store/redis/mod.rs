@@ -27,6 +27,7 @@ mod list;
 pub mod lua;
 mod node;
 mod pool;
+mod remembered;
 mod reply;
 mod script;
 mod sentinel;

@@ -51,6 +51,9 @@ pub struct RedisStore {
     /// The purposes marked watched at this instance's last read of the
     /// registry (docs/watching.md, "Watching a purpose").
     pub(super) watched_purposes: super::watched::WatchedPurposes,
+    /// The plain leases' records this instance's session renews last
+    /// wrote (`lua/session_renew.lua` compares them whole).
+    pub(super) remembered: super::remembered::Remembered,
 }
 
 impl RedisStore {
@@ -195,6 +198,7 @@ impl RedisStore {
             seq_ttl_text: super::keys::seq_key_ttl_ms(settings.history.max_age_ms).to_string(),
             durations: crate::telemetry::Handles::new(),
             watched_purposes: super::watched::WatchedPurposes::default(),
+            remembered: super::remembered::Remembered::default(),
         })
     }
 

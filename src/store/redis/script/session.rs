@@ -11,6 +11,7 @@ use super::super::call::Call;
 use super::super::evalsha::{values, Named, Script};
 use super::super::keys;
 use super::super::lua;
+use super::super::remembered;
 use super::super::reply::bad_reply;
 use super::super::store::{Backend, RedisStore};
 use super::decode::{int, store_time, text, STATUS};
@@ -206,6 +207,7 @@ impl RedisStore {
         owner: &OwnerToken,
         leases: &[(ResourceId, OperationId)],
         expires_at: StoreTime,
+        now: StoreTime,
     ) -> Result<Vec<AttachedRenew>, StoreError> {
         // Batches: per slot on a Cluster (no script reads another slot's
         // key), else of any leases.
@@ -223,13 +225,12 @@ impl RedisStore {
             .values()
             .flat_map(|members| members.chunks(BATCH))
             .collect();
-        let ends = expires_at.0.to_string();
         let mut out = vec![AttachedRenew::Unsure; leases.len()];
         // IN_FLIGHT calls at a time: pipelined on the node's connections.
         for wave in batches.chunks(IN_FLIGHT) {
             let mut calls = Vec::with_capacity(wave.len());
             for batch in wave {
-                calls.push(self.renew_batch(owner, leases, batch, &ends));
+                calls.push(self.renew_batch(owner, leases, batch, expires_at, now));
             }
             for (batch, got) in wave.iter().zip(futures_util::future::join_all(calls).await) {
                 for (&i, g) in batch.iter().zip(got?) {
@@ -242,53 +243,94 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// One light renew call for `batch` (indexes into `leases`).
+    /// One light renew call for `batch` (indexes into `leases`): a lease
+    /// whose record this instance remembers is sent as that record and
+    /// the next one (renewed at `now`), any other as its operation id
+    /// with its record's and its index's keys (`lua/session_renew.lua`).
     async fn renew_batch(
         &self,
         owner: &OwnerToken,
         leases: &[(ResourceId, OperationId)],
         batch: &[usize],
-        ends: &str,
+        ends: StoreTime,
+        now: StoreTime,
     ) -> Result<Vec<AttachedRenew>, StoreError> {
-        let mut keys = Vec::with_capacity(batch.len() * 2);
-        let mut ops = String::new();
-        for &i in batch {
-            let (resource, op) = &leases[i];
-            keys.push(keys::key(&self.namespace, "lease", resource));
-            keys.push(keys::key(&self.namespace, "exp", resource));
-            if !ops.is_empty() {
-                ops.push('\x1f');
-            }
-            ops.push_str(op.as_str());
-        }
-        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let Some(&first) = batch.first() else {
             return Ok(Vec::new());
         };
+        let mut keys = Vec::with_capacity(batch.len() * 2);
+        let mut records = Vec::with_capacity(batch.len());
+        // (what was written, what to write) where remembered.
+        let mut sent = Vec::with_capacity(batch.len());
+        // Every remembered record expires after this (the script renews
+        // from memory only before it).
+        let mut fresh_until = u64::MAX;
+        for &i in batch {
+            let (resource, _) = &leases[i];
+            let record = keys::key(&self.namespace, "lease", resource);
+            let pair = self
+                .remembered
+                .get(&record)
+                .and_then(|w| w.renewed(ends.0, now.0).map(|next| (w, next)));
+            if let Some((w, _)) = &pair {
+                fresh_until = fresh_until.min(w.expires_at);
+            }
+            records.push(keys.len());
+            keys.push(record);
+            if pair.is_none() {
+                keys.push(keys::key(&self.namespace, "exp", resource));
+            }
+            sent.push(pair);
+        }
+        let (ends_text, fresh_until) = (
+            ends.0.to_string(),
+            if fresh_until == u64::MAX {
+                0
+            } else {
+                fresh_until
+            }
+            .to_string(),
+        );
+        let mut args: Vec<&str> = Vec::with_capacity(3 + 2 * batch.len());
+        args.extend([owner.expose(), &ends_text, &fresh_until]);
+        for (&i, pair) in batch.iter().zip(&sent) {
+            match pair {
+                Some((w, next)) => args.extend([w.text(), next.text()]),
+                // Nothing remembered: the operation id, an empty string.
+                None => args.extend([leases[i].1.as_str(), ""]),
+            }
+        }
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let tag = leases[first].0.tag();
         let done = self
             .run(Call {
                 script: &RENEW,
                 tag: &tag,
                 keys: &key_refs,
-                args: &[owner.expose(), ends, &ops],
+                args: &args,
                 acks: self.acks,
             })
             .await?;
         if int(&done.value, STATUS)? != 1 || done.value.len() != batch.len() + 2 {
             return Err(bad_reply());
         }
-        (0..batch.len())
-            .map(|j| {
-                int(&done.value, j + 2).map(|s| {
-                    if s == 1 {
-                        AttachedRenew::Renewed
-                    } else {
-                        AttachedRenew::Unsure
-                    }
-                })
-            })
-            .collect()
+        let mut out = Vec::with_capacity(batch.len());
+        for (j, pair) in sent.into_iter().enumerate() {
+            let (got, next) = match done.value.get(j + 2) {
+                // Renewed as remembered (or a permit, never remembered).
+                Some(Value::Int(1)) => (AttachedRenew::Renewed, pair.map(|(_, next)| next)),
+                Some(Value::Int(0)) => (AttachedRenew::Unsure, None),
+                // Renewed, and here is the record written.
+                Some(_) => (
+                    AttachedRenew::Renewed,
+                    remembered::Written::parse(text(&done.value, j + 2)?.to_owned()),
+                ),
+                None => return Err(bad_reply()),
+            };
+            self.remembered.set(&keys[records[j]], next, now.0);
+            out.push(got);
+        }
+        Ok(out)
     }
 }
 
