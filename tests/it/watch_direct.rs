@@ -467,3 +467,32 @@ async fn shutdown_ends_direct_keepalives_with_the_last_chunk() {
         .await
         .expect("shutdown did not hang on a keep-alive stream");
 }
+
+#[tokio::test]
+async fn bytes_sent_after_a_keepalive_neither_wedge_it_nor_end_its_session() {
+    // A pipelined request and 256 KiB of junk behind the keep-alive's
+    // request, in one write: the stream goes on renewing (the bytes are
+    // read and dropped: its head said `connection: close`), and the
+    // session ends only when the client goes.
+    let app = direct_app(&[]).await;
+    let (id, secret) = session(&app, 3_000).await;
+    let mut raw = Raw::connect(&app).await;
+    let mut sent = keepalive_request(&id, &secret, "");
+    sent.push_str("GET /livez HTTP/1.1\r\nhost: x\r\n\r\n");
+    sent.push_str(&"#\0\r\n x".repeat(256 * 1024 / 6));
+    raw.send(&sent).await;
+    let head = raw.head().await;
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+    // A 3 s TTL renews every second: three renewals are past the TTL the
+    // session was made with.
+    for _ in 0..4 {
+        assert_eq!(raw.event().await, "renewed");
+    }
+    let live = app.get(&format!("/sessions/{id}")).await;
+    assert_eq!(live.outcome(), "session", "{:?}", live.body);
+    raw.send("more junk after the stream began\r\n\r\n").await;
+    assert_eq!(raw.event().await, "renewed");
+    drop(raw);
+    assert_eq!(until_session_lost(&app, &id).await, "session_ended");
+    until_watchers(&app, 0).await;
+}
