@@ -287,12 +287,12 @@ impl Events for Socket {
 /// until the stream ends, then closes the connection. Its memory while
 /// idle is this task's: the socket and the stream's state, no buffers
 /// (docs/performance.md, "Sessions").
-pub async fn run_direct<K>(
+pub async fn run_direct(
     stream: TcpStream,
     opened: Box<Opened>,
     head: Vec<u8>,
     limit: Duration,
-    keep: K,
+    keep: Box<dyn Send>,
 ) {
     let mut opened = *opened;
     let first = std::mem::take(&mut opened.first);

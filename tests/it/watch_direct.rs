@@ -496,3 +496,37 @@ async fn bytes_sent_after_a_keepalive_neither_wedge_it_nor_end_its_session() {
     assert_eq!(until_session_lost(&app, &id).await, "session_ended");
     until_watchers(&app, 0).await;
 }
+
+#[tokio::test]
+async fn two_keepalives_on_one_session_end_it_when_either_client_goes() {
+    // Each stream renews the session; the session ends with the first
+    // connection that closes, and the other stream hears it as `lost`.
+    let app = direct_app(&[]).await;
+    let (id, secret) = session(&app, 60_000).await;
+    let (mut first, mut second) = (Raw::connect(&app).await, Raw::connect(&app).await);
+    for raw in [&mut first, &mut second] {
+        raw.send(&keepalive_request(&id, &secret, "")).await;
+        assert!(raw.head().await.contains("connection: close"));
+        assert_eq!(raw.event().await, "renewed");
+    }
+    until_watchers(&app, 2).await;
+    drop(first);
+    assert_eq!(second.event().await, "lost");
+    assert_eq!(second.chunk().await, None);
+    assert!(second.closed_by_server().await);
+    assert_eq!(until_session_lost(&app, &id).await, "session_ended");
+    until_watchers(&app, 0).await;
+}
+
+#[tokio::test]
+async fn a_keepalive_whose_client_half_closes_ends_the_session() {
+    let app = direct_app(&[]).await;
+    let (id, secret) = session(&app, 60_000).await;
+    let mut raw = Raw::connect(&app).await;
+    raw.send(&keepalive_request(&id, &secret, "")).await;
+    assert!(raw.head().await.contains("connection: close"));
+    assert_eq!(raw.event().await, "renewed");
+    raw.tcp.shutdown().await.expect("half-close");
+    assert_eq!(until_session_lost(&app, &id).await, "session_ended");
+    until_watchers(&app, 0).await;
+}
