@@ -468,13 +468,29 @@ async fn shutdown_ends_direct_keepalives_with_the_last_chunk() {
         .expect("shutdown did not hang on a keep-alive stream");
 }
 
+/// An instance with its fast paths on (the stream written outside hyper)
+/// or off (hyper's): the keep-alive behaves the same under both.
+async fn app_with_fast_paths(on: bool) -> TestApp {
+    let on = if on { "true" } else { "false" };
+    TestApp::spawn_with(args(&Backend::Memory, &["--http-fast-paths", on])).await
+}
+
 #[tokio::test]
 async fn bytes_sent_after_a_keepalive_neither_wedge_it_nor_end_its_session() {
+    bytes_after_a_keepalive(true).await;
+}
+
+#[tokio::test]
+async fn bytes_sent_after_a_keepalive_hyper_serves_neither_wedge_it_nor_end_its_session() {
+    bytes_after_a_keepalive(false).await;
+}
+
+async fn bytes_after_a_keepalive(fast: bool) {
     // A pipelined request and 256 KiB of junk behind the keep-alive's
-    // request, in one write: the stream goes on renewing (the bytes are
-    // read and dropped: its head said `connection: close`), and the
-    // session ends only when the client goes.
-    let app = direct_app(&[]).await;
+    // request, in one write: the stream goes on renewing (outside hyper
+    // the bytes are read and dropped: its head said `connection: close`),
+    // and the session ends only when the client goes.
+    let app = app_with_fast_paths(fast).await;
     let (id, secret) = session(&app, 3_000).await;
     let mut raw = Raw::connect(&app).await;
     let mut sent = keepalive_request(&id, &secret, "");
@@ -520,11 +536,22 @@ async fn two_keepalives_on_one_session_end_it_when_either_client_goes() {
 
 #[tokio::test]
 async fn a_keepalive_whose_client_half_closes_ends_the_session() {
-    let app = direct_app(&[]).await;
+    half_closed_keepalive(true).await;
+}
+
+#[tokio::test]
+async fn a_keepalive_hyper_serves_whose_client_half_closes_ends_the_session() {
+    half_closed_keepalive(false).await;
+}
+
+async fn half_closed_keepalive(fast: bool) {
+    let app = app_with_fast_paths(fast).await;
     let (id, secret) = session(&app, 60_000).await;
     let mut raw = Raw::connect(&app).await;
     raw.send(&keepalive_request(&id, &secret, "")).await;
-    assert!(raw.head().await.contains("connection: close"));
+    let head = raw.head().await;
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+    assert_eq!(head.contains("connection: close"), fast, "{head}");
     assert_eq!(raw.event().await, "renewed");
     raw.tcp.shutdown().await.expect("half-close");
     assert_eq!(until_session_lost(&app, &id).await, "session_ended");
