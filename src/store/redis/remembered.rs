@@ -18,8 +18,9 @@ pub const CAP: usize = 50_000;
 
 /// One plain lease's record as last written:
 /// `p:<token>:<op>|fence|exp|acq|renewed|ttl|ld|slot` (`lua/acquire.lua`;
-/// neither the owner token nor the operation id holds a `|`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// neither the owner token nor the operation id holds a `|`). `Debug`
+/// leaves out the text: it holds the owner token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Written {
     text: String,
     /// Its expiry and renewedAt (ms).
@@ -100,6 +101,15 @@ impl Written {
     }
 }
 
+impl std::fmt::Debug for Written {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Written")
+            .field("expires_at", &self.expires_at)
+            .field("renewed_at", &self.renewed_at)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Leases' records by record key.
 #[derive(Debug, Default)]
 pub struct Remembered {
@@ -161,6 +171,14 @@ mod tests {
         // gone back.
         assert_eq!(w.renewed(1500, 1500), None);
         assert_eq!(w.renewed(2000, 599), None);
+    }
+
+    #[test]
+    fn debug_leaves_out_the_owner_token() {
+        let w = Written::parse(REC.to_owned()).expect("a plain record");
+        let shown = format!("{w:?} {:?}", Remembered::default());
+        assert!(!shown.contains("tok-1"), "{shown}");
+        assert!(shown.contains("expires_at: 1000"), "{shown}");
     }
 
     #[test]
