@@ -12,7 +12,8 @@
 -- ARGV[4], ARGV[5] for the first lease, the next two for the next, and so
 -- on: the record the service last saw written and the one to write in its
 -- place (docs/sessions.md, "What a session renew costs Redis": the new
--- expiry, renewedAt the session's renewal, the session's TTL); or, where
+-- expiry, renewedAt the session's renewal, the session's TTL), sent only
+-- when it is this owner's permit for the lease's operation id; or, where
 -- it remembers none, the operation id and an empty string
 -- ARGV[#ARGV] nonce; every reply starts with tag(status) = nonce * 16 +
 -- status + 9 (see acquire.lua).

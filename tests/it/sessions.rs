@@ -1131,3 +1131,55 @@ async fn a_session_renew_from_memory_writes_what_the_long_path_writes() {
     check(&relabelled, &record(&ds[0]), expires(&fourth));
     app.shutdown().await;
 }
+
+/// A record this instance remembers for one session's lease is never
+/// written for another session's renew: session A's lease is broken,
+/// session B takes the resource (the same operation id) and renews it
+/// here; A's renew then answers it lost and leaves B's record as B's
+/// renew wrote it (before the fix A's renew wrote B's record with A's
+/// expiry and answered A that it still held the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_record_is_never_renewed_for_another_session() {
+    let server = common::redis::RedisServer::start();
+    let app = TestApp::spawn(&Backend::Redis(server.url())).await;
+    let (a, b) = (session(&app, 30_000).await, session(&app, 20_000).await);
+    let d = digest();
+    let key = format!("{}:lease:v2:{{{P}:{d}}}", app.namespace);
+    let record = || server.cli(&["GET", &key]).trim().to_owned();
+    let r = take(&app, &a, &d, "op-1", &json!({})).await;
+    assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    // Renewed twice: this instance now remembers A's record.
+    for _ in 0..2 {
+        let r = renew(&app, &a, &json!({})).await;
+        assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    }
+    let broke = send(
+        app.http
+            .post(format!("{}/leases/{P}/{d}/break", app.base))
+            .json(&json!({})),
+    )
+    .await;
+    assert_eq!(broke.outcome(), "broken", "{:?}", broke.body);
+    let r = take(&app, &b, &d, "op-1", &json!({})).await;
+    assert_eq!(r.outcome(), "acquired", "{:?}", r.body);
+    // B's renews: this instance now remembers B's record.
+    for _ in 0..2 {
+        let r = renew(&app, &b, &json!({})).await;
+        assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    }
+    let bs = record();
+    assert!(bs.starts_with(&format!("p:{}:", b.attempt.token)), "{bs}");
+    let r = renew(&app, &a, &json!({"ttlMs": 60_000})).await;
+    let lost: Vec<&str> = r.body["lost"]
+        .as_array()
+        .expect("lost")
+        .iter()
+        .map(|l| l["digest"].as_str().expect("digest"))
+        .collect();
+    assert_eq!(lost, [d.as_str()], "{:?}", r.body);
+    assert_eq!(record(), bs, "B's record is not written by A's renew");
+    // And B's next renew still renews it from memory.
+    let r = renew(&app, &b, &json!({})).await;
+    assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    app.shutdown().await;
+}

@@ -75,6 +75,20 @@ impl Written {
         })
     }
 
+    /// Whether this is the permit of `owner` for operation `op`: the map
+    /// is keyed by record only, and what this instance last wrote there
+    /// may be another session's (the lease was broken or lost, and the
+    /// other session took the resource). Only the owner's own record is
+    /// ever sent to be compared and rewritten.
+    pub fn is_for(&self, owner: &str, op: &str) -> bool {
+        self.text
+            .strip_prefix("p:")
+            .and_then(|t| t.strip_prefix(owner))
+            .and_then(|t| t.strip_prefix(':'))
+            .and_then(|t| t.strip_prefix(op))
+            .is_some_and(|t| t.starts_with('|'))
+    }
+
     /// The record as written.
     pub fn text(&self) -> &str {
         &self.text
@@ -171,6 +185,20 @@ mod tests {
         // gone back.
         assert_eq!(w.renewed(1500, 1500), None);
         assert_eq!(w.renewed(2000, 599), None);
+    }
+
+    #[test]
+    fn a_record_is_for_its_owner_and_operation_only() {
+        let w = Written::parse(REC.to_owned()).expect("a plain record");
+        assert!(w.is_for("tok-1", "op.2"));
+        for (owner, op) in [
+            ("tok-2", "op.2"),
+            ("tok-1", "op.3"),
+            ("tok-1", "op."),
+            ("tok", "-1:op.2"),
+        ] {
+            assert!(!w.is_for(owner, op), "{owner} {op}");
+        }
     }
 
     #[test]

@@ -266,11 +266,14 @@ impl RedisStore {
         // from memory only before it).
         let mut fresh_until = u64::MAX;
         for &i in batch {
-            let (resource, _) = &leases[i];
+            let (resource, op) = &leases[i];
             let record = keys::key(&self.namespace, "lease", resource);
+            // Only this owner's own permit for the lease's operation: what
+            // this instance last wrote there may be another session's.
             let pair = self
                 .remembered
                 .get(&record)
+                .filter(|w| w.is_for(owner.expose(), op.as_str()))
                 .and_then(|w| w.renewed(ends.0, now.0).map(|next| (w, next)));
             if let Some((w, _)) = &pair {
                 fresh_until = fresh_until.min(w.expires_at);
