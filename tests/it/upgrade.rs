@@ -921,6 +921,7 @@ async fn rolling_deploy(split: bool) -> Rolled {
             end: last_old_exited,
             data_loss: false,
             definite_refusal: false,
+            on_one_master: false,
         });
     }
     tokio::time::sleep(phase).await;

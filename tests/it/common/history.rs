@@ -211,6 +211,11 @@ pub struct FaultWindow {
     /// The store definitely refused writes for the whole window (OOM,
     /// NOREPLICAS) while answering: see [`check_refusals`].
     pub definite_refusal: bool,
+    /// The fault was one master's of several (a Cluster): a call whose
+    /// keys span masters (a session's renew or end) may be applied on the
+    /// others and refused on this one, so `indeterminate` is its honest
+    /// answer there.
+    pub on_one_master: bool,
 }
 
 /// An interval in which `attempt` may believe it holds `resource`.
@@ -710,13 +715,15 @@ pub fn check_typed(events: &[Event]) -> Vec<Violation> {
 /// Refusals (docs/design.md §8): while the store definitely refuses writes and
 /// still answers (OOM, NOREPLICAS), a request sent and answered inside the
 /// window is never `indeterminate`: Redis said no, so the answer is
-/// `unavailable` (or an outcome that needed no write).
+/// `unavailable` (or an outcome that needed no write). On a Cluster with
+/// one master refusing, a session's call is exempt: its keys span masters.
 pub fn check_refusals(events: &[Event], faults: &[FaultWindow]) -> Vec<Violation> {
     let mut out = Vec::new();
     for f in faults.iter().filter(|f| f.definite_refusal) {
         let wrong: Vec<Event> = events
             .iter()
             .filter(|e| e.send >= f.start && e.reply <= f.end && e.outcome == "indeterminate")
+            .filter(|e| !(f.on_one_master && e.session.is_some()))
             .cloned()
             .collect();
         if !wrong.is_empty() {

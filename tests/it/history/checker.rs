@@ -216,6 +216,7 @@ fn safety_is_not_claimed_across_data_loss() {
         end: at(200),
         data_loss: true,
         definite_refusal: false,
+        on_one_master: false,
     };
     assert!(check_safety(&h, DRIFT, std::slice::from_ref(&loss)).is_empty());
     let no_loss = FaultWindow {
@@ -422,6 +423,7 @@ fn recovery_needs_an_acquired_sent_after_the_window_within_the_bound() {
         end: at(2000),
         data_loss: false,
         definite_refusal: false,
+        on_one_master: false,
     };
     let h = numbered(vec![
         grant("a", Verb::Acquire, 1500, 2100, "acquired", 1, 100),
@@ -456,6 +458,7 @@ fn refusal_windows_admit_unavailable_but_not_indeterminate() {
         end: at(2000),
         data_loss: false,
         definite_refusal: true,
+        on_one_master: false,
     };
     let ok = numbered(vec![
         ev("a", Verb::Acquire, 1100, 1105, "unavailable"),
@@ -471,9 +474,42 @@ fn refusal_windows_admit_unavailable_but_not_indeterminate() {
     assert_eq!(v[0].check, "refusal");
     let not_refusing = FaultWindow {
         definite_refusal: false,
+        on_one_master: false,
         ..full
     };
     assert!(check_refusals(&bad, &[not_refusing]).is_empty());
+}
+
+/// On a Cluster with one master refusing, a session's renew may renew
+/// its record on another master and be refused a lease here: its
+/// `indeterminate` is honest; a lease's own call is still judged.
+#[test]
+fn a_session_call_is_exempt_from_one_refusing_master_of_several() {
+    let one = FaultWindow {
+        name: "min-replicas unmet".into(),
+        start: at(1000),
+        end: at(2000),
+        data_loss: false,
+        definite_refusal: true,
+        on_one_master: true,
+    };
+    let session = Event {
+        session: Some("s1.x".into()),
+        ..ev("a", Verb::Renew, 1100, 1200, "indeterminate")
+    };
+    let own = ev("b", Verb::Renew, 1100, 1200, "indeterminate");
+    let events = numbered(vec![session.clone(), own]);
+    let v = check_refusals(&events, std::slice::from_ref(&one));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].events.len(), 1);
+    assert_eq!(v[0].events[0].attempt, "b");
+    // The whole store refusing: the session's record is refused first.
+    let whole = FaultWindow {
+        on_one_master: false,
+        ..one
+    };
+    let v = check_refusals(&numbered(vec![session]), &[whole]);
+    assert_eq!(v.len(), 1, "{v:?}");
 }
 
 // --- callers that leave -----------------------------------------------------
@@ -629,6 +665,7 @@ fn liveness_passes_when_the_resource_was_held_or_someone_was_ahead() {
         end: at(4_000),
         data_loss: false,
         definite_refusal: false,
+        on_one_master: false,
     };
     let faulted = numbered(vec![
         grant("a", Verb::Acquire, 0, 5, "acquired", 1, 10_000),

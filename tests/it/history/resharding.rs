@@ -96,6 +96,7 @@ async fn history_cluster_while_slots_migrate() {
                 end: run.now(),
                 data_loss: false,
                 definite_refusal: false,
+                on_one_master: false,
             });
             tokio::time::sleep(GAP).await;
         }
