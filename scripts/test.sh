@@ -93,6 +93,9 @@ PASSED=$((PASSED + tp))
 FAILED=$((FAILED + tf))
 if [[ $rc -ne 0 && $tf -eq 0 ]]; then FAILED=$((FAILED + 1)); FAILURES+=("cargo test exited $rc"); fi
 [[ $tf -gt 0 ]] && FAILURES+=("$tf cargo tests")
+# A failed test's own output (its panic message), kept for the end of the
+# run: a long log may be cut in the middle, and the end is what is read.
+CARGO_FAILURES="$(awk '/^failures:$/ { on = 1 } on { print } /^test result:/ { on = 0 }' "$TEST_OUT" | cut -c1-2000 | head -n 300 || true)"
 rm -f "$TEST_OUT"
 
 # The upgrade test again against the release-3 tip (89886ae, issue 39): the
@@ -161,6 +164,11 @@ stage "mixed checked history (tests/it/mixed_history.rs)" \
   cargo test --all-features --locked --test it mixed_history:: -- --ignored
 
 echo
+if [[ -n ${CARGO_FAILURES:-} ]]; then
+  echo "==> the failed cargo tests' output (again)"
+  printf '%s\n' "$CARGO_FAILURES"
+  echo
+fi
 for f in "${FAILURES[@]}"; do echo "FAILED: $f"; done
 echo "summary: ${PASSED} passed, ${FAILED} failed"
 [[ $FAILED -eq 0 ]]

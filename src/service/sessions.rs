@@ -545,26 +545,52 @@ impl LeaseService {
         if request.wait.ms() > 0 || now_record.expires_at != record.expires_at {
             // Renewed meanwhile, or granted after a wait (a grant counts
             // the TTL asked from when it is granted): the lease takes the
-            // session's expiry.
+            // session's expiry, and the answer says so. Its `remainingMs`
+            // is the session's from now, never the grant's: a lease
+            // granted long ago (a wait answered late, a replay) lives only
+            // as long as its session, and a holder told the grant's time
+            // would believe past it.
             let pair = [(resource.clone(), attempt.operation_id.clone())];
             let token = &attempt.owner_token;
-            if let Ok(fared) = self
+            let fared = self
                 .store
                 .renew_attached(token, &pair, now_record.expires_at, now_record.now)
                 .await
-            {
-                if fared.first() == Some(&AttachedRenew::Unsure) {
-                    let left = now_record
-                        .expires_at
-                        .0
-                        .saturating_sub(now_record.now.0)
-                        .max(1);
-                    let ttl = self.bounds().max_ttl().at_most(Some(left));
-                    self.renew(resource, attempt, ttl, None).await?;
+                .map_err(|err| self.session_failure(err))?;
+            let left = now_record
+                .expires_at
+                .0
+                .saturating_sub(now_record.now.0)
+                .max(1);
+            if fared.first() == Some(&AttachedRenew::Unsure) {
+                let ttl = self.bounds().max_ttl().at_most(Some(left));
+                if let RenewOutcome::Renewed { lease } =
+                    self.renew(resource, attempt, ttl, None).await?
+                {
+                    return Ok(SessionAcquire::Lease(at_most(outcome, lease.remaining_ms)));
                 }
             }
+            return Ok(SessionAcquire::Lease(at_most(outcome, left)));
         }
         Ok(SessionAcquire::Lease(outcome))
+    }
+}
+
+/// `outcome` with its lease's `remainingMs` at most `ms`.
+fn at_most(outcome: AcquireOutcome, ms: u64) -> AcquireOutcome {
+    match outcome {
+        AcquireOutcome::Acquired {
+            mut lease,
+            waited_ms,
+        } => {
+            lease.remaining_ms = lease.remaining_ms.min(ms);
+            AcquireOutcome::Acquired { lease, waited_ms }
+        }
+        AcquireOutcome::ReplayedSameOperation { mut lease } => {
+            lease.remaining_ms = lease.remaining_ms.min(ms);
+            AcquireOutcome::ReplayedSameOperation { lease }
+        }
+        other => other,
     }
 }
 

@@ -22,6 +22,7 @@ both_stores!(
     a_closed_keepalive_ends_the_session,
     a_keepalive_renews_and_says_when_the_session_is_lost,
     a_lease_shows_its_session_and_keeps_it_through_a_relabel,
+    a_replayed_session_acquire_answers_the_sessions_time,
 );
 
 /// A made session: its attempt (the token is its secret) and id.
@@ -1181,5 +1182,45 @@ async fn a_remembered_record_is_never_renewed_for_another_session() {
     // And B's next renew still renews it from memory.
     let r = renew(&app, &b, &json!({})).await;
     assert_eq!(r.body["lost"], json!([]), "{:?}", r.body);
+    app.shutdown().await;
+}
+
+/// A session acquire that takes the lease to the session's expiry answers
+/// that expiry, never the time the lease had before: a waited acquire
+/// granted late (or its replay, after a store froze) lived only as long as
+/// its session, and a holder told the grant's time believed past it while
+/// another caller acquired (a Cluster history under a frozen master).
+async fn a_replayed_session_acquire_answers_the_sessions_time(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 30_000).await;
+    let d = digest();
+    let body = json!({"waitMs": 100});
+    let first = take(&app, &s, &d, "op-1", &body).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+    // The lease alone, renewed far past its session.
+    let lease = TestAttempt {
+        token: s.attempt.token.clone(),
+        op: "op-1".into(),
+    };
+    let alone = app.renew(P, &d, &lease, 600_000).await;
+    assert_eq!(alone.outcome(), "renewed", "{:?}", alone.body);
+    assert!(alone.remaining_ms() > 30_000, "{:?}", alone.body);
+    // The acquire again (as after an uncertain answer): the lease goes
+    // back to its session's expiry, and the answer says so.
+    let replay = take(&app, &s, &d, "op-1", &body).await;
+    assert_eq!(
+        replay.outcome(),
+        "replayed_same_operation",
+        "{:?}",
+        replay.body
+    );
+    assert!(
+        replay.remaining_ms() <= 30_000,
+        "the replay answered the lease's old time, not its session's: {:?}",
+        replay.body
+    );
+    let held = app.inspect(P, &d, None).await;
+    let left = held.body["remainingMs"].as_u64().expect("remainingMs");
+    assert!(left <= 30_000, "the lease outlives its session: {left} ms");
     app.shutdown().await;
 }
