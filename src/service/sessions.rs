@@ -3,9 +3,9 @@
 //! that attaches its lease to a session.
 
 use crate::domain::{
-    member, member_parts, AttachedRenew, Attempt, Failure, HolderLabel, LostLease, OperationId,
-    OwnerToken, Purpose, RenewOutcome, ResourceDigest, ResourceId, SessionGone, SessionId,
-    SessionLease, SessionOutcome, SessionRecord, SessionView, Ttl,
+    member, member_parts, AttachedRenew, Attempt, Failure, HolderLabel, LostLease, LostReason,
+    OperationId, OwnerToken, Purpose, RenewOutcome, ResourceDigest, ResourceId, SessionGone,
+    SessionId, SessionLease, SessionOutcome, SessionRecord, SessionView, Ttl,
 };
 use crate::store::{keep_ms, SessionCall, SessionFound, StoreError};
 
@@ -247,6 +247,13 @@ impl LeaseService {
                 operation_id: op.clone(),
             };
             let reason = match self.renew(resource, &attempt, ttl, None).await? {
+                // Its hold bound comes before the session's new expiry: the
+                // session no longer carries it (answered `renewed` with
+                // the session's time, its holder would believe past the
+                // bound). It ends at its bound, listed `max_hold`.
+                RenewOutcome::Renewed { lease } if lease.remaining_ms < ttl.ms() => {
+                    LostReason::MaxHold
+                }
                 RenewOutcome::Renewed { .. } => {
                     full += 1;
                     continue;

@@ -23,6 +23,7 @@ both_stores!(
     a_keepalive_renews_and_says_when_the_session_is_lost,
     a_lease_shows_its_session_and_keeps_it_through_a_relabel,
     a_replayed_session_acquire_answers_the_sessions_time,
+    a_lease_whose_bound_comes_first_is_not_renewed_with_its_session,
 );
 
 /// A made session: its attempt (the token is its secret) and id.
@@ -360,10 +361,15 @@ async fn a_renew_lists_the_leases_it_no_longer_holds(backend: Backend) {
     take(&app, &s, &broken, "op-2", &json!({})).await;
     let b = take(&app, &s, &bounded, "op-3", &json!({"maxHoldMs": 300})).await;
     assert_eq!(b.outcome(), "acquired", "{:?}", b.body);
-    // Renewed up to its hold bound (granted the time left), then it ends
-    // there: the next renew hears why.
+    // Its hold bound comes before the session's new expiry: the renew
+    // cannot carry it, says why, and it ends at its bound.
     let capped = renew(&app, &s, &json!({})).await;
-    assert_eq!(capped.body["lost"], json!([]), "{:?}", capped.body);
+    assert_eq!(
+        capped.body["lost"],
+        json!([{"purpose": P, "digest": bounded, "reason": "max_hold"}]),
+        "{:?}",
+        capped.body
+    );
     let broke = send(
         app.http
             .post(format!("{}/leases/{P}/{broken}/break", app.base))
@@ -374,7 +380,7 @@ async fn a_renew_lists_the_leases_it_no_longer_holds(backend: Backend) {
     until_free(&app, &bounded).await;
     let r = renew(&app, &s, &json!({})).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let mut lost: Vec<(String, String)> = r.body["lost"]
+    let lost: Vec<(String, String)> = r.body["lost"]
         .as_array()
         .expect("lost")
         .iter()
@@ -385,13 +391,7 @@ async fn a_renew_lists_the_leases_it_no_longer_holds(backend: Backend) {
             )
         })
         .collect();
-    lost.sort();
-    let mut want = vec![
-        (broken.clone(), "revoked".to_owned()),
-        (bounded.clone(), "max_hold".to_owned()),
-    ];
-    want.sort();
-    assert_eq!(lost, want);
+    assert_eq!(lost, vec![(broken.clone(), "revoked".to_owned())]);
     // Off the session now: the next renew lists nothing.
     let again = renew(&app, &s, &json!({})).await;
     assert_eq!(again.body["lost"], json!([]), "{:?}", again.body);
@@ -1222,5 +1222,39 @@ async fn a_replayed_session_acquire_answers_the_sessions_time(backend: Backend) 
     let held = app.inspect(P, &d, None).await;
     let left = held.body["remainingMs"].as_u64().expect("remainingMs");
     assert!(left <= 30_000, "the lease outlives its session: {left} ms");
+    app.shutdown().await;
+}
+
+/// A session renew that cannot give a lease the session's new expiry
+/// (its `maxHoldMs` bound comes first) lists it `max_hold`: answered
+/// `renewed` with the session's time, its holder would believe past the
+/// bound, when the lease ends.
+async fn a_lease_whose_bound_comes_first_is_not_renewed_with_its_session(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 30_000).await;
+    let (bounded, plain) = (digest(), digest());
+    let a = take(&app, &s, &bounded, "op-1", &json!({"maxHoldMs": 5000})).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{:?}", a.body);
+    assert!(a.remaining_ms() <= 5000, "{:?}", a.body);
+    let b = take(&app, &s, &plain, "op-2", &json!({})).await;
+    assert_eq!(b.status, StatusCode::CREATED, "{:?}", b.body);
+    let renewed = renew(&app, &s, &json!({"ttlMs": 30_000})).await;
+    assert_eq!(renewed.status, StatusCode::OK, "{:?}", renewed.body);
+    assert_eq!(
+        renewed.body["lost"],
+        json!([{"purpose": P, "digest": bounded, "reason": "max_hold"}]),
+        "{:?}",
+        renewed.body
+    );
+    // Taken off the session: the next renew does not carry it.
+    let read = app.get(&format!("/sessions/{}", s.id)).await;
+    assert_eq!(read.body["session"]["leases"], 1, "{:?}", read.body);
+    // It ends at its bound, not with the session.
+    let held = app.inspect(P, &bounded, None).await;
+    let left = held.body["remainingMs"].as_u64().unwrap_or(0);
+    assert!(left <= 5000, "{:?}", held.body);
+    let carried = app.inspect(P, &plain, None).await;
+    let left = carried.body["remainingMs"].as_u64().expect("remainingMs");
+    assert!(left > 5000, "{:?}", carried.body);
     app.shutdown().await;
 }
