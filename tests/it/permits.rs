@@ -350,6 +350,7 @@ async fn queued_writer_is_not_starved_by_readers(backend: Backend) {
     // some reader would hold the resource at almost every instant.
     let stop = Arc::new(AtomicBool::new(false));
     let refused_queued = Arc::new(AtomicUsize::new(0));
+    let first_refusal = Arc::new(tokio::sync::Notify::new());
     let first_reader = app.attempt().await;
     assert_eq!(
         app.acquire_body(P, &d, &first_reader, &shared)
@@ -359,12 +360,13 @@ async fn queued_writer_is_not_starved_by_readers(backend: Backend) {
     );
     let mut readers = Vec::new();
     for _ in 0..4 {
-        let (app, d, stop, shared, refused_queued) = (
+        let (app, d, stop, shared, refused_queued, first_refusal) = (
             Arc::clone(&app),
             Arc::clone(&d),
             Arc::clone(&stop),
             shared.clone(),
             Arc::clone(&refused_queued),
+            Arc::clone(&first_refusal),
         );
         readers.push(tokio::spawn(async move {
             let mut acquired = 0u32;
@@ -381,6 +383,7 @@ async fn queued_writer_is_not_starved_by_readers(backend: Backend) {
                             // No holder's expiry to point at: the fallback.
                             assert_eq!(r.body["retryAfterMs"], 50, "{:?}", r.body);
                             refused_queued.fetch_add(1, Ordering::SeqCst);
+                            first_refusal.notify_one();
                         }
                     }
                     other => panic!("reader: {other} {:?}", r.body),
@@ -413,6 +416,13 @@ async fn queued_writer_is_not_starved_by_readers(backend: Backend) {
         })
     };
     until_queued(&backend, &app, &d, 2).await;
+    // While the writer waits, arriving readers are refused (`queued`), not
+    // let in beside the reader that holds: heard before that reader
+    // leaves (a loaded machine may send no reader in the short window
+    // between the writer's place and its grant otherwise).
+    tokio::time::timeout(Duration::from_secs(4), first_refusal.notified())
+        .await
+        .expect("no arriving reader was refused with reason queued while the writer waited");
     // The reader that held from the start leaves; the stream cannot refill.
     assert_eq!(
         app.release(P, &d, &first_reader).await.outcome(),
