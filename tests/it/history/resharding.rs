@@ -173,17 +173,19 @@ async fn a_call_refused_tryagain_is_retried_until_the_slot_settles() {
     let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
     let seeds = cluster.seed_urls().join(",");
     let ns = unique("t");
-    // The retries last until the command timeout: 5 s here, so that
-    // finishing the migration below (redis-cli processes on a loaded
-    // machine) cannot outlast them. (The history runs' 500 ms did: the
-    // renew was answered `unavailable` in a full-suite run.)
+    // The retries last for the first half of the command timeout: 10 s
+    // here (about the 100 tries `MAX_TRY_AGAIN` allows), so that finishing
+    // the migration below (five redis-cli processes on a loaded machine)
+    // cannot outlast them. (The history runs' 500 ms did: the renew was
+    // answered `unavailable` in a full-suite run; and so did 5 s, while
+    // the machine also compiled.)
     let extra = [
         "--namespace",
         ns.as_str(),
         "--redis-cluster-nodes",
         &seeds,
         "--command-timeout-ms",
-        "5000",
+        "20000",
     ];
     let app = Arc::new(TestApp::spawn_with(args(&Backend::Memory, &extra)).await);
     let d = digest();
