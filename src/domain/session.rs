@@ -99,6 +99,13 @@ pub struct SessionRecord {
     pub now: StoreTime,
 }
 
+impl SessionRecord {
+    /// Its time left when it was read (store clock).
+    pub fn remaining_ms(&self) -> u64 {
+        self.expires_at.0.saturating_sub(self.now.0)
+    }
+}
+
 /// Why a session is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -224,7 +231,7 @@ impl SessionView {
             id: id.clone(),
             holder: record.holder.clone(),
             ttl_ms: record.ttl_ms,
-            remaining_ms: record.expires_at.0.saturating_sub(record.now.0),
+            remaining_ms: record.remaining_ms(),
             expires_at: record.expires_at,
             created_at: record.created_at,
             renewed_at: record.renewed_at,

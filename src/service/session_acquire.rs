@@ -60,7 +60,7 @@ impl LeaseService {
             SessionFound::Live(r) => r,
             other => return Ok(refused(&other)),
         };
-        let left = record.expires_at.0.saturating_sub(record.now.0);
+        let left = record.remaining_ms();
         if left == 0 {
             return Ok(refused(&SessionFound::Expired));
         }
@@ -141,11 +141,7 @@ impl LeaseService {
                 .renew_attached(token, &pair, now_record.expires_at, now_record.now)
                 .await
                 .map_err(|err| self.session_failure(err))?;
-            let left = now_record
-                .expires_at
-                .0
-                .saturating_sub(now_record.now.0)
-                .max(1);
+            let left = now_record.remaining_ms().max(1);
             if fared.first() == Some(&AttachedRenew::Unsure) {
                 let ttl = self.bounds().max_ttl().at_most(Some(left));
                 if let RenewOutcome::Renewed { lease } =

@@ -229,7 +229,7 @@ impl LeaseService {
             Ok(fared) => fared,
             Err(err) => return Err(self.session_failure(err)),
         };
-        let left = record.expires_at.0.saturating_sub(record.now.0).max(1);
+        let left = record.remaining_ms().max(1);
         let ttl = self.bounds().max_ttl().at_most(Some(left));
         let mut lost = Vec::new();
         let (mut light, mut full) = (0u64, 0u64);
