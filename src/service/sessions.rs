@@ -250,8 +250,11 @@ impl LeaseService {
                 // Its hold bound comes before the session's new expiry: the
                 // session no longer carries it (answered `renewed` with
                 // the session's time, its holder would believe past the
-                // bound). It ends at its bound, listed `max_hold`.
+                // bound). Released now, listed `max_hold`: the renew just
+                // gave it the time to its bound, and off the session no
+                // end would release it.
                 RenewOutcome::Renewed { lease } if lease.remaining_ms < ttl.ms() => {
+                    self.release(resource, &attempt).await?;
                     LostReason::MaxHold
                 }
                 RenewOutcome::Renewed { .. } => {

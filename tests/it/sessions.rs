@@ -1226,9 +1226,10 @@ async fn a_replayed_session_acquire_answers_the_sessions_time(backend: Backend) 
 }
 
 /// A session renew that cannot give a lease the session's new expiry
-/// (its `maxHoldMs` bound comes first) lists it `max_hold`: answered
-/// `renewed` with the session's time, its holder would believe past the
-/// bound, when the lease ends.
+/// (its `maxHoldMs` bound comes first) lists it `max_hold` and releases
+/// it: answered `renewed` with the session's time, its holder would
+/// believe past the bound, when the lease ends; and left held off the
+/// session, no end would release it.
 async fn a_lease_whose_bound_comes_first_is_not_renewed_with_its_session(backend: Backend) {
     let app = TestApp::spawn(&backend).await;
     let s = session(&app, 30_000).await;
@@ -1249,10 +1250,13 @@ async fn a_lease_whose_bound_comes_first_is_not_renewed_with_its_session(backend
     // Taken off the session: the next renew does not carry it.
     let read = app.get(&format!("/sessions/{}", s.id)).await;
     assert_eq!(read.body["session"]["leases"], 1, "{:?}", read.body);
-    // It ends at its bound, not with the session.
+    // Released, not left held to its bound off the session (no end
+    // would release it): another caller takes it at once.
     let held = app.inspect(P, &bounded, None).await;
-    let left = held.body["remainingMs"].as_u64().unwrap_or(0);
-    assert!(left <= 5000, "{:?}", held.body);
+    assert_eq!(held.body["held"], false, "{:?}", held.body);
+    let other = app.attempt().await;
+    let next = app.acquire(P, &bounded, &other, 5000).await;
+    assert_eq!(next.outcome(), "acquired", "{:?}", next.body);
     let carried = app.inspect(P, &plain, None).await;
     let left = carried.body["remainingMs"].as_u64().expect("remainingMs");
     assert!(left > 5000, "{:?}", carried.body);
