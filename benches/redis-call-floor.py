@@ -13,64 +13,23 @@ argument (`TIME`, `GETDEL`, one `LPUSH` of both entries, `PEXPIRE`), with
 no event, no sequence and no change count: with constant strings, then
 with the least logic it needs (the token and the record made from TIME,
 the owner checked, the entries and the hold's length made). The server
-and its dumps are gone when it ends. Needs valgrind and redis-server.
+and its dumps are gone when it ends (benches/callgrind_redis.py). Needs
+valgrind and redis-server.
 
     python3 benches/redis-call-floor.py
 """
-import atexit, shutil, socket, subprocess, sys, tempfile, time
-for tool in ('valgrind', 'callgrind_control', 'redis-server'):
-    if not shutil.which(tool):
-        sys.exit(f'missing {tool}: apt-get install valgrind redis-server')
-def resp(*a):
-    out = b'*%d\r\n' % len(a)
-    for x in a:
-        x = x if isinstance(x, bytes) else str(x).encode()
-        out += b'$%d\r\n%s\r\n' % (len(x), x)
-    return out
-class C:
-    def __init__(s, port):
-        s.s = socket.create_connection(('127.0.0.1', port)); s.f = s.s.makefile('rb')
-    def cmd(s, *a):
-        s.s.sendall(resp(*a)); return s.read()
-    def read(s):
-        l = s.f.readline(); t, r = l[:1], l[1:-2]
-        if t == b'+': return r.decode()
-        if t == b'-': raise RuntimeError(r.decode())
-        if t == b':': return int(r)
-        if t == b'$':
-            n = int(r)
-            if n < 0: return None
-            d = s.f.read(n + 2); return d[:-2].decode('latin1')
-        if t == b'*':
-            n = int(r); return None if n < 0 else [s.read() for _ in range(n)]
-s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
-d = tempfile.mkdtemp()
-vg = subprocess.Popen(['valgrind', '--tool=callgrind', '--instr-atstart=no', f'--callgrind-out-file={d}/cg.out',
-    'redis-server', '--port', str(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', d],
-    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-def _stop():
-    vg.kill()
-    vg.wait()
-    shutil.rmtree(d, ignore_errors=True)
-atexit.register(_stop)
-for _ in range(600):
-    try: c = C(port); c.cmd('PING'); break
-    except Exception: time.sleep(0.1)
-def ctl(*a): subprocess.run(['callgrind_control', *a, str(vg.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-dumps = [0]
-def total():
-    dumps[0] += 1
-    t = open(f'{d}/cg.out.{dumps[0]}').read()
-    for l in t.splitlines():
-        if l.startswith('totals:') or l.startswith('summary:'): return int(l.split()[1])
+import time
+from callgrind_redis import Server
+srv = Server('call-floor-')
+c, ctl = srv.c, srv.ctl
 ctl('-i', 'on')
 N = 300
 def measure(name, make):
     for i in range(20): make(10**6 + i)
     ctl('-z'); t0 = time.time()
     for i in range(N): make(i)
-    w = time.time() - t0; ctl('-d')
-    tot = total()
+    w = time.time() - t0
+    tot = srv.dump_total()
     print(f'{name:50s} {tot / N / 1000:7.1f} k (wall {w:.2f}s)')
 K = lambda i, kind: f'leasehold:{kind}:v2:{{bench:v1.{i:064d}}}'
 scripts = {}

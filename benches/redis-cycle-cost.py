@@ -20,50 +20,12 @@ are taken off. The same figure as `cargo bench --bench load -- --only
 redis-cost` within a few thousand (the service adds the purposes
 registry's reads). Needs valgrind and redis-server.
 """
-import hashlib, os, shutil, socket, subprocess, sys, tempfile, time
-for tool in ('valgrind', 'callgrind_control', 'redis-server'):
-    if not shutil.which(tool):
-        sys.exit(f'missing {tool}: apt-get install valgrind redis-server')
+import hashlib, os, sys, time
+from callgrind_redis import Server
 lua_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lua')
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 300
-def resp(*a):
-    out = b'*%d\r\n' % len(a)
-    for x in a:
-        x = x if isinstance(x, bytes) else str(x).encode()
-        out += b'$%d\r\n%s\r\n' % (len(x), x)
-    return out
-class C:
-    def __init__(s, port):
-        s.s = socket.create_connection(('127.0.0.1', port)); s.f = s.s.makefile('rb')
-    def cmd(s, *a):
-        s.s.sendall(resp(*a)); return s.read()
-    def read(s):
-        l = s.f.readline()
-        t, r = l[:1], l[1:-2]
-        if t == b'+': return r.decode()
-        if t == b'-': raise RuntimeError(r.decode())
-        if t == b':': return int(r)
-        if t == b'$':
-            n = int(r)
-            if n < 0: return None
-            d = s.f.read(n + 2); return d[:-2].decode()
-        if t == b'*':
-            n = int(r)
-            return None if n < 0 else [s.read() for _ in range(n)]
-        raise RuntimeError(l)
-s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
-d = tempfile.mkdtemp(prefix='cost2-scripts-')
-vg = subprocess.Popen(['valgrind', '--tool=callgrind', '--instr-atstart=no', f'--callgrind-out-file={d}/cg.out',
-    'redis-server', '--port', str(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', d],
-    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-c = None
-for _ in range(600):
-    try:
-        c = C(port); c.cmd('PING'); break
-    except Exception:
-        c = None; time.sleep(0.1)
-if c is None:
-    vg.terminate(); sys.exit('redis-server under callgrind did not start within 60 s')
+srv = Server('cost2-scripts-')
+c, d, ctl = srv.c, srv.dir, srv.ctl
 def assemble(name, done):
     out = []
     for line in open(os.path.join(lua_dir, name)).read().splitlines(keepends=True):
@@ -128,11 +90,6 @@ def cycle(i, salt):
         renew(i, salt)
     release(i, salt)
 RENEWS = int(os.environ.get('RENEWS', '0'))
-def ctl(*a): subprocess.run(['callgrind_control', *a, str(vg.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-def total(n):
-    t = open(f'{d}/cg.out.{n}').read()
-    for l in t.splitlines():
-        if l.startswith('totals:') or l.startswith('summary:'): return int(l.split()[1])
 ctl('-i', 'on')
 for i in range(20): cycle(i, 'warm')
 ONLY = os.environ.get('ONLY')  # 'renew': N renews of N held leases are counted, nothing else
@@ -144,9 +101,7 @@ for i in range(N):
         renew(i, 'run')
     else:
         cycle(i, 'run')
-w = time.time() - t0; ctl('-d'); ctl('-z'); t1 = time.time(); time.sleep(2); ctl('-d'); idle = total(2) / (time.time() - t1)
-busy = total(1) - idle * w
-print(f'{lua_dir}: {busy / N / 1000:.1f} k Redis instructions per acquire + ' + (f'renew x{RENEWS} + ' if RENEWS else '') + f'release ({N} cycles, idle {idle:.0f}/s taken off; ' + ('slim scripts, misses ' + str(misses) if slim else 'general scripts only') + ')' + (f'; dumps in {d}' if os.environ.get('LOAD_KEEP_LOGS') else ''))
-vg.terminate(); vg.wait()
-if not os.environ.get('LOAD_KEEP_LOGS'):
-    import shutil; shutil.rmtree(d, ignore_errors=True)
+w = time.time() - t0; busy = srv.dump_total(); ctl('-z'); t1 = time.time(); time.sleep(2); idle = srv.dump_total() / (time.time() - t1)
+busy -= idle * w
+what = 'renew' if ONLY == 'renew' else 'acquire + ' + (f'renew x{RENEWS} + ' if RENEWS else '') + 'release'
+print(f'{lua_dir}: {busy / N / 1000:.1f} k Redis instructions per {what} ({N} runs, idle {idle:.0f}/s taken off; ' + ('slim scripts, misses ' + str(misses) if slim else 'general scripts only') + ')' + (f'; dumps in {d}' if os.environ.get('LOAD_KEEP_LOGS') else ''))
