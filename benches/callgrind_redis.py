@@ -2,9 +2,9 @@
 scripts that count Redis' instructions (redis-cycle-cost.py,
 redis-call-floor.py): a RESP client, the callgrind controls and the
 dumps' totals. The server is killed and its directory removed when the
-script exits (kept with LOAD_KEEP_LOGS=1). Needs valgrind and
-redis-server."""
-import atexit, os, shutil, socket, subprocess, sys, tempfile, time
+script exits, on Ctrl-C or SIGTERM too (its dumps kept with
+LOAD_KEEP_LOGS=1). Needs valgrind and redis-server."""
+import atexit, os, shutil, signal, socket, subprocess, sys, tempfile, time
 
 for tool in ('valgrind', 'callgrind_control', 'redis-server'):
     if not shutil.which(tool):
@@ -53,6 +53,8 @@ class Server:
             'redis-server', '--port', str(s.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', s.dir],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         atexit.register(s.stop)
+        # A SIGTERM ends the script through its exit handlers too.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         s.c = None
         for _ in range(600):
             try:
