@@ -25,7 +25,11 @@ impl LeaseService {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (store, resource, attempt) = (self.store.clone(), resource.clone(), attempt.clone());
         let (request, queue) = (request.clone(), queue.to_owned());
-        let clean_up = self.settings.release_abandoned;
+        // A session's lease whose caller left is released whatever the
+        // setting: nobody would attach it, and it would outlive its session
+        // (and no previous-release pod, whose replays do not claim, serves
+        // a session acquire: the setting's reason to stay off is not here).
+        let clean_up = self.settings.release_abandoned || request.session.is_some();
         let task = async move {
             let result = store
                 .acquire(&resource, &attempt, &request.spec(queue.as_str()))

@@ -31,9 +31,9 @@ pub(super) struct Place {
     /// Notified when another place of the same attempt is gone.
     look: Option<Arc<Notify>>,
     /// The waiter's attempt, once an ask went with its entry and
-    /// `--release-abandoned` is on: a leave that finds the entry granted
-    /// releases what it may have been granted (without the setting, a
-    /// grant ends with its TTL).
+    /// `--release-abandoned` is on or the acquire is on a session: a leave
+    /// that finds the entry granted releases what it may have been granted
+    /// (otherwise a grant ends with its TTL).
     asked: Option<Attempt>,
 }
 
@@ -110,8 +110,10 @@ impl Place {
         let Seat { grant, look } = self.queue.join_as(&member, ask.map(|a| a.attempt));
         (self.grant, self.look) = (Some(grant), Some(look));
         self.member = Some(member.clone());
+        // A session's lease is released when its waiter leaves, whatever
+        // the setting (as in `look`).
         self.asked = ask
-            .filter(|_| service.settings.release_abandoned)
+            .filter(|a| service.settings.release_abandoned || a.spec.session.is_some())
             .map(|a| a.attempt.clone());
         member
     }

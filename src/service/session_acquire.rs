@@ -5,8 +5,9 @@ use crate::domain::{
     member, AcquireOutcome, AttachedRenew, Attempt, Failure, OutcomeName, RenewOutcome, ResourceId,
     SessionGone, SessionId, SessionOutcome, SessionRecord,
 };
-use crate::store::{keep_ms, SessionCall, SessionFound};
+use crate::store::{keep_ms, SessionCall, SessionFound, Store};
 
+use super::place::release_abandoned;
 use super::sessions::{count, gone};
 use super::{AcquireRequest, LeaseService};
 
@@ -82,12 +83,22 @@ impl LeaseService {
         }
         // Taken: a failure from here on leaves it taken, so `indeterminate`
         // naming the attempt (never `unavailable`: nothing applied); retried
-        // with it, the acquire replays and attaches it.
-        self.attach_taken(resource, attempt, id, request, &record, outcome)
-            .await
-            .map_err(|_| Failure::Indeterminate {
-                operation_id: attempt.operation_id.clone(),
-            })
+        // with it, the acquire replays and attaches it. A caller that leaves
+        // before the attach is done leaves it neither attached nor at its
+        // session's expiry: then it is released (`Unattached`).
+        let mut unattached = Unattached {
+            store: &self.store,
+            resource,
+            attempt,
+            armed: true,
+        };
+        let attached = self
+            .attach_taken(resource, attempt, id, request, &record, outcome)
+            .await;
+        unattached.armed = false;
+        attached.map_err(|_| Failure::Indeterminate {
+            operation_id: attempt.operation_id.clone(),
+        })
     }
 
     /// Attaches a lease just taken (or replayed) to session `id`.
@@ -126,9 +137,11 @@ impl LeaseService {
                 return Ok(refused(&other));
             }
         };
-        if request.wait.ms() > 0 || now_record.expires_at != record.expires_at {
-            // Renewed meanwhile, or granted after a wait (a grant counts
-            // the TTL asked from when it is granted): the lease takes the
+        let replay = matches!(outcome, AcquireOutcome::ReplayedSameOperation { .. });
+        if request.wait.ms() > 0 || replay || now_record.expires_at != record.expires_at {
+            // Renewed meanwhile, granted after a wait (a grant counts the
+            // TTL asked from when it is granted), or a replay (of such a
+            // grant, or of a lease renewed on its own): the lease takes the
             // session's expiry, and the answer says so. Its `remainingMs`
             // is the session's from now, never the grant's: a lease
             // granted long ago (a wait answered late, a replay) lives only
@@ -153,6 +166,33 @@ impl LeaseService {
             return Ok(SessionAcquire::Lease(at_most(outcome, left)));
         }
         Ok(SessionAcquire::Lease(outcome))
+    }
+}
+
+/// A lease taken on a session whose attach a departed caller cut short:
+/// dropped while `armed`, it releases the lease unless a retry claimed it
+/// (the clean-up of a departed waiter's grant).
+struct Unattached<'a> {
+    store: &'a Store,
+    resource: &'a ResourceId,
+    attempt: &'a Attempt,
+    armed: bool,
+}
+
+impl Drop for Unattached<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, resource, attempt) = (
+            self.store.clone(),
+            self.resource.clone(),
+            self.attempt.clone(),
+        );
+        runtime.spawn(async move { release_abandoned(&store, &resource, &attempt).await });
     }
 }
 

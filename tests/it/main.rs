@@ -51,6 +51,7 @@ mod seq_lifetime;
 #[cfg(feature = "client")]
 mod session_client;
 mod session_kill;
+mod session_leave;
 mod sessions;
 mod soak;
 mod store_keys;
