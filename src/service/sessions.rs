@@ -197,10 +197,10 @@ impl LeaseService {
             .renew_leases(id, token, &record)
             .await
             .map_err(|f| Self::partly(id, f))?;
-        Ok(SessionOutcome::Renewed {
-            session: SessionView::of(id, &record),
-            lost,
-        })
+        // The leases it took off are no longer the session's.
+        let mut session = SessionView::of(id, &record);
+        session.leases = session.leases.saturating_sub(lost.len() as u64);
+        Ok(SessionOutcome::Renewed { session, lost })
     }
 
     /// Gives every lease of session `id` the expiry of `record`; answers
@@ -247,13 +247,20 @@ impl LeaseService {
                 operation_id: op.clone(),
             };
             let reason = match self.renew(resource, &attempt, ttl, None).await? {
-                // Its hold bound comes before the session's new expiry: the
-                // session no longer carries it (answered `renewed` with
-                // the session's time, its holder would believe past the
-                // bound). Released now, listed `max_hold`: the renew just
-                // gave it the time to its bound, and off the session no
-                // end would release it.
-                RenewOutcome::Renewed { lease } if lease.remaining_ms < ttl.ms() => {
+                // Its hold bound comes before the session's new expiry (the
+                // bound itself is compared: the time this renew granted
+                // counts from later than the session's clock, so it says
+                // less even when the bound comes after): the session no
+                // longer carries it (answered `renewed` with the session's
+                // time, its holder would believe past the bound). Released
+                // now, listed `max_hold`: the renew just gave it the time
+                // to its bound, and off the session no end would release
+                // it.
+                RenewOutcome::Renewed { lease }
+                    if lease
+                        .hold_ends_at
+                        .is_some_and(|end| end < record.expires_at) =>
+                {
                     self.release(resource, &attempt).await?;
                     LostReason::MaxHold
                 }

@@ -23,6 +23,7 @@ both_stores!(
     a_keepalive_renews_and_says_when_the_session_is_lost,
     a_lease_shows_its_session_and_keeps_it_through_a_relabel,
     a_replayed_session_acquire_answers_the_sessions_time,
+    a_replay_without_a_wait_gives_the_lease_back_its_sessions_expiry,
     a_lease_whose_bound_comes_first_is_not_renewed_with_its_session,
 );
 
@@ -1217,6 +1218,40 @@ async fn a_replayed_session_acquire_answers_the_sessions_time(backend: Backend) 
     assert!(
         replay.remaining_ms() <= 30_000,
         "the replay answered the lease's old time, not its session's: {:?}",
+        replay.body
+    );
+    let held = app.inspect(P, &d, None).await;
+    let left = held.body["remainingMs"].as_u64().expect("remainingMs");
+    assert!(left <= 30_000, "the lease outlives its session: {left} ms");
+    app.shutdown().await;
+}
+
+/// The ordinary retry of a session acquire (no wait): a lease that
+/// would outlive its session (renewed on its own, or granted after a wait
+/// that counted its TTL from the grant) goes back to the session's expiry,
+/// and the replay's answer says so.
+async fn a_replay_without_a_wait_gives_the_lease_back_its_sessions_expiry(backend: Backend) {
+    let app = TestApp::spawn(&backend).await;
+    let s = session(&app, 30_000).await;
+    let d = digest();
+    let first = take(&app, &s, &d, "op-1", &json!({})).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+    let lease = TestAttempt {
+        token: s.attempt.token.clone(),
+        op: "op-1".into(),
+    };
+    let alone = app.renew(P, &d, &lease, 600_000).await;
+    assert!(alone.remaining_ms() > 30_000, "{:?}", alone.body);
+    let replay = take(&app, &s, &d, "op-1", &json!({})).await;
+    assert_eq!(
+        replay.outcome(),
+        "replayed_same_operation",
+        "{:?}",
+        replay.body
+    );
+    assert!(
+        replay.remaining_ms() <= 30_000,
+        "a replay with no wait answered the lease's own time: {:?}",
         replay.body
     );
     let held = app.inspect(P, &d, None).await;
