@@ -77,6 +77,11 @@ class Server:
 
     def stop(s):
         if s.vg.poll() is None:
-            s.vg.kill(); s.vg.wait()
+            # SIGTERM first: valgrind then removes its vgdb FIFOs in /tmp.
+            s.vg.terminate()
+            try:
+                s.vg.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                s.vg.kill(); s.vg.wait()
         if not os.environ.get('LOAD_KEEP_LOGS'):
             shutil.rmtree(s.dir, ignore_errors=True)

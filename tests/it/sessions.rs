@@ -1282,7 +1282,9 @@ async fn a_lease_whose_bound_comes_first_is_not_renewed_with_its_session(backend
         "{:?}",
         renewed.body
     );
-    // Taken off the session: the next renew does not carry it.
+    // Taken off the session: the renew's own answer no longer counts it,
+    // and the next renew does not carry it.
+    assert_eq!(renewed.body["session"]["leases"], 1, "{:?}", renewed.body);
     let read = app.get(&format!("/sessions/{}", s.id)).await;
     assert_eq!(read.body["session"]["leases"], 1, "{:?}", read.body);
     // Released, not left held to its bound off the session (no end
