@@ -1192,13 +1192,26 @@ async fn a_remembered_record_is_never_renewed_for_another_session() {
 /// its session, and a holder told the grant's time believed past it while
 /// another caller acquired (a Cluster history under a frozen master).
 async fn a_replayed_session_acquire_answers_the_sessions_time(backend: Backend) {
+    replay_gives_back_the_sessions_expiry(backend, json!({"waitMs": 100})).await;
+}
+
+/// The ordinary retry of a session acquire (no wait): a lease that
+/// would outlive its session (renewed on its own, or granted after a wait
+/// that counted its TTL from the grant) goes back to the session's expiry,
+/// and the replay's answer says so.
+async fn a_replay_without_a_wait_gives_the_lease_back_its_sessions_expiry(backend: Backend) {
+    replay_gives_back_the_sessions_expiry(backend, json!({})).await;
+}
+
+/// A session acquire with `body`, its lease renewed alone far past its
+/// session, then the acquire again (as after an uncertain answer): the
+/// lease goes back to its session's expiry, and the answer says so.
+async fn replay_gives_back_the_sessions_expiry(backend: Backend, body: Value) {
     let app = TestApp::spawn(&backend).await;
     let s = session(&app, 30_000).await;
     let d = digest();
-    let body = json!({"waitMs": 100});
     let first = take(&app, &s, &d, "op-1", &body).await;
     assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
-    // The lease alone, renewed far past its session.
     let lease = TestAttempt {
         token: s.attempt.token.clone(),
         op: "op-1".into(),
@@ -1206,8 +1219,6 @@ async fn a_replayed_session_acquire_answers_the_sessions_time(backend: Backend) 
     let alone = app.renew(P, &d, &lease, 600_000).await;
     assert_eq!(alone.outcome(), "renewed", "{:?}", alone.body);
     assert!(alone.remaining_ms() > 30_000, "{:?}", alone.body);
-    // The acquire again (as after an uncertain answer): the lease goes
-    // back to its session's expiry, and the answer says so.
     let replay = take(&app, &s, &d, "op-1", &body).await;
     assert_eq!(
         replay.outcome(),
@@ -1217,41 +1228,7 @@ async fn a_replayed_session_acquire_answers_the_sessions_time(backend: Backend) 
     );
     assert!(
         replay.remaining_ms() <= 30_000,
-        "the replay answered the lease's old time, not its session's: {:?}",
-        replay.body
-    );
-    let held = app.inspect(P, &d, None).await;
-    let left = held.body["remainingMs"].as_u64().expect("remainingMs");
-    assert!(left <= 30_000, "the lease outlives its session: {left} ms");
-    app.shutdown().await;
-}
-
-/// The ordinary retry of a session acquire (no wait): a lease that
-/// would outlive its session (renewed on its own, or granted after a wait
-/// that counted its TTL from the grant) goes back to the session's expiry,
-/// and the replay's answer says so.
-async fn a_replay_without_a_wait_gives_the_lease_back_its_sessions_expiry(backend: Backend) {
-    let app = TestApp::spawn(&backend).await;
-    let s = session(&app, 30_000).await;
-    let d = digest();
-    let first = take(&app, &s, &d, "op-1", &json!({})).await;
-    assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
-    let lease = TestAttempt {
-        token: s.attempt.token.clone(),
-        op: "op-1".into(),
-    };
-    let alone = app.renew(P, &d, &lease, 600_000).await;
-    assert!(alone.remaining_ms() > 30_000, "{:?}", alone.body);
-    let replay = take(&app, &s, &d, "op-1", &json!({})).await;
-    assert_eq!(
-        replay.outcome(),
-        "replayed_same_operation",
-        "{:?}",
-        replay.body
-    );
-    assert!(
-        replay.remaining_ms() <= 30_000,
-        "a replay with no wait answered the lease's own time: {:?}",
+        "the replay ({body}) answered the lease's old time, not its session's: {:?}",
         replay.body
     );
     let held = app.inspect(P, &d, None).await;
